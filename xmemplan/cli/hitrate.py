@@ -1,0 +1,180 @@
+"""`xmemplan hitrate TRACES...`: prefix-cache hit ratios of agent prompt traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+OUTPUT_FORMATS = ("table", "json", "csv")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("hitrate")(hitrate)
+
+
+def hitrate(
+    traces: list[Path] = typer.Argument(
+        ..., help="Trace files or directories (walked recursively).", show_default=False
+    ),
+    fmt: str = typer.Option(
+        "table", "--format", "-f",
+        help="Output: table, json or csv. A trace format name here (e.g. mooncake) is taken "
+        "as --trace-format.",
+    ),
+    trace_format: str | None = typer.Option(
+        None, "--trace-format", "-t",
+        help="Read every file as this format instead of sniffing "
+        "(tokens, mooncake, claude-blocks, bailian, ...).",
+    ),
+    scope: str = typer.Option(
+        "auto", "--scope",
+        help="session: one cache per session; global: one cache, requests in time order; "
+        "auto: session unless a format has no sessions.",
+    ),
+    page_size: int = typer.Option(
+        1, "--page-size", min=1,
+        help="Token-id traces: count hits in whole pages of N tokens (SGLang default 1, "
+        "vLLM 16).",
+    ),
+    subagents: bool = typer.Option(
+        False, "--subagents", help="Include sub-agent requests, merged into their session."
+    ),
+    strict: bool = typer.Option(
+        False, "--strict", help="Stop at the first bad line instead of skipping and counting."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Write the per-request table to FILE.parquet or FILE.csv."
+    ),
+    workers: int = typer.Option(0, "--workers", min=0, help="Worker processes (0 = one per core)."),
+) -> None:
+    """Replay traces through a prefix cache and report token-level hit ratios."""
+    from xmemplan import render
+    from xmemplan.errors import InputError, UsageError
+    from xmemplan.hitrate import HitrateOptions, analyze
+    from xmemplan.traces.registry import READERS
+
+    if fmt in READERS and trace_format is None:
+        trace_format, fmt = fmt, "table"
+    if fmt not in OUTPUT_FORMATS:
+        raise UsageError(
+            f"unknown output format '{fmt}'",
+            f"use one of {', '.join(OUTPUT_FORMATS)}, or --trace-format for the input",
+        )
+    if out is not None and out.suffix not in (".parquet", ".csv"):
+        raise UsageError(f"cannot tell the type of '{out}'", "end --out with .parquet or .csv")
+    options = HitrateOptions(
+        scope=scope, page_size=page_size, format_name=trace_format, subagents=subagents,
+        strict=strict, workers=workers,
+    )
+    with render.progress(None, "Reading traces") as bar:
+        def on_progress(done: int, total: int) -> None:
+            if bar._progress is not None:
+                bar._progress.update(bar._task, completed=done, total=total)
+
+        result = analyze(list(traces), options, on_progress)
+    if result.unrecognized and strict:
+        raise InputError(
+            "matches no known trace format", path=result.unrecognized[0],
+            hint="pass --trace-format NAME, or remove the file",
+        )
+    if result.summary["requests"] == 0:
+        raise InputError(
+            "no requests could be read from the input",
+            hint=_skip_text(result) or "check the paths and --trace-format",
+        )
+    if out is not None:
+        frame = result.requests_frame()
+        if out.suffix == ".parquet":
+            frame.write_parquet(out)
+        else:
+            frame.write_csv(out)
+        render.info(f"Wrote {len(frame):,} requests to {out}")
+    _report(result, fmt)
+
+
+def _skip_text(result: Any) -> str:
+    parts = []
+    if result.skips.total:
+        parts.append(f"{result.skips.total:,} lines skipped")
+    if result.unrecognized:
+        parts.append(f"{len(result.unrecognized)} files in no known format")
+    if result.empty:
+        parts.append(f"{len(result.empty)} empty files")
+    return ", ".join(parts)
+
+
+METRIC_ROWS = (
+    ("token_hit_ratio", "token hit ratio (sum hit / sum prompt)"),
+    ("mean_request_hit_ratio", "mean request hit ratio"),
+    ("rounds_ge1_token_hit_ratio", "rounds >= 1: token hit ratio"),
+    ("rounds_ge1_mean", "rounds >= 1: mean"),
+    ("rounds_ge1_median", "rounds >= 1: median"),
+    ("rounds_ge1_share_ge_95", "rounds >= 1: share >= 95%"),
+    ("session_token_hit_mean", "session token hit: mean"),
+    ("session_token_hit_median", "session token hit: median"),
+)
+
+
+def _report(result: Any, fmt: str) -> None:
+    from xmemplan import render
+
+    s = result.summary
+    if fmt == "json":
+        payload = {
+            **{k: v for k, v in s.items()},
+            "scope": result.scope,
+            "page_size": result.page_size,
+            "files_by_format": result.files_by_format,
+            "unrecognized_files": result.unrecognized,
+            "empty_files": result.empty,
+            "notes": result.notes,
+        }
+        if result.reported is not None:
+            payload["reported"] = result.reported
+        render.emit_json(payload)
+        return
+    if fmt == "csv":
+        keys = ["sessions", "requests", "prompt_tokens"] + [k for k, _ in METRIC_ROWS]
+        render.emit_csv(["metric", "value"], [(k, s[k]) for k in keys])
+        return
+    files = ", ".join(f"{n} {name}" for name, n in sorted(result.files_by_format.items()))
+    render.info(f"Files: {files}; scope: {result.scope}; page size: {result.page_size}")
+    render.table(
+        ["metric", "value"],
+        [("sessions", s["sessions"]), ("requests", s["requests"]),
+         ("prompt tokens", s["prompt_tokens"])]
+        + [(label, s[key]) for key, label in METRIC_ROWS],
+        title="Prefix-cache hit ratios (infinite cache)",
+    )
+    rows = [
+        (b["round"], b["requests"], b["token_hit_ratio"], b["mean"], b["median"], b["share_ge_95"])
+        for b in s["by_round"]
+    ]
+    spark = render.sparkline([b["mean"] for b in s["by_round"]], 0.0, 1.0)
+    render.table(
+        ["round", "requests", "token hit", "mean", "median", "share >= 95%"],
+        rows,
+        title="By round (0 = first request of a session)",
+        caption=f"mean by round: {spark}" if spark.strip() else None,
+    )
+    rep = result.reported
+    if rep is not None:
+        render.table(
+            ["", "requests", "reported", "reconstructed", "difference"],
+            [("all", rep["requests"], rep["reported_token_hit_ratio"],
+              rep["reconstructed_token_hit_ratio"], rep["difference"])]
+            + [(x["session_id"], x["requests"], x["reported_token_hit_ratio"],
+                x["reconstructed_token_hit_ratio"], x["difference"]) for x in rep["sessions"]],
+            title="Reported by the API/engine vs reconstructed (token-weighted)",
+        )
+    for note in result.notes:
+        render.info(f"Note: {note}")
+    text = _skip_text(result)
+    if text:
+        render.warn(f"{text}.")
+        for ex in result.skips.examples[:5]:
+            render.warn(f"  {ex.where()}: {ex.reason}")
+        for p in result.unrecognized[:5]:
+            render.warn(f"  {p}: matches no known trace format (skipped)")

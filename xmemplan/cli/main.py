@@ -1,0 +1,93 @@
+"""The `xmemplan` command: the app, global flags and the one error boundary."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from typer.exceptions import TyperException
+
+from xmemplan import __version__
+from xmemplan.cli import catalog, hitrate, size, validate
+
+app = typer.Typer(
+    name="xmemplan",
+    help=(
+        "Size tiered KV-cache memory (HBM, host DRAM, X-Mem) for LLM serving of coding "
+        "agents, from their real prompt traces.\n\n"
+        "hitrate: prefix-cache hit ratios of traces. size: TTFT model and X-Mem node count "
+        "for an SLO. validate: push real KV pages through a HiCache storage backend."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"xmemplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or info."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    from xmemplan import render
+
+    _state["debug"] = debug
+    render.set_quiet(quiet)
+
+
+for _module in (hitrate, size, validate, catalog):
+    _module.register(app)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code (see `xmemplan.errors` for the table)."""
+    from xmemplan import errors, render
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    _state["debug"] = "--debug" in args
+    try:
+        result = app(args=args, prog_name="xmemplan", standalone_mode=False)
+        return int(result) if isinstance(result, int) else errors.EXIT_OK
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.Abort:
+        return errors.EXIT_INTERRUPTED
+    except TyperException as exc:  # bad flags: typer prints usage and the problem
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            render.error(exc.format_message())
+        return errors.EXIT_USAGE
+    except KeyboardInterrupt:
+        return errors.EXIT_INTERRUPTED
+    except errors.XmemplanError as exc:
+        if _state["debug"]:
+            raise
+        render.error(exc.render())
+        return exc.exit_code
+    except Exception as exc:  # a bug: say so, keep the traceback for --debug
+        if _state["debug"]:
+            raise
+        render.error(
+            f"internal error ({type(exc).__name__}: {exc}). "
+            "Rerun with --debug and report the traceback"
+        )
+        return errors.EXIT_INTERNAL
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,393 @@
+"""`hitrate`: read traces, replay them through a prefix cache, report hit ratios.
+
+    from xmemplan.hitrate import HitrateOptions, analyze
+    result = analyze([Path("traces/")], HitrateOptions(scope="session"))
+    result.summary["token_hit_ratio"]
+
+Per request, in replay order: find the longest cached prefix (in keys), then insert the
+request. Hit tokens = min(matched keys x block_tokens, prompt_tokens), rounded down to whole
+`page_size` pages for token-id traces. `scope="session"` keeps one cache per session;
+`"global"` one cache for everything, requests ordered by timestamp; `"auto"` is session
+scope unless a format has no sessions (Mooncake).
+
+Session-complete batches (one file per session) are matched as they are read and dropped,
+so memory stays bounded by the largest file, and files are spread over worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from xmemplan.errors import UsageError
+from xmemplan.traces import schema as S
+from xmemplan.traces.base import ReadOptions, SkipLog
+from xmemplan.traces.registry import Discovery, discover
+
+SCOPES = ("auto", "session", "global")
+
+
+@dataclass
+class HitrateOptions:
+    scope: str = "auto"
+    page_size: int = 1
+    format_name: str | None = None
+    subagents: bool = False
+    strict: bool = False
+    workers: int = 0  # 0 = one per core (at most the number of files)
+    tokenizer: str | None = None
+    session_field: str | None = None
+    timestamp_field: str | None = None
+
+    def read_options(self) -> ReadOptions:
+        return ReadOptions(
+            subagents=self.subagents,
+            strict=self.strict,
+            tokenizer=self.tokenizer,
+            session_field=self.session_field,
+            timestamp_field=self.timestamp_field,
+        )
+
+
+@dataclass
+class Replayed:
+    """Per-request results of a replay, in replay order (numpy columns)."""
+
+    session_id: list[str] = field(default_factory=list)
+    parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
+
+    COLUMNS = (
+        S.REQUEST_INDEX,
+        S.TIMESTAMP_S,
+        S.PROMPT_TOKENS,
+        S.HIT_TOKENS,
+        S.OUTPUT_TOKENS,
+        S.REPORTED_CACHED_TOKENS,
+        S.REPORTED_PROMPT_TOKENS,
+    )
+
+    def add(self, sessions: list[str], **cols: np.ndarray) -> None:
+        self.session_id.extend(sessions)
+        for name in self.COLUMNS:
+            self.parts.setdefault(name, []).append(cols[name])
+
+    def extend(self, other: Replayed) -> None:
+        self.session_id.extend(other.session_id)
+        for name, arrays in other.parts.items():
+            self.parts.setdefault(name, []).extend(arrays)
+
+    def column(self, name: str) -> np.ndarray:
+        arrays = self.parts.get(name, [])
+        if not arrays:
+            return np.empty(0, dtype=np.float64 if name == S.TIMESTAMP_S else np.int64)
+        return np.concatenate(arrays)
+
+
+@dataclass
+class HitrateResult:
+    """What `analyze` found; `summary` holds the DESIGN.md metrics by their exact names."""
+
+    summary: dict[str, Any]
+    scope: str
+    page_size: int
+    files_by_format: dict[str, int]
+    unrecognized: list[str]
+    empty: list[str]
+    skips: SkipLog
+    notes: list[str]
+    replayed: Replayed
+    reported: dict[str, Any] | None = None
+
+    def requests_frame(self) -> Any:
+        """The per-request table as a polars DataFrame."""
+        import polars as pl
+
+        r = self.replayed
+        prompt = r.column(S.PROMPT_TOKENS)
+        hit = r.column(S.HIT_TOKENS)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(prompt > 0, hit / np.maximum(prompt, 1), np.nan)
+
+        def nullable(a: np.ndarray) -> pl.Series:
+            return pl.Series(a).replace(S.NULL_INT, None)
+
+        return pl.DataFrame(
+            {
+                S.SESSION_ID: r.session_id,
+                S.REQUEST_INDEX: r.column(S.REQUEST_INDEX),
+                S.TIMESTAMP_S: pl.Series(r.column(S.TIMESTAMP_S)).fill_nan(None),
+                S.PROMPT_TOKENS: prompt,
+                S.HIT_TOKENS: hit,
+                S.HIT_RATIO: pl.Series(ratio).fill_nan(None),
+                S.OUTPUT_TOKENS: nullable(r.column(S.OUTPUT_TOKENS)),
+                S.REPORTED_CACHED_TOKENS: nullable(r.column(S.REPORTED_CACHED_TOKENS)),
+                S.REPORTED_PROMPT_TOKENS: nullable(r.column(S.REPORTED_PROMPT_TOKENS)),
+            }
+        )
+
+
+def _order_in_sessions(batch: S.RequestBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(order, session codes in that order, request_index in that order).
+
+    Requests are grouped by session in order of first appearance and, inside a session,
+    ordered by timestamp (stable: equal or missing timestamps keep input order).
+    """
+    codes_of: dict[str, int] = {}
+    codes = np.fromiter(
+        (codes_of.setdefault(s, len(codes_of)) for s in batch.session_id),
+        dtype=np.int64,
+        count=len(batch),
+    )
+    ts = np.nan_to_num(batch.timestamp_s, nan=np.inf)
+    if np.all(np.isinf(ts)):
+        order = np.argsort(codes, kind="stable")
+    else:
+        order = np.lexsort((np.arange(len(batch)), ts, codes))
+    sorted_codes = codes[order]
+    new = np.ones(len(batch), dtype=bool)
+    new[1:] = sorted_codes[1:] != sorted_codes[:-1]
+    starts = np.flatnonzero(new)
+    index = np.arange(len(batch)) - np.repeat(starts, np.diff(np.append(starts, len(batch))))
+    return order, sorted_codes, index
+
+
+def _take(batch: S.RequestBatch, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keys and offsets of the batch's requests in `order`."""
+    lengths = np.diff(batch.key_offsets)[order]
+    offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if np.array_equal(order, np.arange(len(order))):
+        return batch.keys, offsets
+    starts = batch.key_offsets[:-1][order]
+    idx = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+    return batch.keys[idx], offsets
+
+
+def _hits(matched: np.ndarray, block: np.ndarray, prompt: np.ndarray, page: int) -> np.ndarray:
+    hit = np.minimum(matched * block, prompt)
+    if page > 1:
+        token_level = block == 1
+        hit = np.where(token_level, hit // page * page, hit)
+    return hit
+
+
+def replay(batch: S.RequestBatch, scope: str, page_size: int) -> Replayed:
+    """Match one batch (all of it is one cache universe under `scope`)."""
+    from xmemplan.prefix.matcher import match
+
+    n = len(batch)
+    out = Replayed()
+    if n == 0:
+        return out
+    order, codes, index = _order_in_sessions(batch)
+    if scope == "global":
+        ts = np.nan_to_num(batch.timestamp_s[order], nan=np.inf)
+        g = np.lexsort((np.arange(n), ts)) if not np.all(np.isinf(ts)) else np.arange(n)
+        order, index = order[g], index[g]
+        resets = np.zeros(n, dtype=bool)
+    else:
+        resets = np.ones(n, dtype=bool)
+        resets[1:] = codes[1:] != codes[:-1]
+    keys, offsets = _take(batch, order)
+    matched = match(keys, offsets, resets)
+    prompt = batch.prompt_tokens[order]
+    hit = _hits(matched, batch.block_tokens[order], prompt, page_size)
+
+    def opt(a: np.ndarray | None) -> np.ndarray:
+        return a[order] if a is not None else S.empty_int(n)
+
+    out.add(
+        [batch.session_id[i] for i in order],
+        **{
+            S.REQUEST_INDEX: index,
+            S.TIMESTAMP_S: batch.timestamp_s[order],
+            S.PROMPT_TOKENS: prompt,
+            S.HIT_TOKENS: hit,
+            S.OUTPUT_TOKENS: batch.output_tokens[order],
+            S.REPORTED_CACHED_TOKENS: opt(batch.reported_cached_tokens),
+            S.REPORTED_PROMPT_TOKENS: opt(batch.reported_prompt_tokens),
+        },
+    )
+    return out
+
+
+@dataclass
+class _FileResult:
+    replayed: Replayed
+    pending: list[S.RequestBatch]
+    skips: SkipLog
+    extras: dict[str, float]
+    size: int
+
+
+def _read_file(
+    path: Path, reader: ModuleType, options: HitrateOptions, scope: str
+) -> _FileResult:
+    """Read one file; match session-complete batches at once under session scope."""
+    skips = SkipLog(strict=options.strict)
+    done = Replayed()
+    pending: list[S.RequestBatch] = []
+    extras: dict[str, float] = {}
+    for batch in reader.read(path, options.read_options(), skips):
+        for k, v in batch.extras.items():
+            extras[k] = extras.get(k, 0) + v
+        if scope == "session" and batch.complete_sessions:
+            done.extend(replay(batch, scope, options.page_size))
+        else:
+            pending.append(batch)
+    return _FileResult(done, pending, skips, extras, path.stat().st_size)
+
+
+def _read_job(args: tuple[Path, str, HitrateOptions, str]) -> _FileResult:
+    from xmemplan.traces.registry import get_reader
+
+    path, name, options, scope = args
+    return _read_file(path, get_reader(name), options, scope)
+
+
+def _resolve_scope(scope: str, found: Discovery) -> str:
+    if scope not in SCOPES:
+        raise UsageError(f"unknown scope '{scope}'", "use session, global or auto")
+    if scope != "auto":
+        return scope
+    return "global" if any(not r.HAS_SESSIONS for _, r in found.files) else "session"
+
+
+def _iter_results(
+    found: Discovery, options: HitrateOptions, scope: str
+) -> Iterator[_FileResult]:
+    jobs = [(p, r.NAME, options, scope) for p, r in found.files]
+    workers = options.workers or (os.cpu_count() or 1)
+    workers = min(workers, len(jobs))
+    total = sum(p.stat().st_size for p, _ in found.files)
+    if workers <= 1 or total < 8 << 20:  # small inputs: process start-up is not worth it
+        for job in jobs:
+            yield _read_job(job)
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        yield from pool.map(_read_job, jobs, chunksize=1)
+
+
+def analyze(
+    paths: list[Path],
+    options: HitrateOptions | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> HitrateResult:
+    """Read, replay and summarize. `on_progress(bytes_done, bytes_total)` is called per file."""
+    from xmemplan.metrics import summarize
+
+    options = options or HitrateOptions()
+    if options.page_size < 1:
+        raise UsageError(f"page size {options.page_size} is below 1", "use --page-size 1 or more")
+    found = discover(paths, options.format_name)
+    scope = _resolve_scope(options.scope, found)
+    skips = SkipLog(strict=options.strict)
+    replayed = Replayed()
+    pending: list[S.RequestBatch] = []
+    extras: dict[str, float] = {}
+    total = sum(p.stat().st_size for p, _ in found.files)
+    done_bytes = 0
+    for res in _iter_results(found, options, scope):
+        skips.merge(res.skips)
+        replayed.extend(res.replayed)
+        pending.extend(res.pending)
+        for k, v in res.extras.items():
+            extras[k] = extras.get(k, 0) + v
+        done_bytes += res.size
+        if on_progress:
+            on_progress(done_bytes, total)
+    if pending:
+        replayed.extend(replay(S.concat_batches(pending), scope, options.page_size))
+
+    notes = []
+    if options.page_size > 1 and any(
+        r.NAME not in ("tokens",) and not getattr(r, "TOKEN_LEVEL", False) for _, r in found.files
+    ):
+        notes.append("--page-size applies to token-level traces; block traces keep their blocks")
+    if extras.get("subagent_requests_excluded"):
+        notes.append(
+            f"{int(extras['subagent_requests_excluded']):,} sub-agent requests not included "
+            "(add --subagents to merge them into their sessions)"
+        )
+    dupes = _duplicate_sessions(replayed)
+    if dupes:
+        notes.append(f"{dupes} session ids appear in more than one file; they are kept apart")
+
+    codes_of: dict[str, int] = {}
+    codes = np.fromiter(
+        (codes_of.setdefault(s, len(codes_of)) for s in replayed.session_id),
+        dtype=np.int64,
+        count=len(replayed.session_id),
+    )
+    prompt = replayed.column(S.PROMPT_TOKENS)
+    hit = replayed.column(S.HIT_TOKENS)
+    summary = summarize(codes, replayed.column(S.REQUEST_INDEX), prompt, hit)
+    summary["skipped"] = {
+        "lines": skips.total,
+        "by_reason": dict(skips.counts),
+        "unrecognized_files": len(found.unrecognized),
+        "empty_files": len(found.empty),
+    }
+    return HitrateResult(
+        summary=summary,
+        scope=scope,
+        page_size=options.page_size,
+        files_by_format=found.by_format(),
+        unrecognized=[str(p) for p in found.unrecognized],
+        empty=[str(p) for p in found.empty],
+        skips=skips,
+        notes=notes,
+        replayed=replayed,
+        reported=_reported(codes, replayed, hit, prompt),
+    )
+
+
+def _duplicate_sessions(replayed: Replayed) -> int:
+    # A session id whose request_index restarts at 0 more than once came from two files.
+    index = replayed.column(S.REQUEST_INDEX)
+    firsts = [s for s, i in zip(replayed.session_id, index) if i == 0]
+    return len(firsts) - len(set(firsts))
+
+
+def _reported(
+    codes: np.ndarray, replayed: Replayed, hit: np.ndarray, prompt: np.ndarray
+) -> dict[str, Any] | None:
+    """API- or engine-reported hit ratios beside the reconstructed ones, on the same requests."""
+    cached = replayed.column(S.REPORTED_CACHED_TOKENS)
+    rprompt = replayed.column(S.REPORTED_PROMPT_TOKENS)
+    has = (cached >= 0) & (rprompt > 0)
+    if not has.any():
+        return None
+    rep = float(cached[has].sum()) / float(rprompt[has].sum())
+    ours = float(hit[has].sum()) / float(max(prompt[has].sum(), 1))
+    sessions = []
+    names: dict[int, str] = {}
+    for s, c in zip(replayed.session_id, codes):
+        names.setdefault(int(c), s)
+    for c in np.unique(codes[has]):
+        sel = has & (codes == c)
+        r = float(cached[sel].sum()) / float(rprompt[sel].sum())
+        o = float(hit[sel].sum()) / float(max(prompt[sel].sum(), 1))
+        sessions.append(
+            {
+                "session_id": names[int(c)],
+                "requests": int(sel.sum()),
+                "reported_token_hit_ratio": r,
+                "reconstructed_token_hit_ratio": o,
+                "difference": o - r,
+            }
+        )
+    return {
+        "requests": int(has.sum()),
+        "reported_token_hit_ratio": rep,
+        "reconstructed_token_hit_ratio": ours,
+        "difference": ours - rep,
+        "sessions": sessions,
+    }

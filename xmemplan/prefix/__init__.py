@@ -1,0 +1,1 @@
+"""Prefix matching: a readable reference trie (the oracle), numba kernels, and the driver."""

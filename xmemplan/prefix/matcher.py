@@ -1,0 +1,50 @@
+"""Driver of the radix-tree kernel: validates arrays, sizes the tree once, runs it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xmemplan.prefix.kernels import match_insert
+
+
+def match(keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray) -> np.ndarray:
+    """Leading keys of each request found in the cache built from the requests before it.
+
+    `keys` (int64) holds every request's keys back to back, request r being
+    `keys[offsets[r]:offsets[r + 1]]`; `resets[r]` empties the cache before request r (the
+    first request of each session under `--scope session`). The cache is infinite.
+    """
+    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    n = offsets.shape[0] - 1
+    resets = np.ascontiguousarray(resets, dtype=np.bool_)
+    if resets.shape[0] != n:
+        raise ValueError("resets must have one entry per request")
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    if offsets[0] != 0 or offsets[-1] != keys.shape[0] or np.any(np.diff(offsets) < 0):
+        raise ValueError("offsets must rise from 0 to len(keys)")
+    resets = resets.copy()
+    resets[0] = True
+    # Size for the largest tree between two resets.
+    starts = np.flatnonzero(resets)
+    ends = np.append(starts[1:], n)
+    max_requests = int(np.max(ends - starts))
+    max_keys = int(np.max(offsets[ends] - offsets[starts]))
+    nodes = 1 + 2 * max_requests
+    table = 1 << max(4, int(2 * nodes - 1).bit_length())
+    out = np.empty(n, dtype=np.int64)
+    match_insert(
+        keys,
+        offsets,
+        resets,
+        out,
+        np.empty(max(max_keys, 1), dtype=np.int64),
+        np.empty(nodes, dtype=np.int64),
+        np.empty(nodes, dtype=np.int64),
+        np.empty(table, dtype=np.int64),
+        np.empty(table, dtype=np.int64),
+        np.empty(table, dtype=np.int64),
+        np.full(table, -1, dtype=np.int64),
+    )
+    return out

@@ -1,0 +1,191 @@
+"""Everything that reaches the terminal goes through here; the only module that imports rich.
+
+Results go to stdout (tables, JSON, CSV); messages, warnings and progress go to stderr, so
+`xmemplan hitrate traces/ --format json > out.json` stays clean.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    """Silence info messages and progress bars (warnings and errors still show)."""
+    global _quiet
+    _quiet = quiet
+
+
+def _width() -> int | None:
+    cols = os.environ.get("COLUMNS")
+    return int(cols) if cols and cols.isdigit() else None
+
+
+def out_console() -> Console:
+    # Made per call so that redirected/captured sys.stdout is honoured.
+    return Console(file=sys.stdout, width=_width(), highlight=False, soft_wrap=False)
+
+
+def err_console() -> Console:
+    return Console(file=sys.stderr, width=_width(), highlight=False, soft_wrap=True)
+
+
+def info(message: str) -> None:
+    if not _quiet:
+        err_console().print(message, markup=False)
+
+
+def warn(message: str) -> None:
+    err_console().print(f"Warning: {message}", markup=False, style="yellow")
+
+
+def error(message: str) -> None:
+    err_console().print(f"Error: {message}", markup=False, style="bold red")
+
+
+class _Progress:
+    def __init__(self, progress: Progress | None, task: Any) -> None:
+        self._progress = progress
+        self._task = task
+
+    def advance(self, n: float = 1) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task, n)
+
+    def set_description(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=text)
+
+
+@contextmanager
+def progress(total: float | None, description: str) -> Iterator[_Progress]:
+    """A progress bar on stderr; silent when stderr is not a terminal or when quiet."""
+    console = err_console()
+    if _quiet or not console.is_terminal:
+        yield _Progress(None, None)
+        return
+    columns = [
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
+    with Progress(*columns, console=console, transient=True) as prog:
+        task = prog.add_task(description, total=total)
+        yield _Progress(prog, task)
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """Format one cell: floats with `digits` significant places, None as '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if value != 0 and (abs(value) >= 1e7 or abs(value) < 1e-3):
+            return f"{value:.{digits}g}"
+        return f"{value:.{digits}f}".rstrip("0").rstrip(".") if "." in f"{value}" else str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    title: str | None = None,
+    caption: str | None = None,
+    right_align_from: int = 1,
+) -> None:
+    """Print a table to stdout. Columns from `right_align_from` on are right-aligned."""
+    t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
+    for i, name in enumerate(columns):
+        t.add_column(name, justify="right" if i >= right_align_from else "left")
+    for row in rows:
+        t.add_row(*(fmt(v) for v in row))
+    out_console().print(t)
+
+
+def line(text: str = "") -> None:
+    """Print a plain line of results to stdout."""
+    out_console().print(text, markup=False, highlight=False)
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def _clean(obj: Any) -> Any:
+    # JSON has no NaN: a metric with no data is null.
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def to_json(obj: Any) -> str:
+    return json.dumps(_clean(obj), indent=2, default=_json_default)
+
+
+def emit_json(obj: Any) -> None:
+    sys.stdout.write(to_json(obj) + "\n")
+
+
+def emit_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if v is None else v for v in row])
+    sys.stdout.write(buf.getvalue())
+
+
+_SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], lo: float | None = None, hi: float | None = None) -> str:
+    """A one-line chart of `values` (NaN shown as a space)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return ""
+    lo = min(finite) if lo is None else lo
+    hi = max(finite) if hi is None else hi
+    span = hi - lo or 1.0
+    chars = []
+    for v in values:
+        if v is None or not math.isfinite(v):
+            chars.append(" ")
+        else:
+            k = int((min(max(v, lo), hi) - lo) / span * (len(_SPARKS) - 1) + 0.5)
+            chars.append(_SPARKS[k])
+    return "".join(chars)

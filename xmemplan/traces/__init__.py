@@ -1,0 +1,1 @@
+"""Trace readers: each turns one format into the canonical request table (`schema`)."""

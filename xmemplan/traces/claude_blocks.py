@@ -1,0 +1,151 @@
+"""Claude Code block traces (callanjfox/kv-cache-tester, SemiAnalysis AgentX): one JSON
+object per file (or one per line for `traces.jsonl` releases):
+
+    {id, models, block_size: 64, hash_id_scope: "local", tool_tokens, system_tokens,
+     requests: [{t, type: "n"|"s", in, out, hash_ids, ...},
+                {type: "subagent", t, agent_id, requests: [...]}], totals}
+
+`hash_ids` are chained ids of FULL 64-token blocks (`len == in // 64`), local to the file:
+they are namespaced per session so that a global cache cannot match across sessions (a naive
+shared cache reports a false 99.8% hit; research/traces.md section 2). Sub-agent requests
+(`--subagents`) join the parent's session and namespace; their `t` is relative to the
+sub-agent entry's `t`, and they are merged with the parent's requests by absolute time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from xmemplan.prefix.keys import namespace
+from xmemplan.traces._build import BatchBuilder
+from xmemplan.traces.base import ReadOptions, SkipLog, check_int, int_array
+from xmemplan.traces.schema import RequestBatch
+
+NAME = "claude-blocks"
+DESCRIPTION = "Claude Code block traces (kv-cache-tester/AgentX: 64-token blocks, local ids)"
+HAS_SESSIONS = True
+
+_SNIFF = re.compile(rb'"(hash_id_scope|block_size)"\s*:')
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    return head.lstrip()[:1] == b"{" and bool(_SNIFF.search(head)) and b'"requests"' in head
+
+
+def _session(
+    doc: dict[str, Any], path: Path, line: int | None, options: ReadOptions, skips: SkipLog
+) -> tuple[BatchBuilder, int] | None:
+    block = doc.get("block_size", 64)
+    block = check_int(block, path, line, "block_size", skips, lo=1, hi=1 << 20)
+    if block is None:
+        return None
+    requests = doc.get("requests")
+    if not isinstance(requests, list):
+        skips.skip(path, line, "missing or not a list", "requests")
+        return None
+    session = str(doc.get("id") or path.stem)
+    local = doc.get("hash_id_scope", "local") != "global"
+    builder = BatchBuilder(str(path), block_tokens=block)
+    rows: list[tuple[float, int, int, int | None, np.ndarray]] = []
+    excluded = 0
+
+    def add(reqs: list[Any], t0: float, where: str) -> None:
+        nonlocal excluded
+        for i, req in enumerate(reqs):
+            label = f"{where}[{i}]"
+            if not isinstance(req, dict):
+                skips.skip(path, line, f"{label} is not an object", "requests")
+                continue
+            t = req.get("t")
+            if isinstance(t, bool) or not isinstance(t, int | float):
+                skips.skip(path, line, f"{label}: missing or not a number of seconds", "t")
+                continue
+            if req.get("type") == "subagent":
+                sub = req.get("requests")
+                if not isinstance(sub, list):
+                    skips.skip(path, line, f"{label}: sub-agent without a request list", "requests")
+                elif options.subagents:
+                    add(sub, t0 + t, f"{label}.requests")
+                else:
+                    excluded += len(sub)
+                continue
+            n = check_int(req.get("in"), path, line, "in", skips)
+            if n is None:
+                continue
+            out = req.get("out")
+            if out is not None:
+                out = check_int(out, path, line, "out", skips)
+                if out is None:
+                    continue
+            ids = int_array(req.get("hash_ids"), path, line, "hash_ids", skips)
+            if ids is None:
+                continue
+            if ids.shape[0] != n // block:
+                skips.skip(
+                    path, line,
+                    f"{label}: {ids.shape[0]} block ids for {n} tokens "
+                    f"(expected {n} // {block} = {n // block} full blocks)",
+                    "hash_ids",
+                )
+                continue
+            rows.append((t0 + t, len(rows), n, out, ids))
+
+    add(requests, 0.0, "requests")
+    rows.sort(key=lambda r: (r[0], r[1]))  # merge sub-agents by absolute time, stable
+    if not rows:
+        return builder, excluded
+    all_ids = np.concatenate([r[4] for r in rows])
+    keys = namespace(all_ids, session) if local else all_ids
+    start = 0
+    for t, _, n, out, ids in rows:
+        builder.add(session, t, n, keys[start : start + ids.shape[0]], output_tokens=out)
+        start += ids.shape[0]
+    return builder, excluded
+
+
+def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBatch]:
+    data = path.read_bytes()
+    docs: list[tuple[int | None, Any]] = []
+    try:
+        docs.append((None, orjson.loads(data)))
+    except orjson.JSONDecodeError:
+        # One session per line (AgentX traces.jsonl), or a broken file.
+        lines = [ln for ln in data.split(b"\n")]
+        if sum(1 for ln in lines if ln.strip()) <= 1:
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                skips.skip(path, None, "file is not UTF-8 text")
+                return
+            skips.skip(path, None, "malformed or truncated JSON document")
+            return
+        for i, ln in enumerate(lines):
+            if not ln.strip():
+                continue
+            try:
+                docs.append((i + 1, orjson.loads(ln)))
+            except orjson.JSONDecodeError:
+                skips.skip(path, i + 1, "malformed JSON line")
+    for line, doc in docs:
+        if not isinstance(doc, dict):
+            skips.skip(path, line, "expected a JSON object")
+            continue
+        built = _session(doc, path, line, options, skips)
+        if built is None:
+            continue
+        builder, excluded = built
+        if len(builder):
+            batch = builder.build(complete_sessions=True)
+            if excluded:
+                batch.extras["subagent_requests_excluded"] = excluded
+            yield batch
+        elif excluded:
+            batch = builder.build(complete_sessions=True)
+            batch.extras["subagent_requests_excluded"] = excluded
+            yield batch

@@ -1,0 +1,100 @@
+"""xmemplan's own token-id format: JSONL or Parquet rows with `session_id`, optional
+`timestamp` (seconds), `input_ids` (list of ints) and optional `output_tokens`.
+
+    {"session_id": "s1", "timestamp": 0.0, "input_ids": [151644, 872, 198], "output_tokens": 12}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xmemplan.errors import InputError
+from xmemplan.traces._build import BatchBuilder
+from xmemplan.traces.base import (
+    MAX_PROMPT_TOKENS,
+    ReadOptions,
+    SkipLog,
+    check_int,
+    first_json_line,
+    int_array,
+    iter_json_lines,
+)
+from xmemplan.traces.schema import RequestBatch
+
+NAME = "tokens"
+DESCRIPTION = "xmemplan token-id JSONL/Parquet (session_id, timestamp, input_ids)"
+HAS_SESSIONS = True
+_PARQUET_MAGIC = b"PAR1"
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    if head.startswith(_PARQUET_MAGIC):
+        import polars as pl
+
+        try:
+            names = pl.read_parquet_schema(path).keys()
+        except Exception:
+            return False
+        return "input_ids" in names and "session_id" in names
+    obj = first_json_line(head)
+    return obj is not None and "input_ids" in obj and "session_id" in obj
+
+
+def _row(
+    builder: BatchBuilder, path: Path, line: int | None, obj: dict[str, Any], skips: SkipLog
+) -> None:
+    session = obj.get("session_id")
+    if not isinstance(session, str | int) or isinstance(session, bool):
+        skips.skip(path, line, "missing or not a string/integer", "session_id")
+        return
+    ts = obj.get("timestamp")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)):
+        skips.skip(path, line, "expected a number of seconds", "timestamp")
+        return
+    ids = int_array(obj.get("input_ids"), path, line, "input_ids", skips)
+    if ids is None:
+        return
+    if ids.shape[0] > MAX_PROMPT_TOKENS:
+        skips.skip(path, line, f"{ids.shape[0]:,} tokens is more than any model takes", "input_ids")
+        return
+    out = obj.get("output_tokens")
+    if out is not None:
+        out = check_int(out, path, line, "output_tokens", skips)
+        if out is None:
+            return
+    builder.add(str(session), ts, int(ids.shape[0]), ids, output_tokens=out)
+
+
+def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBatch]:
+    builder = BatchBuilder(str(path), block_tokens=1)
+    if path.suffix == ".parquet" or path.read_bytes()[:4] == _PARQUET_MAGIC:
+        import polars as pl
+
+        try:
+            frame = pl.read_parquet(path)
+        except Exception as exc:
+            raise InputError(f"cannot read Parquet ({exc})", path=path) from exc
+        for i, row in enumerate(frame.iter_rows(named=True)):
+            _row(builder, path, i + 1, row, skips)
+    else:
+        for line, obj in iter_json_lines(path, path.read_bytes(), skips):
+            _row(builder, path, line, obj, skips)
+    if len(builder):
+        yield builder.build()
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write rows in this format (used by the fixture generators)."""
+    import orjson
+
+    with path.open("wb") as f:
+        for row in rows:
+            f.write(orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+
+
+def as_int_array(values: list[int]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
