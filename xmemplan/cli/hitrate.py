@@ -117,9 +117,25 @@ METRIC_ROWS = (
 )
 
 
+def _warn_skips(result: Any) -> None:
+    """Notes and skips go to stderr whatever the output format: nothing is dropped silently."""
+    from xmemplan import render
+
+    for note in result.notes:
+        render.info(f"Note: {note}")
+    text = _skip_text(result)
+    if text:
+        render.warn(f"{text}.")
+        for ex in result.skips.examples[:5]:
+            render.warn(f"  {ex.where()}: {ex.reason}")
+        for p in result.unrecognized[:5]:
+            render.warn(f"  {p}: matches no known trace format (skipped)")
+
+
 def _report(result: Any, fmt: str) -> None:
     from xmemplan import render
 
+    _warn_skips(result)
     s = result.summary
     if fmt == "json":
         payload = {
@@ -169,12 +185,3 @@ def _report(result: Any, fmt: str) -> None:
                 x["reconstructed_token_hit_ratio"], x["difference"]) for x in rep["sessions"]],
             title="Reported by the API/engine vs reconstructed (token-weighted)",
         )
-    for note in result.notes:
-        render.info(f"Note: {note}")
-    text = _skip_text(result)
-    if text:
-        render.warn(f"{text}.")
-        for ex in result.skips.examples[:5]:
-            render.warn(f"  {ex.where()}: {ex.reason}")
-        for p in result.unrecognized[:5]:
-            render.warn(f"  {p}: matches no known trace format (skipped)")

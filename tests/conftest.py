@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xmemplan.cli.main import run
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+
+
+def shared_trace(*parts: str) -> Path:
+    """A path under ../shared/traces, or skip the test when shared/ is absent."""
+    path = SHARED_TRACES.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not present (../shared is not checked out here)")
+    return path
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code = code
+        self.out = out
+        self.err = err
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """Run `xmemplan ARGS...` in-process; returns exit code, stdout and stderr."""
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    def invoke(*args: str) -> CliResult:
+        capsys.readouterr()
+        code = run([str(a) for a in args])
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return invoke

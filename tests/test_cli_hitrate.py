@@ -1,0 +1,102 @@
+"""`xmemplan hitrate` output formats, files and the fast --help."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from xmemplan.traces import synth
+
+SUMMARY_KEYS = [
+    "sessions", "requests", "prompt_tokens", "token_hit_ratio", "mean_request_hit_ratio",
+    "rounds_ge1_token_hit_ratio", "rounds_ge1_mean", "rounds_ge1_median",
+    "rounds_ge1_share_ge_95", "session_token_hit_mean", "session_token_hit_median",
+    "by_round", "skipped",
+]
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    p = tmp_path / "t.jsonl"
+    synth.write_tokens_jsonl(p, synth.agent_sessions(n_sessions=3, turns=5, seed=4))
+    return p
+
+
+def test_json_summary_has_every_named_metric(cli, trace):
+    r = cli("hitrate", trace, "--format", "json")
+    assert r.code == 0
+    doc = json.loads(r.out)
+    for key in SUMMARY_KEYS:
+        assert key in doc, key
+    assert doc["requests"] == 15 and doc["sessions"] == 3
+    assert [b["round"] for b in doc["by_round"]] == ["0", "1", "2-4", "5-19", "20-99", "100+"]
+    assert doc["by_round"][2]["requests"] == 9
+    assert doc["scope"] == "session" and doc["files_by_format"] == {"tokens": 1}
+
+
+def test_table_and_csv_agree_with_json(cli, trace):
+    doc = json.loads(cli("hitrate", trace, "-f", "json").out)
+    rows = dict(csv.reader(io.StringIO(cli("hitrate", trace, "-f", "csv").out)))
+    assert float(rows["token_hit_ratio"]) == pytest.approx(doc["token_hit_ratio"])
+    assert int(rows["requests"]) == 15
+    table = cli("hitrate", trace)
+    assert table.code == 0
+    assert "Prefix-cache hit ratios" in table.out and "By round" in table.out
+    assert f"{doc['token_hit_ratio']:.4f}" in table.out
+    assert "scope: session" in table.err  # info on stderr, results on stdout
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_per_request_table_written(cli, trace, tmp_path, suffix):
+    out = tmp_path / f"req{suffix}"
+    r = cli("hitrate", trace, "--out", out, "-f", "json")
+    assert r.code == 0 and out.exists()
+    frame = pl.read_parquet(out) if suffix == ".parquet" else pl.read_csv(out)
+    assert frame.columns[:6] == [
+        "session_id", "request_index", "timestamp_s", "prompt_tokens", "hit_tokens", "hit_ratio"
+    ]
+    assert len(frame) == 15
+    assert frame["hit_tokens"].sum() == json.loads(r.out)["hit_tokens"]
+
+
+def test_format_name_in_format_flag_means_trace_format(cli, tmp_path):
+    p = tmp_path / "m.jsonl"
+    synth.write_mooncake(p, synth.agent_sessions(n_sessions=2, turns=3, seed=1))
+    a = cli("hitrate", p, "--format", "mooncake")
+    b = cli("hitrate", p, "--trace-format", "mooncake")
+    assert a.code == b.code == 0 and a.out == b.out
+
+
+def test_version_and_python_dash_m():
+    out = subprocess.run(
+        [sys.executable, "-m", "xmemplan", "--version"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.startswith("xmemplan ")
+
+
+def test_cli_import_does_not_load_numba_or_polars():
+    code = (
+        "import sys\n"
+        "import xmemplan.cli.main\n"
+        "heavy = [m for m in ('numba', 'polars', 'torch', 'matplotlib') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+
+
+def test_help_lists_commands(cli):
+    r = cli("--help")
+    assert r.code == 0
+    for cmd in ("hitrate", "size", "validate", "catalog"):
+        assert cmd in r.out
+    r = cli("hitrate", "--help")
+    assert r.code == 0 and "--scope" in r.out and "--page-size" in r.out
