@@ -145,3 +145,18 @@ def format_duration(seconds: float) -> str:
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.3g} ms"
     return f"{seconds * 1e6:.3g} us"
+
+
+_FLOPS_UNIT = {"FLOPS": 1.0, "GFLOPS": 1e9, "TFLOPS": 1e12, "PFLOPS": 1e15}
+
+
+def parse_flops(text: str, what: str = "compute rate") -> float:
+    """`"989TFLOPS"` -> 9.89e14 floating-point operations per second. A unit is required."""
+    value, unit = _split(text, what, "989TFLOPS")
+    if unit not in _FLOPS_UNIT:
+        problem = f"{what} '{text}' has no FLOPS unit" if not unit else f"unknown unit '{unit}'"
+        raise UsageError(
+            problem,
+            "write it with GFLOPS, TFLOPS or PFLOPS, like '989TFLOPS'",
+        )
+    return value * _FLOPS_UNIT[unit]
