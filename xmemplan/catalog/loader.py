@@ -1,0 +1,419 @@
+"""Read the TOML catalog files into `ModelSpec`, `GpuSpec` and `TierSpec` records.
+
+A catalog file holds any of `[model.NAME]`, `[gpu.NAME]` and `[tier.NAME]` tables. Each
+table needs `source = "..."`; an optional `[KIND.NAME.sources]` table gives a per-field
+source. Quantities carry units (`"80GB"`, `"3.35TB/s"`, `"989TFLOPS"`, `"3us"`); a bare
+number where a unit is needed is an error, as is a missing or unknown field. Files given
+with `--catalog` are read after the shipped ones: a new name adds an entry, an existing
+name overrides the fields it lists (and must say where its numbers come from).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from xmemplan import units
+from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
+from xmemplan.errors import InputError, UsageError
+
+KINDS = ("model", "gpu", "tier")
+
+
+def data_dir() -> Path:
+    """The shipped data: `xmemplan/_data` in a wheel, else the repository's `data/`."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package / "_data", package.parent / "data"):
+        if (candidate / "models").is_dir() and (candidate / "hardware").is_dir():
+            return candidate
+    raise InputError(
+        "the shipped catalog data is missing",
+        path=package / "_data",
+        hint="reinstall xmemplan (the wheel carries data/ as xmemplan/_data)",
+    )
+
+
+def shipped_files() -> list[Path]:
+    root = data_dir()
+    return sorted((root / "models").glob("*.toml")) + sorted((root / "hardware").glob("*.toml"))
+
+
+# --- field readers ---------------------------------------------------------------------
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError("expected a whole number")
+    return v
+
+
+def _float(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError("expected a number")
+    return float(v)
+
+
+def _text(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError("expected a non-empty string")
+    return v
+
+
+def _count(v: Any) -> int:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        return units.parse_count(v, "parameter count")
+    raise ValueError("expected a count like 2.73B or 30500000000")
+
+
+def _unit(parse: Callable[[str], float], example: str) -> Callable[[Any], float]:
+    def read(v: Any) -> float:
+        if not isinstance(v, str):
+            raise ValueError(f"value without a unit: write it like \"{example}\"")
+        return parse(v)
+
+    return read
+
+
+_bytes = _unit(units.parse_bytes, "80GB")
+_bw = _unit(units.parse_bandwidth, "50GB/s")
+_flops = _unit(units.parse_flops, "989TFLOPS")
+_time = _unit(units.parse_duration, "3us")
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def read(v: Any) -> str:
+        if v not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+        return str(v)
+
+    return read
+
+
+def _list(reader: Callable[[Any], float]) -> Callable[[Any], tuple[float, ...]]:
+    def read(v: Any) -> tuple[float, ...]:
+        if not isinstance(v, list) or not v:
+            raise ValueError("expected a non-empty list")
+        return tuple(reader(x) for x in v)
+
+    return read
+
+
+def _aliases(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ValueError("expected a list of names")
+    return tuple(x.lower() for x in v)
+
+
+# field -> (reader, required)
+_COMMON: dict[str, tuple[Callable[[Any], Any], bool]] = {
+    "display_name": (_text, False),
+    "source": (_text, True),
+    "aliases": (_aliases, False),
+}
+_MODEL_FIELDS = {
+    **_COMMON,
+    "attention": (_choice("gqa", "mla"), True),
+    "layers": (_int, True),
+    "hidden_size": (_int, True),
+    "q_heads": (_int, True),
+    "kv_heads": (_int, False),
+    "head_dim": (_int, False),
+    "kv_dtype_bytes": (_int, True),
+    "weight_dtype": (_choice("bf16", "fp16", "fp8", "fp4"), True),
+    "active_params": (_count, True),
+    "total_params": (_count, True),
+    "kv_lora_rank": (_int, False),
+    "qk_rope_head_dim": (_int, False),
+    "qk_nope_head_dim": (_int, False),
+    "v_head_dim": (_int, False),
+}
+_GPU_FIELDS = {
+    **_COMMON,
+    "bf16": (_flops, True),
+    "fp16": (_flops, False),
+    "fp8": (_flops, False),
+    "fp4": (_flops, False),
+    "hbm_capacity": (_bytes, True),
+    "hbm_bandwidth": (_bw, True),
+    "pcie_bandwidth": (_bw, True),
+    "nvlink_bandwidth": (_bw, True),
+    "gpus_per_server": (_int, True),
+}
+_TIER_FIELDS = {
+    **_COMMON,
+    "kind": (_choice("hbm", "host", "xmem", "rdma", "nvme"), True),
+    "attach": (_choice("hbm", "pcie", "nvlink", "nic"), True),
+    "capacity": (_bytes, False),
+    "capacity_scope": (_choice("gpu", "server", "node", "drive"), True),
+    "bandwidth": (_bw, False),
+    "effective_bandwidth": (_bw, False),
+    "node_bandwidth": (_bw, False),
+    "per_gpu_link": (_bw, False),
+    "efficiency": (_float, False),
+    "latency": (_time, True),
+    "banks": (_int, False),
+    "transfer_chunk": (_list(_bytes), False),
+    "transfer_dma": (_list(_bw), False),
+    "transfer_kernel": (_list(_bw), False),
+}
+_FIELDS = {"model": _MODEL_FIELDS, "gpu": _GPU_FIELDS, "tier": _TIER_FIELDS}
+
+
+@dataclass
+class _Raw:
+    """One entry's fields as read, with where each came from (for error messages)."""
+
+    fields: dict[str, Any]
+    where: dict[str, tuple[Path, int | None]]
+    sources: dict[str, str]
+
+
+def _line_of(text: str, kind: str, name: str, fieldname: str | None) -> int | None:
+    header = re.compile(r"^\s*\[\s*" + kind + r'\s*\.\s*"?' + re.escape(name) + r'"?\s*\]\s*$')
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if header.match(line):
+            if fieldname is None:
+                return i + 1
+            for j in range(i + 1, len(lines)):
+                if lines[j].lstrip().startswith("["):
+                    break
+                if re.match(r"^\s*" + re.escape(fieldname) + r"\s*=", lines[j]):
+                    return j + 1
+            return i + 1
+    return None
+
+
+def _read_file(path: Path, raws: dict[str, dict[str, _Raw]], override: bool) -> None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise InputError("no such catalog file", path=path) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read catalog file ({exc})", path=path) from exc
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise InputError(
+            f"not valid TOML ({exc})", path=path, line=int(m.group(1)) if m else None
+        ) from exc
+    unknown_top = [k for k in doc if k not in KINDS]
+    if unknown_top:
+        raise InputError(
+            f"unknown table '[{unknown_top[0]}]'", path=path,
+            line=_line_of(text, unknown_top[0], "", None),
+            hint="catalog files hold [model.NAME], [gpu.NAME] and [tier.NAME] tables",
+        )
+    for kind, entries in doc.items():
+        if not isinstance(entries, dict):
+            raise InputError(f"'{kind}' must be a table of named entries", path=path)
+        for name, table in entries.items():
+            key = name.lower()
+            if not isinstance(table, dict):
+                raise InputError(
+                    f"'{kind}.{name}' must be a table", path=path,
+                    line=_line_of(text, kind, name, None),
+                )
+            if "source" not in table:
+                raise InputError(
+                    f"[{kind}.{name}] has no source", path=path, field="source",
+                    line=_line_of(text, kind, name, None),
+                    hint='add source = "where these numbers come from"',
+                )
+            fields = {k: v for k, v in table.items() if k != "sources"}
+            per_field = table.get("sources", {})
+            if not isinstance(per_field, dict):
+                raise InputError("'sources' must be a table", path=path, field="sources")
+            where = {f: (path, _line_of(text, kind, name, f)) for f in fields}
+            existing = raws[kind].get(key)
+            if existing is not None and override:
+                existing.fields.update(fields)
+                existing.where.update(where)
+                # Fields this file sets are sourced by this file.
+                for f in fields:
+                    existing.sources[f] = str(per_field.get(f, fields["source"]))
+                existing.sources.update({k: str(v) for k, v in per_field.items()})
+            else:
+                raws[kind][key] = _Raw(
+                    dict(fields), where, {k: str(v) for k, v in per_field.items()}
+                )
+
+
+def _build(kind: str, name: str, raw: _Raw) -> Any:
+    spec = _FIELDS[kind]
+    values: dict[str, Any] = {}
+    for f, v in raw.fields.items():
+        path, line = raw.where.get(f, (Path("?"), None))
+        if f not in spec:
+            close = difflib.get_close_matches(f, list(spec), n=1)
+            raise InputError(
+                f"unknown field in [{kind}.{name}]", path=path, line=line, field=f,
+                hint=f"did you mean '{close[0]}'?" if close else
+                f"known fields: {', '.join(sorted(spec))}",
+            )
+        try:
+            values[f] = spec[f][0](v)
+        except (ValueError, UsageError) as exc:
+            msg = exc.render() if isinstance(exc, UsageError) else str(exc)
+            raise InputError(
+                f"[{kind}.{name}]: {msg}", path=path, line=line, field=f
+            ) from None
+    for f, (_, required) in spec.items():
+        if required and f not in values:
+            path, line = next(iter(raw.where.values()), (Path("?"), None))
+            raise InputError(
+                f"[{kind}.{name}] is missing a required field", path=path, field=f,
+                hint=f"add {f} = ... with its unit",
+            )
+    origin = str(next(iter(raw.where.values()))[0]) if raw.where else ""
+    common = dict(
+        name=name,
+        display_name=values.get("display_name", name),
+        source=values["source"],
+        sources=dict(raw.sources),
+        aliases=values.get("aliases", ()),
+        origin=origin,
+    )
+    first = next(iter(raw.where.values()), (Path("?"), None))
+    if kind == "model":
+        attention = values["attention"]
+        need = ("kv_heads", "head_dim") if attention == "gqa" else (
+            "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+        for f in need:
+            if f not in values:
+                raise InputError(
+                    f"[model.{name}] ({attention}) is missing a required field",
+                    path=first[0], field=f,
+                )
+        return ModelSpec(
+            **common,
+            attention=attention,
+            layers=values["layers"],
+            hidden_size=values["hidden_size"],
+            q_heads=values["q_heads"],
+            kv_heads=values.get("kv_heads", 0),
+            head_dim=values.get("head_dim", 0),
+            kv_dtype_bytes=values["kv_dtype_bytes"],
+            weight_dtype=values["weight_dtype"],
+            active_params=values["active_params"],
+            total_params=values["total_params"],
+            kv_lora_rank=values.get("kv_lora_rank", 0),
+            qk_rope_head_dim=values.get("qk_rope_head_dim", 0),
+            qk_nope_head_dim=values.get("qk_nope_head_dim", 0),
+            v_head_dim=values.get("v_head_dim", 0),
+        )
+    if kind == "gpu":
+        flops: dict[str, float] = {
+            d: values[d] for d in ("bf16", "fp16", "fp8", "fp4") if d in values
+        }
+        flops.setdefault("fp16", flops["bf16"])
+        return GpuSpec(
+            **common,
+            flops=flops,
+            hbm_capacity_bytes=values["hbm_capacity"],
+            hbm_bandwidth_bytes_per_s=values["hbm_bandwidth"],
+            pcie_bandwidth_bytes_per_s=values["pcie_bandwidth"],
+            nvlink_bandwidth_bytes_per_s=values["nvlink_bandwidth"],
+            gpus_per_server=values["gpus_per_server"],
+        )
+    if values["kind"] != "hbm":
+        for f in ("capacity", "bandwidth"):
+            if f not in values:
+                raise InputError(
+                    f"[tier.{name}] is missing a required field", path=first[0], field=f,
+                    hint="every tier but hbm needs capacity and bandwidth",
+                )
+    curve = [values.get(f, ()) for f in ("transfer_chunk", "transfer_dma", "transfer_kernel")]
+    if any(curve) and len({len(c) for c in curve}) != 1:
+        raise InputError(
+            f"[tier.{name}]: transfer_chunk, transfer_dma and transfer_kernel must have the "
+            "same length", path=first[0], field="transfer_chunk",
+        )
+    return TierSpec(
+        **common,
+        kind=values["kind"],
+        attach=values["attach"],
+        capacity_bytes=values.get("capacity"),
+        capacity_scope=values["capacity_scope"],
+        bandwidth_bytes_per_s=values.get("bandwidth"),
+        effective_bandwidth_bytes_per_s=values.get("effective_bandwidth"),
+        node_bandwidth_bytes_per_s=values.get("node_bandwidth"),
+        per_gpu_link_bytes_per_s=values.get("per_gpu_link"),
+        efficiency=values.get("efficiency"),
+        latency_s=values["latency"],
+        banks=values.get("banks"),
+        transfer_chunk_bytes=curve[0],
+        transfer_dma_bytes_per_s=curve[1],
+        transfer_kernel_bytes_per_s=curve[2],
+    )
+
+
+class Catalog:
+    """Models, GPUs and tiers by lowercase name; lookups accept aliases."""
+
+    def __init__(
+        self,
+        models: Mapping[str, ModelSpec],
+        gpus: Mapping[str, GpuSpec],
+        tiers: Mapping[str, TierSpec],
+        files: Iterable[Path] = (),
+    ) -> None:
+        self.models: Mapping[str, ModelSpec] = MappingProxyType(dict(models))
+        self.gpus: Mapping[str, GpuSpec] = MappingProxyType(dict(gpus))
+        self.tiers: Mapping[str, TierSpec] = MappingProxyType(dict(tiers))
+        self.files = tuple(files)
+
+    def model(self, name: str) -> ModelSpec:
+        return _lookup(self.models, name, "model")
+
+    def gpu(self, name: str) -> GpuSpec:
+        return _lookup(self.gpus, name, "GPU")
+
+    def tier(self, name: str) -> TierSpec:
+        return _lookup(self.tiers, name, "tier")
+
+
+def _lookup(entries: Mapping[str, Any], name: str, what: str) -> Any:
+    key = name.strip().lower()
+    if key in entries:
+        return entries[key]
+    for entry in entries.values():
+        if key in entry.aliases:
+            return entry
+    names = sorted(entries)
+    candidates = names + [a for e in entries.values() for a in e.aliases]
+    close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.5)
+    close_names = []
+    for c in close:
+        real = c if c in entries else next(e.name for e in entries.values() if c in e.aliases)
+        if real not in close_names:
+            close_names.append(real)
+    hint = f"known {what}s: {', '.join(names)}"
+    if close_names:
+        hint = f"closest: {', '.join(close_names)}; " + hint
+    raise UsageError(f"unknown {what} '{name}'", hint + " (add your own with --catalog FILE)")
+
+
+@lru_cache(maxsize=16)
+def _load(files: tuple[Path, ...], n_shipped: int) -> Catalog:
+    raws: dict[str, dict[str, _Raw]] = {k: {} for k in KINDS}
+    for i, path in enumerate(files):
+        _read_file(path, raws, override=i >= n_shipped)
+    built = {k: {n: _build(k, n, r) for n, r in raws[k].items()} for k in KINDS}
+    return Catalog(built["model"], built["gpu"], built["tier"], files)
+
+
+def load_catalog(extra: Iterable[Path | str] = ()) -> Catalog:
+    """The shipped catalog plus `extra` files (later files add or override entries)."""
+    shipped = shipped_files()
+    files = tuple(shipped) + tuple(Path(p) for p in extra)
+    return _load(files, len(shipped))

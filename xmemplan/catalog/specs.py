@@ -1,0 +1,147 @@
+"""Frozen records of the catalog: models, GPUs and KV tiers, in SI units.
+
+Bytes are bytes, bandwidths bytes per second, compute rates FLOP per second, latencies
+seconds. Every record keeps `source` (where its numbers come from) and `sources` (per-field
+overrides), so that a report can cite them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model's shape, enough for KV bytes per token and prefill FLOPs.
+
+    `active_params` counts non-embedding parameters used per token (MoE: the top-k experts),
+    `total_params` everything stored (for the weights' share of HBM).
+    """
+
+    name: str
+    display_name: str
+    attention: Literal["gqa", "mla"]
+    layers: int
+    hidden_size: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    kv_dtype_bytes: int
+    weight_dtype: str
+    active_params: int
+    total_params: int
+    source: str
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    aliases: tuple[str, ...] = ()
+    origin: str = ""
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of every layer for one token (MLA: one latent + rope key per layer).
+
+        GQA: 2 x layers x kv_heads x head_dim x dtype bytes; MLA: layers x (kv_lora_rank +
+        qk_rope_head_dim) x dtype bytes (research/perf-model.md section 2.1).
+        """
+        if self.attention == "mla":
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
+
+    @property
+    def kv_bytes_per_token_per_layer(self) -> int:
+        return self.kv_bytes_per_token // self.layers
+
+    @property
+    def linear_flops_per_token(self) -> float:
+        """2 x active non-embedding parameters (one multiply-add per weight)."""
+        return 2.0 * self.active_params
+
+    @property
+    def attention_flops_coef(self) -> float:
+        """Causal attention FLOPs = coef x (S^2 - P^2); coef = layers x q_heads x (d_qk + d_v).
+
+        For d_qk = d_v = head_dim that is 2 x layers x q_heads x head_dim (Qwen3-30B-A3B:
+        393,216). research/perf-model.md section 2.2, same as AIConfigurator's SOL model.
+        """
+        if self.attention == "mla":
+            d_qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            return float(self.layers * self.q_heads * (d_qk + self.v_head_dim))
+        return float(2 * self.layers * self.q_heads * self.head_dim)
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.total_params * DTYPE_BYTES.get(self.weight_dtype, 2)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU: dense tensor-core peaks per dtype, HBM, and per-direction link bandwidths."""
+
+    name: str
+    display_name: str
+    flops: dict[str, float]
+    hbm_capacity_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    pcie_bandwidth_bytes_per_s: float
+    nvlink_bandwidth_bytes_per_s: float
+    gpus_per_server: int
+    source: str
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    aliases: tuple[str, ...] = ()
+    origin: str = ""
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak for `dtype`; a dtype the GPU lacks falls back to BF16."""
+        return self.flops.get(dtype, self.flops["bf16"])
+
+    def link_bandwidth(self, attach: str) -> float:
+        """Per-direction bandwidth of the GPU side of a tier's attachment."""
+        if attach == "hbm":
+            return self.hbm_bandwidth_bytes_per_s
+        if attach == "nvlink":
+            return self.nvlink_bandwidth_bytes_per_s
+        return self.pcie_bandwidth_bytes_per_s  # pcie, nic (NICs sit behind a PCIe switch)
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """A KV tier. `None` means "not applicable" (HBM takes capacity/bandwidth from the GPU)."""
+
+    name: str
+    display_name: str
+    kind: Literal["hbm", "host", "xmem", "rdma", "nvme"]
+    attach: Literal["hbm", "pcie", "nvlink", "nic"]
+    capacity_bytes: float | None
+    capacity_scope: Literal["gpu", "server", "node", "drive"]
+    bandwidth_bytes_per_s: float | None
+    effective_bandwidth_bytes_per_s: float | None
+    latency_s: float
+    source: str
+    node_bandwidth_bytes_per_s: float | None = None
+    per_gpu_link_bytes_per_s: float | None = None
+    efficiency: float | None = None
+    banks: int | None = None
+    transfer_chunk_bytes: tuple[float, ...] = ()
+    transfer_dma_bytes_per_s: tuple[float, ...] = ()
+    transfer_kernel_bytes_per_s: tuple[float, ...] = ()
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    aliases: tuple[str, ...] = ()
+    origin: str = ""
+
+    @property
+    def link_efficiency(self) -> float:
+        """Measured over theoretical bandwidth (1 when only one of them is known)."""
+        if self.efficiency is not None:
+            return self.efficiency
+        if self.bandwidth_bytes_per_s and self.effective_bandwidth_bytes_per_s:
+            return min(1.0, self.effective_bandwidth_bytes_per_s / self.bandwidth_bytes_per_s)
+        return 1.0
+
+    def source_of(self, field_name: str) -> str:
+        return self.sources.get(field_name, self.source)
