@@ -1,0 +1,1 @@
+"""Fake cuda-python package (tests only)."""

@@ -1,0 +1,1 @@
+"""Fake cuda.bindings (tests only)."""
