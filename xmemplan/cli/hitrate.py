@@ -48,6 +48,19 @@ def hitrate(
         None, "--out", "-o", help="Write the per-request table to FILE.parquet or FILE.csv."
     ),
     workers: int = typer.Option(0, "--workers", min=0, help="Worker processes (0 = one per core)."),
+    tokenizer: str | None = typer.Option(
+        None, "--tokenizer",
+        help="Text traces: a built-in tokenizer name (default qwen2.5), a Hugging Face "
+        "tokenizer.json path, or 'list' to show the built-ins.",
+    ),
+    session_field: str | None = typer.Option(
+        None, "--session-field",
+        help="Request logs: the field holding the session id (dotted for nested fields).",
+    ),
+    timestamp_field: str | None = typer.Option(
+        None, "--timestamp-field",
+        help="Request logs: the field holding the request time (Unix s or ISO 8601).",
+    ),
 ) -> None:
     """Replay traces through a prefix cache and report token-level hit ratios."""
     from xmemplan import render
@@ -55,6 +68,16 @@ def hitrate(
     from xmemplan.hitrate import HitrateOptions, analyze
     from xmemplan.traces.registry import READERS
 
+    if tokenizer == "list":
+        from xmemplan.text.tokenizer import builtin_rows
+
+        render.table(["name", "vocabulary", "status"], builtin_rows(),
+                     title="Built-in tokenizers (or --tokenizer PATH/tokenizer.json)")
+        return
+    if tokenizer is not None:  # fail early on a bad name, before reading any trace
+        from xmemplan.text.tokenizer import resolve_name
+
+        resolve_name(tokenizer)
     if fmt in READERS and trace_format is None:
         trace_format, fmt = fmt, "table"
     if fmt not in OUTPUT_FORMATS:
@@ -66,7 +89,8 @@ def hitrate(
         raise UsageError(f"cannot tell the type of '{out}'", "end --out with .parquet or .csv")
     options = HitrateOptions(
         scope=scope, page_size=page_size, format_name=trace_format, subagents=subagents,
-        strict=strict, workers=workers,
+        strict=strict, workers=workers, tokenizer=tokenizer, session_field=session_field,
+        timestamp_field=timestamp_field,
     )
     with render.progress(None, "Reading traces") as bar:
         def on_progress(done: int, total: int) -> None:

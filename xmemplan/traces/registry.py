@@ -15,6 +15,9 @@ from xmemplan.errors import InputError, UsageError
 
 # --format name -> module. Add a reader by adding a line here.
 READERS: dict[str, str] = {
+    "netpreme": "xmemplan.traces.netpreme",  # before claude-transcript: claims run-folder copies
+    "claude-transcript": "xmemplan.traces.claude_transcript",
+    "request-log": "xmemplan.traces.request_log",
     "claude-blocks": "xmemplan.traces.claude_blocks",
     "bailian": "xmemplan.traces.bailian",
     "mooncake": "xmemplan.traces.mooncake",
