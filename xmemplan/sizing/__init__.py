@@ -1,0 +1,25 @@
+"""TTFT model, calibration and the planner behind `xmemplan size`.
+
+    from xmemplan.sizing import plan, SizeRequest
+    from xmemplan.sizing.model import ttft, load_seconds
+"""
+
+from xmemplan.sizing.model import (
+    DEFAULT_CALIBRATION,
+    Breakdown,
+    Calibration,
+    Transfer,
+    effective_bandwidth,
+    load_seconds,
+    ttft,
+)
+
+__all__ = [
+    "DEFAULT_CALIBRATION",
+    "Breakdown",
+    "Calibration",
+    "Transfer",
+    "effective_bandwidth",
+    "load_seconds",
+    "ttft",
+]
