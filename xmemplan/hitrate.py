@@ -45,6 +45,8 @@ class HitrateOptions:
     tokenizer: str | None = None
     session_field: str | None = None
     timestamp_field: str | None = None
+    # Finite caches, curve and tiers (xmemplan.capacity.CapacitySpec); None = infinite only.
+    capacity: Any = None
 
     def read_options(self) -> ReadOptions:
         return ReadOptions(
@@ -62,6 +64,7 @@ class Replayed:
 
     session_id: list[str] = field(default_factory=list)
     parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    capacity: list[Any] = field(default_factory=list)  # capacity.CapacityPart per batch
 
     COLUMNS = (
         S.REQUEST_INDEX,
@@ -82,6 +85,7 @@ class Replayed:
         self.session_id.extend(other.session_id)
         for name, arrays in other.parts.items():
             self.parts.setdefault(name, []).extend(arrays)
+        self.capacity.extend(other.capacity)
 
     def column(self, name: str) -> np.ndarray:
         arrays = self.parts.get(name, [])
@@ -104,6 +108,7 @@ class HitrateResult:
     notes: list[str]
     replayed: Replayed
     reported: dict[str, Any] | None = None
+    capacity: Any = None  # xmemplan.capacity.CapacityResult when options.capacity is set
 
     def requests_frame(self) -> Any:
         """The per-request table as a polars DataFrame."""
@@ -178,7 +183,7 @@ def _hits(matched: np.ndarray, block: np.ndarray, prompt: np.ndarray, page: int)
     return hit
 
 
-def replay(batch: S.RequestBatch, scope: str, page_size: int) -> Replayed:
+def replay(batch: S.RequestBatch, scope: str, page_size: int, capacity: Any = None) -> Replayed:
     """Match one batch (all of it is one cache universe under `scope`)."""
     from xmemplan.prefix.matcher import match
 
@@ -199,6 +204,15 @@ def replay(batch: S.RequestBatch, scope: str, page_size: int) -> Replayed:
     matched = match(keys, offsets, resets)
     prompt = batch.prompt_tokens[order]
     hit = _hits(matched, batch.block_tokens[order], prompt, page_size)
+    if capacity is not None:
+        from xmemplan.capacity import replay_capacity
+
+        out.capacity.append(
+            replay_capacity(
+                keys, offsets, resets, batch.block_tokens[order], prompt,
+                batch.timestamp_s[order], page_size, capacity,
+            )
+        )
 
     def opt(a: np.ndarray | None) -> np.ndarray:
         return a[order] if a is not None else S.empty_int(n)
@@ -239,7 +253,7 @@ def _read_file(
         for k, v in batch.extras.items():
             extras[k] = extras.get(k, 0) + v
         if scope == "session" and batch.complete_sessions:
-            done.extend(replay(batch, scope, options.page_size))
+            done.extend(replay(batch, scope, options.page_size, options.capacity))
         else:
             pending.append(batch)
     return _FileResult(done, pending, skips, extras, path.stat().st_size)
@@ -260,6 +274,17 @@ def _resolve_scope(scope: str, found: Discovery) -> str:
     return "global" if any(not r.HAS_SESSIONS for _, r in found.files) else "session"
 
 
+def _warm_kernels() -> None:
+    from xmemplan.prefix.keys import namespace
+    from xmemplan.prefix.matcher import match
+    from xmemplan.traces.fastjson import extract
+
+    one = np.zeros(1, dtype=np.int64)
+    match(one, np.array([0, 1], dtype=np.int64), np.ones(1, dtype=bool))
+    namespace(one, "warm-up")
+    extract(b'{"hash_ids":[1]}', "hash_ids")
+
+
 def _iter_results(
     found: Discovery, options: HitrateOptions, scope: str
 ) -> Iterator[_FileResult]:
@@ -271,6 +296,7 @@ def _iter_results(
         for job in jobs:
             yield _read_job(job)
         return
+    _warm_kernels()  # load numba kernels once here: forked workers inherit them
     with ProcessPoolExecutor(max_workers=workers) as pool:
         yield from pool.map(_read_job, jobs, chunksize=1)
 
@@ -304,7 +330,9 @@ def analyze(
         if on_progress:
             on_progress(done_bytes, total)
     if pending:
-        replayed.extend(replay(S.concat_batches(pending), scope, options.page_size))
+        replayed.extend(
+            replay(S.concat_batches(pending), scope, options.page_size, options.capacity)
+        )
 
     notes = []
     if options.page_size > 1 and any(
@@ -346,7 +374,16 @@ def analyze(
         notes=notes,
         replayed=replayed,
         reported=_reported(codes, replayed, hit, prompt),
+        capacity=_capacity(replayed, codes, options, scope),
     )
+
+
+def _capacity(replayed: Replayed, codes: np.ndarray, options: HitrateOptions, scope: str) -> Any:
+    if options.capacity is None:
+        return None
+    from xmemplan.capacity import summarize_capacity
+
+    return summarize_capacity(replayed, codes, options.capacity, scope)
 
 
 def _duplicate_sessions(replayed: Replayed) -> int:

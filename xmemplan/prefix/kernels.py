@@ -1,15 +1,16 @@
 """numba kernels of the radix tree (path-compressed trie) over int64 keys.
 
 Kernels take only arrays and scalars. The tree is flat:
-- `store`: the edge labels, concatenated; an edge is `store[e_start[n] : e_start[n] + e_len[n]]`.
-  Labels are never moved: a split only shortens the old edge and points the new node at its
-  front, so matching a long shared prefix is a run of sequential compares.
+- edges: an edge is `keys[e_start[n] : e_start[n] + e_len[n]]`, a slice of the input itself
+  (the request that created it), so inserting copies nothing. Labels are never moved: a split
+  only shortens the old edge and points the new node at its front, so matching a long shared
+  prefix is a run of sequential compares.
 - children: one open-addressing hash table keyed by (parent node, first key of the edge),
   probed linearly; a slot is live when `t_epoch[slot] == epoch`, so emptying the tree (a new
   session in `--scope session`) is one increment instead of a clear.
 
-Each insert adds at most one split node and one leaf, so `1 + 2 x requests` nodes and
-`sum(keys)` store slots always suffice: the driver sizes the arrays once.
+Each insert adds at most one split node and one leaf, so `1 + 2 x requests` nodes always
+suffice: the driver sizes the arrays once.
 """
 
 from __future__ import annotations
@@ -29,18 +30,18 @@ def _slot(node: int, key: int, mask: int) -> int:
 
 
 @njit(cache=True, inline="always")
-def _common(store: np.ndarray, a: int, keys: np.ndarray, b: int, lim: int) -> int:
-    """Length of the common run of store[a:] and keys[b:], at most lim."""
+def _common(x: np.ndarray, a: int, y: np.ndarray, b: int, lim: int) -> int:
+    """Length of the common run of x[a:] and y[b:], at most lim."""
     i = 0
     # Blocks of 8 without an early exit let LLVM vectorize the compare.
     while i + 8 <= lim:
         d = np.int64(0)
         for j in range(8):
-            d |= store[a + i + j] ^ keys[b + i + j]
+            d |= x[a + i + j] ^ y[b + i + j]
         if d != 0:
             break
         i += 8
-    while i < lim and store[a + i] == keys[b + i]:
+    while i < lim and x[a + i] == y[b + i]:
         i += 1
     return i
 
@@ -51,7 +52,6 @@ def match_insert(
     offsets: np.ndarray,  # int64, n_requests + 1
     resets: np.ndarray,  # bool, empty the tree before request r
     out_matched: np.ndarray,  # int64, n_requests: leading keys found in the tree
-    store: np.ndarray,  # int64, >= keys of the largest tree
     e_start: np.ndarray,  # int64, >= 1 + 2 x requests of the largest tree
     e_len: np.ndarray,  # int64, same size
     t_node: np.ndarray,  # int64, table size (a power of two, >= 2 x nodes)
@@ -63,12 +63,10 @@ def match_insert(
     mask = np.int64(t_node.shape[0] - 1)
     epoch = np.int64(0)
     n_nodes = np.int64(1)  # node 0 is the root (empty edge)
-    top = np.int64(0)  # store fill
     for r in range(offsets.shape[0] - 1):
         if resets[r]:
             epoch += 1
             n_nodes = np.int64(1)
-            top = np.int64(0)
         s = offsets[r]
         n = offsets[r + 1] - s
         node = np.int64(0)
@@ -89,7 +87,7 @@ def match_insert(
                 break
             length = e_len[child]
             lim = min(length, n - pos)
-            m = _common(store, e_start[child], keys, s + pos, lim)
+            m = _common(keys, e_start[child], keys, s + pos, lim)
             pos += m
             if m < length:
                 if m < lim:  # mismatch inside the edge: split it there
@@ -107,14 +105,14 @@ def match_insert(
             e_start[mid] = e_start[c]
             e_len[mid] = split_at
             # the parent's slot for this edge now leads to `mid`
-            k0 = store[e_start[c]]
+            k0 = keys[e_start[c]]
             slot = _slot(node, k0, mask)
             while not (t_node[slot] == node and t_key[slot] == k0 and t_epoch[slot] == epoch):
                 slot = (slot + 1) & mask
             t_child[slot] = mid
             e_start[c] += split_at
             e_len[c] -= split_at
-            k1 = store[e_start[c]]
+            k1 = keys[e_start[c]]
             slot = _slot(mid, k1, mask)
             while t_epoch[slot] == epoch:
                 slot = (slot + 1) & mask
@@ -125,11 +123,8 @@ def match_insert(
             node = mid
         leaf = n_nodes
         n_nodes += 1
-        e_start[leaf] = top
+        e_start[leaf] = s + pos
         e_len[leaf] = n - pos
-        for i in range(n - pos):
-            store[top + i] = keys[s + pos + i]
-        top += n - pos
         k = keys[s + pos]
         slot = _slot(node, k, mask)
         while t_epoch[slot] == epoch:

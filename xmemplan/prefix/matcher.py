@@ -30,7 +30,6 @@ def match(keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray) -> np.ndarr
     starts = np.flatnonzero(resets)
     ends = np.append(starts[1:], n)
     max_requests = int(np.max(ends - starts))
-    max_keys = int(np.max(offsets[ends] - offsets[starts]))
     nodes = 1 + 2 * max_requests
     table = 1 << max(4, int(2 * nodes - 1).bit_length())
     out = np.empty(n, dtype=np.int64)
@@ -39,7 +38,6 @@ def match(keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray) -> np.ndarr
         offsets,
         resets,
         out,
-        np.empty(max(max_keys, 1), dtype=np.int64),
         np.empty(nodes, dtype=np.int64),
         np.empty(nodes, dtype=np.int64),
         np.empty(table, dtype=np.int64),

@@ -25,6 +25,7 @@ import orjson
 from xmemplan.prefix.keys import namespace
 from xmemplan.traces._build import BatchBuilder
 from xmemplan.traces.base import ReadOptions, SkipLog, check_int, int_array
+from xmemplan.traces.fastjson import Extracted, extract
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "claude-blocks"
@@ -38,8 +39,49 @@ def sniff(path: Path, head: bytes) -> bool:
     return head.lstrip()[:1] == b"{" and bool(_SNIFF.search(head)) and b'"requests"' in head
 
 
+class _Ids:
+    """Hands out each request's `hash_ids` from the fast scan, or parses them.
+
+    The scan returns the lists in text order; the request lists of the parsed documents are
+    walked in the same order (dicts keep key order) to pin each list to its request object.
+    `aligned` is False when the counts disagree (a `hash_ids` somewhere else): the caller
+    then reads the file with the plain parser.
+    """
+
+    def __init__(self, fast: Extracted | None, docs: list[tuple[int | None, Any]]) -> None:
+        self.fast = fast
+        self.index: dict[int, int] = {}
+        if fast is None:
+            self.aligned = True
+            return
+
+        def walk(reqs: list[Any]) -> None:
+            for req in reqs:
+                if isinstance(req, dict):
+                    for key, value in req.items():
+                        if key == "hash_ids":
+                            self.index[id(req)] = len(self.index)
+                        elif key == "requests" and isinstance(value, list):
+                            walk(value)
+
+        for _, doc in docs:
+            if isinstance(doc, dict):
+                if "hash_ids" in doc:
+                    self.index[id(doc)] = -1  # not a request: forces the plain parser
+                reqs = doc.get("requests")
+                if isinstance(reqs, list):
+                    walk(reqs)
+        self.aligned = len(self.index) == len(fast) and -1 not in self.index.values()
+
+    def take(self, req: dict[str, Any], path: Path, line: int | None, skips: SkipLog):
+        if self.fast is not None:
+            return self.fast.array(self.index[id(req)])
+        return int_array(req.get("hash_ids"), path, line, "hash_ids", skips)
+
+
 def _session(
-    doc: dict[str, Any], path: Path, line: int | None, options: ReadOptions, skips: SkipLog
+    doc: dict[str, Any], path: Path, line: int | None, options: ReadOptions, skips: SkipLog,
+    id_source: _Ids,
 ) -> tuple[BatchBuilder, int] | None:
     block = doc.get("block_size", 64)
     block = check_int(block, path, line, "block_size", skips, lo=1, hi=1 << 20)
@@ -62,6 +104,7 @@ def _session(
             if not isinstance(req, dict):
                 skips.skip(path, line, f"{label} is not an object", "requests")
                 continue
+            ids = id_source.take(req, path, line, skips) if "hash_ids" in req else None
             t = req.get("t")
             if isinstance(t, bool) or not isinstance(t, int | float):
                 skips.skip(path, line, f"{label}: missing or not a number of seconds", "t")
@@ -83,8 +126,9 @@ def _session(
                 out = check_int(out, path, line, "out", skips)
                 if out is None:
                     continue
-            ids = int_array(req.get("hash_ids"), path, line, "hash_ids", skips)
             if ids is None:
+                if "hash_ids" not in req:
+                    skips.skip(path, line, f"{label}: missing field", "hash_ids")
                 continue
             if ids.shape[0] != n // block:
                 skips.skip(
@@ -109,34 +153,51 @@ def _session(
     return builder, excluded
 
 
-def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBatch]:
-    data = path.read_bytes()
-    docs: list[tuple[int | None, Any]] = []
+def _docs(data: bytes, path: Path, skips: SkipLog) -> list[tuple[int | None, Any]]:
+    """One JSON document per file, or one per line (AgentX `traces.jsonl`)."""
     try:
-        docs.append((None, orjson.loads(data)))
+        return [(None, orjson.loads(data))]
     except orjson.JSONDecodeError:
-        # One session per line (AgentX traces.jsonl), or a broken file.
-        lines = [ln for ln in data.split(b"\n")]
-        if sum(1 for ln in lines if ln.strip()) <= 1:
-            try:
-                data.decode("utf-8")
-            except UnicodeDecodeError:
-                skips.skip(path, None, "file is not UTF-8 text")
-                return
-            skips.skip(path, None, "malformed or truncated JSON document")
-            return
-        for i, ln in enumerate(lines):
-            if not ln.strip():
-                continue
-            try:
-                docs.append((i + 1, orjson.loads(ln)))
-            except orjson.JSONDecodeError:
-                skips.skip(path, i + 1, "malformed JSON line")
+        pass
+    lines = data.split(b"\n")
+    if sum(1 for ln in lines if ln.strip()) <= 1:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            skips.skip(path, None, "file is not UTF-8 text")
+            return []
+        skips.skip(path, None, "malformed or truncated JSON document")
+        return []
+    docs: list[tuple[int | None, Any]] = []
+    for i, ln in enumerate(lines):
+        if not ln.strip():
+            continue
+        try:
+            docs.append((i + 1, orjson.loads(ln)))
+        except orjson.JSONDecodeError:
+            skips.skip(path, i + 1, "malformed JSON line")
+    return docs
+
+
+def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBatch]:
+    raw = path.read_bytes()
+    fast = extract(raw, "hash_ids")
+    id_source: _Ids | None = None
+    if fast is not None:
+        # The scan found every list in text order; use it only if the parser agrees.
+        trial = SkipLog()
+        docs = _docs(fast.text, path, trial)
+        id_source = _Ids(fast, docs)
+        if trial.total or not id_source.aligned:
+            id_source = None
+    if id_source is None:
+        docs = _docs(raw, path, skips)
+        id_source = _Ids(None, docs)
     for line, doc in docs:
         if not isinstance(doc, dict):
             skips.skip(path, line, "expected a JSON object")
             continue
-        built = _session(doc, path, line, options, skips)
+        built = _session(doc, path, line, options, skips, id_source)
         if built is None:
             continue
         builder, excluded = built

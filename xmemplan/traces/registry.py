@@ -15,10 +15,11 @@ from xmemplan.errors import InputError, UsageError
 
 # --format name -> module. Add a reader by adding a line here.
 READERS: dict[str, str] = {
+    # first: its sniff is a cheap byte search, and the weka/AgentX keys are unmistakable
+    "claude-blocks": "xmemplan.traces.claude_blocks",
     "netpreme": "xmemplan.traces.netpreme",  # before claude-transcript: claims run-folder copies
     "claude-transcript": "xmemplan.traces.claude_transcript",
     "request-log": "xmemplan.traces.request_log",
-    "claude-blocks": "xmemplan.traces.claude_blocks",
     "bailian": "xmemplan.traces.bailian",
     "mooncake": "xmemplan.traces.mooncake",
     "tokens": "xmemplan.traces.tokens",

@@ -23,6 +23,7 @@ from xmemplan.traces.base import (
     int_array,
     iter_json_lines,
 )
+from xmemplan.traces.fastjson import Extracted, extract
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "tokens"
@@ -45,7 +46,8 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def _row(
-    builder: BatchBuilder, path: Path, line: int | None, obj: dict[str, Any], skips: SkipLog
+    builder: BatchBuilder, path: Path, line: int | None, obj: dict[str, Any], skips: SkipLog,
+    ids: np.ndarray | None = None,
 ) -> None:
     session = obj.get("session_id")
     if not isinstance(session, str | int) or isinstance(session, bool):
@@ -55,9 +57,10 @@ def _row(
     if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)):
         skips.skip(path, line, "expected a number of seconds", "timestamp")
         return
-    ids = int_array(obj.get("input_ids"), path, line, "input_ids", skips)
     if ids is None:
-        return
+        ids = int_array(obj.get("input_ids"), path, line, "input_ids", skips)
+        if ids is None:
+            return
     if ids.shape[0] > MAX_PROMPT_TOKENS:
         skips.skip(path, line, f"{ids.shape[0]:,} tokens is more than any model takes", "input_ids")
         return
@@ -81,10 +84,37 @@ def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBa
         for i, row in enumerate(frame.iter_rows(named=True)):
             _row(builder, path, i + 1, row, skips)
     else:
-        for line, obj in iter_json_lines(path, path.read_bytes(), skips):
-            _row(builder, path, line, obj, skips)
+        data = path.read_bytes()
+        by_line = _fast_ids(data)
+        text = by_line.text if by_line is not None else data
+        for line, obj in iter_json_lines(path, text, skips):
+            ids = None
+            if by_line is not None and "input_ids" in obj:
+                k = by_line.line_index.get(line)
+                ids = by_line.array(k) if k is not None else None
+            _row(builder, path, line, obj, skips, ids)
     if len(builder):
         yield builder.build()
+
+
+class _ByLine:
+    def __init__(self, fast: Extracted) -> None:
+        self.text = fast.text
+        self.array = fast.array
+        self.line_index = {int(line): k for k, line in enumerate(fast.lines)}
+
+
+def _fast_ids(data: bytes) -> _ByLine | None:
+    """`input_ids` lists parsed by the byte scanner, by line; None to use the plain parser.
+
+    Used only when every list sits on one line and no line holds two, so line numbers of the
+    emptied text are those of the file.
+    """
+    fast = extract(data, "input_ids")
+    if fast is None or fast.text.count(b"\n") != data.count(b"\n"):
+        return None
+    by_line = _ByLine(fast)
+    return by_line if len(by_line.line_index) == len(fast) else None
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
