@@ -61,6 +61,35 @@ def hitrate(
         None, "--timestamp-field",
         help="Request logs: the field holding the request time (Unix s or ISO 8601).",
     ),
+    capacity: str | None = typer.Option(
+        None, "--capacity",
+        help="Also replay LRU caches of these sizes: tokens (3M) or bytes with --model "
+        "(80GB,1TB). Comma-separated.",
+    ),
+    capacity_curve: str | None = typer.Option(
+        None, "--capacity-curve",
+        help="Hit ratio vs capacity, exact, in one pass: LOW:HIGH:POINTS (1M:100M:20), a "
+        "list (1M,3M,10M) or auto.",
+    ),
+    tiers: str | None = typer.Option(
+        None, "--tiers",
+        help="Inclusive tiers, fastest first: HBM=60GB,DRAM=1TB,XMEM=24TB. Tokens served "
+        "and bytes moved to the GPU per tier.",
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="Model whose KV bytes per token turn byte sizes into tokens "
+        "(see 'xmemplan catalog').",
+    ),
+    idle: str | None = typer.Option(
+        None, "--idle", help="Working set: a session idle this long (5m) stops being live."
+    ),
+    profile_out: Path | None = typer.Option(
+        None, "--profile-out", help="Write the workload profile (JSON, docs/profile.md) for "
+        "'xmemplan size --workload'.",
+    ),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Write PNG charts to DIR (needs the 'plot' extra: matplotlib)."
+    ),
 ) -> None:
     """Replay traces through a prefix cache and report token-level hit ratios."""
     from xmemplan import render
@@ -92,6 +121,11 @@ def hitrate(
         strict=strict, workers=workers, tokenizer=tokenizer, session_field=session_field,
         timestamp_field=timestamp_field,
     )
+    from xmemplan.capacity import cli_spec
+
+    options.capacity = cli_spec(
+        capacity, capacity_curve, tiers, model, idle, page_size, profile_out, plot
+    )
     with render.progress(None, "Reading traces") as bar:
         def on_progress(done: int, total: int) -> None:
             if bar._progress is not None:
@@ -116,6 +150,10 @@ def hitrate(
             frame.write_csv(out)
         render.info(f"Wrote {len(frame):,} requests to {out}")
     _report(result, fmt)
+    if result.capacity is not None:
+        from xmemplan.capacity import finish_cli
+
+        finish_cli(result, fmt, list(traces), profile_out, plot)
 
 
 def _skip_text(result: Any) -> str:
@@ -173,11 +211,14 @@ def _report(result: Any, fmt: str) -> None:
         }
         if result.reported is not None:
             payload["reported"] = result.reported
+        if result.capacity is not None:
+            payload["capacity"] = result.capacity.to_json()
         render.emit_json(payload)
         return
     if fmt == "csv":
         keys = ["sessions", "requests", "prompt_tokens"] + [k for k, _ in METRIC_ROWS]
-        render.emit_csv(["metric", "value"], [(k, s[k]) for k in keys])
+        extra = result.capacity.csv_rows() if result.capacity is not None else []
+        render.emit_csv(["metric", "value"], [(k, s[k]) for k in keys] + extra)
         return
     files = ", ".join(f"{n} {name}" for name, n in sorted(result.files_by_format.items()))
     render.info(f"Files: {files}; scope: {result.scope}; page size: {result.page_size}")

@@ -1,0 +1,618 @@
+"""Finite KV tiers: hit ratios of LRU caches of given sizes, capacity curves, tier attribution.
+
+    from xmemplan.capacity import build_spec
+    from xmemplan.hitrate import HitrateOptions, analyze
+    spec = build_spec(capacity="3M,10M", tiers="HBM=60GB,DRAM=1TB", model="qwen3-30b-a3b")
+    result = analyze([Path("trace.jsonl")], HitrateOptions(capacity=spec))
+    result.capacity.capacities[0]["token_hit_ratio"]
+
+Policy (docs/capacity.md): an LRU at page granularity with prefix semantics, the one of
+`xmemplan.prefix.lru` (leaf-first, like SGLang's radix cache). A page is one key of a block
+trace, or `--page-size` tokens of a token-id trace (a partial last page is never cached). A
+capacity weighs each page at its full page size. Under `--scope session` every session has
+its own cache of that capacity; under `--scope global` one cache holds everything.
+
+All capacities, the curve and the tiers come from ONE pass over the trace (stack depths, see
+`xmemplan.prefix.lru_kernels`), and every figure is exact, not an approximation.
+
+Tiers are inclusive (SGLang HiCache write-through): tier k holds everything tiers 1..k-1 hold,
+so a tier of capacity C_k serves the hit pages that an LRU of C_k holds and an LRU of C_(k-1)
+does not. Tiers named HBM or GPU are the GPU's own memory: hits there move no bytes; hits in
+any other tier move their KV bytes to the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from xmemplan.errors import UsageError
+from xmemplan.units import format_bytes, format_count, is_byte_quantity, parse_bytes, parse_count
+
+GPU_TIER_NAMES = ("hbm", "gpu")
+# The default (--capacity-curve auto) grid: 1-2-5 steps from 1k to 1T tokens, trimmed to the
+# trace afterwards (from one page to the first point that holds every distinct page).
+AUTO_CURVE = [m * 10**e for e in range(3, 13) for m in (1, 2, 5)]
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """One cache size: as the user wrote it, in tokens, and in bytes when a model is known."""
+
+    label: str
+    tokens: int
+    bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    capacity: Capacity
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.name.strip().lower() in GPU_TIER_NAMES
+
+
+@dataclass
+class CapacitySpec:
+    """What to compute; `points` are all capacities (tokens) the one pass answers."""
+
+    capacities: list[Capacity] = field(default_factory=list)
+    curve: list[Capacity] = field(default_factory=list)
+    curve_auto: bool = False
+    tiers: list[Tier] = field(default_factory=list)
+    model: str | None = None
+    kv_bytes_per_token: int | None = None
+    idle_s: float | None = None
+    page_size: int = 1
+
+    @property
+    def points(self) -> np.ndarray:
+        caps = [c.tokens for c in self.capacities + self.curve] + [
+            t.capacity.tokens for t in self.tiers
+        ]
+        return np.array(sorted(set(caps)), dtype=np.int64)
+
+    def column(self, tokens: int) -> int:
+        return int(np.searchsorted(self.points, tokens))
+
+
+def kv_bytes_per_token(model: str) -> int:
+    """KV bytes per token of a catalog model (`xmemplan catalog` lists them)."""
+    from xmemplan.catalog import load_catalog
+
+    return int(load_catalog().model(model).kv_bytes_per_token)
+
+
+def parse_capacity(text: str, bpt: int | None, what: str = "capacity") -> Capacity:
+    """`3M` (tokens) or `80GB` (bytes, converted with `bpt` KV bytes per token)."""
+    text = text.strip()
+    example = "like --capacity 3M (tokens) or --capacity 80GB --model NAME (bytes)"
+    if not text:
+        raise UsageError(f"empty {what}", f"write it {example}")
+    if text.startswith("-"):
+        raise UsageError(f"{what} '{text}' is negative", f"write a positive size, {example}")
+    if is_byte_quantity(text):
+        if bpt is None:
+            raise UsageError(
+                f"{what} '{text}' is in bytes, and bytes need a model to become tokens",
+                "add --model NAME (see 'xmemplan catalog'), or give tokens like 3M",
+            )
+        size = parse_bytes(text, what)
+        tokens = int(size // bpt)
+        if tokens <= 0:
+            raise UsageError(
+                f"{what} '{text}' holds no token of KV ({format_bytes(bpt)} per token)",
+                f"use at least {format_bytes(bpt)}",
+            )
+        return Capacity(text, tokens, size)
+    tokens = parse_count(text, what)
+    if tokens <= 0:
+        raise UsageError(f"{what} '{text}' is zero", f"write a positive size, {example}")
+    return Capacity(text, tokens, None if bpt is None else float(tokens) * bpt)
+
+
+def _curve(text: str, bpt: int | None) -> tuple[list[Capacity], bool]:
+    text = text.strip()
+    if text.lower() == "auto":
+        return [_tokens_capacity(t, bpt) for t in AUTO_CURVE], True
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise UsageError(
+                f"cannot read --capacity-curve '{text}'",
+                "write LOW:HIGH:POINTS like 1M:100M:20, a list like 1M,3M,10M, or auto",
+            )
+        lo = parse_capacity(parts[0], bpt, "curve start")
+        hi = parse_capacity(parts[1], bpt, "curve end")
+        try:
+            n = int(parts[2])
+        except ValueError:
+            n = 0
+        if n < 2 or n > 1000:
+            raise UsageError(
+                f"--capacity-curve points '{parts[2]}' is not a number from 2 to 1000",
+                "write LOW:HIGH:POINTS like 1M:100M:20",
+            )
+        if hi.tokens <= lo.tokens:
+            raise UsageError(
+                f"--capacity-curve end '{parts[1]}' is not above its start '{parts[0]}'",
+                "write LOW:HIGH:POINTS like 1M:100M:20",
+            )
+        grid = np.unique(np.geomspace(lo.tokens, hi.tokens, n).round().astype(np.int64))
+        return [_tokens_capacity(int(t), bpt) for t in grid], False
+    return [parse_capacity(p, bpt, "curve point") for p in text.split(",") if p.strip()], False
+
+
+def _tokens_capacity(tokens: int, bpt: int | None) -> Capacity:
+    return Capacity(format_count(tokens), tokens, None if bpt is None else float(tokens) * bpt)
+
+
+def _tiers(text: str, bpt: int | None) -> list[Tier]:
+    tiers: list[Tier] = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        name, sep, size = part.partition("=")
+        if not sep or not name.strip() or not size.strip():
+            raise UsageError(
+                f"cannot read tier '{part.strip()}'",
+                "write --tiers NAME=SIZE,... fastest first, like HBM=60GB,DRAM=1TB,XMEM=24TB",
+            )
+        tier = Tier(name.strip(), parse_capacity(size, bpt, f"tier {name.strip()} size"))
+        if tiers and tier.capacity.tokens <= tiers[-1].capacity.tokens:
+            raise UsageError(
+                f"tier {tier.name} ({tier.capacity.label}) is not larger than tier "
+                f"{tiers[-1].name} ({tiers[-1].capacity.label})",
+                "tiers are inclusive (each holds everything the tiers before it hold): list "
+                "them fastest first, each larger than the one before",
+            )
+        if any(t.name.lower() == tier.name.lower() for t in tiers):
+            raise UsageError(f"tier {tier.name} is listed twice", "give each tier one size")
+        tiers.append(tier)
+    if not tiers:
+        raise UsageError("--tiers is empty", "write it like HBM=60GB,DRAM=1TB,XMEM=24TB")
+    return tiers
+
+
+def build_spec(
+    capacity: str | None = None,
+    curve: str | None = None,
+    tiers: str | None = None,
+    model: str | None = None,
+    idle: str | None = None,
+    page_size: int = 1,
+    want_curve: bool = False,
+    kv_bytes: int | None = None,
+) -> CapacitySpec:
+    """Parse the command-line values into a spec (UsageError for anything unusable).
+
+    `want_curve` adds the auto curve when none is given (a profile or plots need one);
+    `kv_bytes` overrides the catalog's KV bytes per token of `model`.
+    """
+    from xmemplan.units import parse_duration
+
+    bpt = kv_bytes if kv_bytes is not None else (kv_bytes_per_token(model) if model else None)
+    spec = CapacitySpec(model=model, kv_bytes_per_token=bpt, page_size=page_size)
+    if capacity is not None:
+        spec.capacities = [parse_capacity(p, bpt) for p in capacity.split(",")]
+    if curve is not None:
+        spec.curve, spec.curve_auto = _curve(curve, bpt)
+    elif want_curve:
+        spec.curve, spec.curve_auto = _curve("auto", bpt)
+    if tiers is not None:
+        spec.tiers = _tiers(tiers, bpt)
+    if idle is not None:
+        spec.idle_s = parse_duration(idle, "--idle")
+        if spec.idle_s <= 0:
+            raise UsageError(f"--idle '{idle}' is not positive", "write it like 5m or 30s")
+    for c in spec.capacities + [t.capacity for t in spec.tiers]:
+        _check_page(c, page_size)
+    return spec
+
+
+def cli_spec(
+    capacity: str | None,
+    curve: str | None,
+    tiers: str | None,
+    model: str | None,
+    idle: str | None,
+    page_size: int,
+    profile_out: Any,
+    plot: Any,
+) -> CapacitySpec | None:
+    """The spec for `xmemplan hitrate`'s flags; None when only the infinite cache is asked."""
+    wanted = (capacity, curve, tiers, idle, profile_out, plot)
+    if all(v is None for v in wanted):
+        return None
+    return build_spec(
+        capacity, curve, tiers, model, idle, page_size,
+        want_curve=profile_out is not None or plot is not None,
+    )
+
+
+def finish_cli(result: Any, fmt: str, paths: list[Any], profile_out: Any, plot: Any) -> None:
+    """After the infinite-cache report: capacity tables, the profile file, the charts."""
+    from xmemplan import render
+
+    cap: CapacityResult = result.capacity
+    if fmt == "table":
+        render_tables(cap)
+        for note in cap.notes:
+            render.info(f"Note: {note}")
+    if profile_out is not None:
+        from xmemplan.profile import build_profile, save_profile
+
+        save_profile(profile_out, build_profile(result, paths))
+        render.info(f"Wrote the workload profile to {profile_out}")
+    if plot is not None:
+        from xmemplan.plots import write_plots
+
+        written = write_plots(result, plot)
+        render.info(f"Wrote {len(written)} charts to {plot}: {', '.join(p.name for p in written)}")
+
+
+def _check_page(c: Capacity, page_tokens: int) -> None:
+    if c.tokens < page_tokens:
+        raise UsageError(
+            f"capacity {c.label} ({c.tokens:,} tokens) is smaller than one page "
+            f"({page_tokens:,} tokens)",
+            f"use at least {page_tokens:,} tokens",
+        )
+
+
+# --- The replay of one batch (called from xmemplan.hitrate.replay) ---------------------------
+
+
+@dataclass
+class CapacityPart:
+    """One batch's per-request results, aligned with its rows of `Replayed`."""
+
+    hit_tokens: np.ndarray  # int64 (n, J): hit tokens at spec.points[j]
+    page_tokens: np.ndarray  # int64 (n,): tokens per page of each request
+    gap_s: np.ndarray  # float64 (n,): seconds since the deepest hit page was last used
+    gap_tokens: np.ndarray  # float64 (G,): hit tokens by reuse gap (infinite cache)
+    distinct_tokens: int
+
+
+def replay_capacity(
+    keys: np.ndarray,
+    offsets: np.ndarray,
+    resets: np.ndarray,
+    block_tokens: np.ndarray,
+    prompt: np.ndarray,
+    timestamps: np.ndarray,
+    page_size: int,
+    spec: CapacitySpec,
+) -> CapacityPart:
+    """Hits of one replay-ordered batch at every capacity of `spec`, in one pass."""
+    from xmemplan.prefix.lru import lru_match, token_pages
+
+    page = np.asarray(block_tokens, dtype=np.int64).copy()
+    token_rows = page == 1
+    if page_size > 1 and token_rows.any():
+        pk, poff = token_pages(keys, offsets, page_size)
+        if token_rows.all():
+            keys, offsets = pk, poff
+        else:
+            keys, offsets = _pick_rows(keys, offsets, pk, poff, token_rows)
+        page[token_rows] = page_size
+    res = lru_match(keys, offsets, resets, page, spec.points, prompt, timestamps)
+    hit = np.minimum(res.hits * page[:, None], np.asarray(prompt)[:, None])
+    return CapacityPart(hit, page, res.gap_s, res.gap_tokens, res.distinct_tokens)
+
+
+def _pick_rows(
+    keys_a: np.ndarray, off_a: np.ndarray, keys_b: np.ndarray, off_b: np.ndarray, use_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Row r from (keys_b, off_b) where use_b[r], else from (keys_a, off_a)."""
+    starts = np.where(use_b, off_b[:-1], off_a[:-1])
+    lengths = np.where(use_b, np.diff(off_b), np.diff(off_a))
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    src = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+    from_b = np.repeat(use_b, lengths)
+    out = np.empty(offsets[-1], dtype=np.int64)
+    out[from_b] = keys_b[src[from_b]]
+    out[~from_b] = keys_a[src[~from_b]]
+    return out, offsets
+
+
+# --- Summaries -------------------------------------------------------------------------------
+
+CURVE_KEYS = ("token_hit_ratio", "mean_request_hit_ratio", "rounds_ge1_token_hit_ratio")
+
+
+@dataclass
+class CapacityResult:
+    """What the capacity pass found; `to_json()` is what `--format json` prints."""
+
+    capacities: list[dict[str, Any]]
+    curve: list[dict[str, Any]] | None
+    tiers: list[dict[str, Any]] | None
+    reuse: dict[str, Any]
+    working_set: dict[str, Any] | None
+    distinct_tokens: int
+    per_session_cache: bool
+    model: str | None
+    kv_bytes_per_token: int | None
+    infinite_token_hit_ratio: float
+    notes: list[str] = field(default_factory=list)
+    working_series: Any = None  # workingset.Series, for plots (not in JSON)
+
+    def csv_rows(self) -> list[tuple[str, Any]]:
+        """`metric,value` rows for `--format csv`, e.g. `capacity[3M].token_hit_ratio`."""
+        rows: list[tuple[str, Any]] = []
+        for c in self.capacities:
+            rows += [(f"capacity[{c['capacity']}].{k}", c[k]) for k, _ in TABLE_ROWS]
+        for c in self.curve or []:
+            rows += [(f"curve[{c['capacity_tokens']}].{k}", c[k]) for k in CURVE_KEYS]
+        for t in self.tiers or []:
+            rows += [(f"tier[{t['name']}].{k}", t[k]) for k in ("hit_tokens", "bytes_to_gpu")]
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": "lru-leaf-first",
+            "cache_per_session": self.per_session_cache,
+            "model": self.model,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "distinct_tokens": self.distinct_tokens,
+            "infinite_token_hit_ratio": self.infinite_token_hit_ratio,
+            "capacities": self.capacities,
+            "curve": self.curve,
+            "tiers": self.tiers,
+            "reuse": self.reuse,
+            "working_set": self.working_set,
+            "notes": self.notes,
+        }
+
+
+def summarize_capacity(
+    replayed: Any, session_codes: np.ndarray, spec: CapacitySpec, scope: str
+) -> CapacityResult:
+    """Turn the per-batch parts of a replay into the capacity, curve, tier and reuse figures."""
+    from xmemplan.metrics import summarize
+    from xmemplan.prefix.lru import GAP_EDGES_S
+    from xmemplan.traces import schema as S
+    from xmemplan.workingset import reuse_summary, working_set
+
+    parts: list[CapacityPart] = replayed.capacity
+    n = len(replayed.session_id)
+    points = spec.points
+    if parts:
+        hits = np.concatenate([p.hit_tokens for p in parts])
+        page = np.concatenate([p.page_tokens for p in parts])
+        gap_s = np.concatenate([p.gap_s for p in parts])
+        gap_tokens = np.sum([p.gap_tokens for p in parts], axis=0)
+        distinct = max(p.distinct_tokens for p in parts)
+    else:
+        hits = np.zeros((n, points.size), dtype=np.int64)
+        page = np.ones(n, dtype=np.int64)
+        gap_s = np.full(n, np.nan)
+        gap_tokens = np.zeros(GAP_EDGES_S.size - 1)
+        distinct = 0
+    if hits.shape[0] != n:
+        raise RuntimeError("capacity results are not aligned with the replayed requests")
+    largest_page = int(page.max()) if page.size else 1
+    for c in spec.capacities + [t.capacity for t in spec.tiers]:
+        _check_page(c, largest_page)
+    index = replayed.column(S.REQUEST_INDEX)
+    prompt = replayed.column(S.PROMPT_TOKENS)
+    inf_hit = replayed.column(S.HIT_TOKENS)
+    total = float(prompt.sum())
+    inf_ratio = float(inf_hit.sum()) / total if total > 0 else math.nan
+    bpt = spec.kv_bytes_per_token
+
+    def summary_at(c: Capacity) -> dict[str, Any]:
+        s = summarize(session_codes, index, prompt, hits[:, spec.column(c.tokens)])
+        return {
+            "capacity": c.label,
+            "capacity_tokens": c.tokens,
+            "capacity_bytes": c.bytes,
+            **s,
+            "share_of_infinite": s["token_hit_ratio"] / inf_ratio if inf_ratio > 0 else None,
+        }
+
+    capacities = [summary_at(c) for c in spec.capacities]
+    curve = None
+    if spec.curve:
+        chosen = spec.curve
+        if spec.curve_auto:
+            chosen = _trim_auto(spec.curve, largest_page, distinct)
+        curve = []
+        for c in chosen:
+            h = hits[:, spec.column(c.tokens)]
+            s = summarize(session_codes, index, prompt, h)
+            curve.append(
+                {
+                    "capacity_tokens": c.tokens,
+                    "capacity_bytes": c.bytes,
+                    **{k: s[k] for k in CURVE_KEYS},
+                    "share_of_infinite": (
+                        s["token_hit_ratio"] / inf_ratio if inf_ratio > 0 else None
+                    ),
+                }
+            )
+    tiers = _tier_rows(spec, hits, prompt, inf_hit, bpt) if spec.tiers else None
+    notes = []
+    per_session = scope == "session"
+    if per_session:
+        notes.append(
+            "capacities apply to each session's own cache (--scope session); "
+            "use --scope global for one cache shared by all sessions"
+        )
+    ws, series = working_set(
+        replayed.session_id,
+        replayed.column(S.TIMESTAMP_S),
+        prompt,
+        replayed.column(S.OUTPUT_TOKENS),
+        spec.idle_s,
+        bpt,
+    )
+    reuse = reuse_summary(gap_s, inf_hit, GAP_EDGES_S, gap_tokens)
+    return CapacityResult(
+        capacities=capacities,
+        curve=curve,
+        tiers=tiers,
+        reuse=reuse,
+        working_set=ws,
+        distinct_tokens=int(distinct),
+        per_session_cache=per_session,
+        model=spec.model,
+        kv_bytes_per_token=bpt,
+        infinite_token_hit_ratio=inf_ratio,
+        notes=notes,
+        working_series=series,
+    )
+
+
+def _trim_auto(curve: list[Capacity], page: int, distinct: int) -> list[Capacity]:
+    """The auto grid from the last point below one page to the first that holds everything."""
+    tokens = [c.tokens for c in curve]
+    lo = max(0, int(np.searchsorted(tokens, page, side="right")) - 1)
+    hi = min(len(curve) - 1, int(np.searchsorted(tokens, max(distinct, 1), side="left")))
+    return curve[lo : hi + 1]
+
+
+def _tier_rows(
+    spec: CapacitySpec,
+    hits: np.ndarray,
+    prompt: np.ndarray,
+    inf_hit: np.ndarray,
+    bpt: int | None,
+) -> list[dict[str, Any]]:
+    total = float(prompt.sum())
+    rows = []
+    below = np.zeros(len(prompt), dtype=np.int64)
+    for t in spec.tiers:
+        cum = hits[:, spec.column(t.capacity.tokens)]
+        served = int((cum - below).sum())
+        rows.append(
+            {
+                "name": t.name,
+                "capacity": t.capacity.label,
+                "capacity_tokens": t.capacity.tokens,
+                "capacity_bytes": t.capacity.bytes,
+                "on_gpu": t.on_gpu,
+                "hit_tokens": served,
+                "token_share": served / total if total > 0 else math.nan,
+                "cumulative_token_hit_ratio": float(cum.sum()) / total if total > 0 else math.nan,
+                "bytes_to_gpu": 0 if t.on_gpu else (served * bpt if bpt is not None else None),
+            }
+        )
+        below = cum
+    missed = int(total - below.sum())
+    rows.append(
+        {
+            "name": "miss (prefill)",
+            "capacity": None,
+            "capacity_tokens": None,
+            "capacity_bytes": None,
+            "on_gpu": None,
+            "hit_tokens": missed,
+            "token_share": missed / total if total > 0 else math.nan,
+            "cumulative_token_hit_ratio": None,
+            "bytes_to_gpu": None,
+            "lost_to_capacity_tokens": int(inf_hit.sum() - below.sum()),
+        }
+    )
+    return rows
+
+
+# --- Terminal output --------------------------------------------------------------------------
+
+TABLE_ROWS = (
+    ("token_hit_ratio", "token hit ratio"),
+    ("share_of_infinite", "share of infinite-cache hit"),
+    ("mean_request_hit_ratio", "mean request hit ratio"),
+    ("rounds_ge1_token_hit_ratio", "rounds >= 1: token hit ratio"),
+    ("rounds_ge1_mean", "rounds >= 1: mean"),
+    ("rounds_ge1_median", "rounds >= 1: median"),
+    ("rounds_ge1_share_ge_95", "rounds >= 1: share >= 95%"),
+    ("session_token_hit_mean", "session token hit: mean"),
+    ("session_token_hit_median", "session token hit: median"),
+)
+
+
+def render_tables(cap: CapacityResult) -> None:
+    """Print the capacity, curve, tier, reuse and working-set tables (stdout)."""
+    from xmemplan import render
+
+    if cap.capacities:
+        cols = ["metric"] + [_cap_label(c) for c in cap.capacities]
+        rows = [
+            [label] + [c[key] for c in cap.capacities] for key, label in TABLE_ROWS
+        ]
+        render.table(cols, rows, title="LRU cache of finite capacity (same metrics per capacity)")
+    if cap.curve:
+        values = [c["token_hit_ratio"] for c in cap.curve]
+        render.table(
+            ["capacity tokens", "capacity bytes", "token hit", "share of infinite",
+             "rounds >= 1 token hit"],
+            [(c["capacity_tokens"], _bytes(c["capacity_bytes"]), c["token_hit_ratio"],
+              c["share_of_infinite"], c["rounds_ge1_token_hit_ratio"]) for c in cap.curve],
+            title="Hit ratio vs capacity (exact LRU, one pass)",
+            caption=f"token hit vs capacity: {render.sparkline(values, 0.0, None)}",
+        )
+    if cap.tiers:
+        render.table(
+            ["tier", "capacity", "tokens served", "share of prompt", "cumulative hit",
+             "bytes to GPU"],
+            [(t["name"], t["capacity"], t["hit_tokens"], t["token_share"],
+              t["cumulative_token_hit_ratio"], _bytes(t["bytes_to_gpu"])) for t in cap.tiers],
+            title="Tiers (inclusive, write-through): where each prompt token came from",
+        )
+    reuse = cap.reuse
+    if reuse.get("requests_with_gap"):
+        render.table(
+            ["reuse gap", "p50", "p90", "p99", "hit tokens reused within 5 min",
+             "within 1 h"],
+            [("seconds since the hit prefix was last used", reuse["gap_s_p50"],
+              reuse["gap_s_p90"], reuse["gap_s_p99"], reuse["hit_token_share_within_300s"],
+              reuse["hit_token_share_within_3600s"])],
+            title="Time between reuses of a prefix (infinite cache)",
+        )
+    ws = cap.working_set
+    if ws is not None:
+        unit = "bytes" if ws.get("peak_bytes") is not None else "tokens"
+        render.table(
+            ["working set", "peak", "p99", "mean", "live sessions peak", "idle timeout"],
+            [(f"KV {unit} of live sessions", _ws(ws, "peak", unit), _ws(ws, "p99", unit),
+              _ws(ws, "mean", unit), ws["sessions_peak"],
+              "-" if ws["idle_s"] is None else f"{ws['idle_s']:g} s")],
+            title="Working set over time",
+            caption=f"over time: {render.sparkline(_spark_series(cap), 0.0, None)}"
+            if cap.working_series is not None else None,
+        )
+
+
+def _cap_label(c: dict[str, Any]) -> str:
+    if c["capacity_bytes"] is not None and not str(c["capacity"]).endswith("B"):
+        return f"{c['capacity']} ({format_bytes(c['capacity_bytes'])})"
+    if c["capacity_bytes"] is not None:
+        return f"{c['capacity']} ({format_count(c['capacity_tokens'])} tok)"
+    return f"{c['capacity']} tokens"
+
+
+def _bytes(value: float | None) -> str:
+    return "-" if value is None else format_bytes(value)
+
+
+def _ws(ws: dict[str, Any], key: str, unit: str) -> str:
+    if unit == "bytes":
+        return format_bytes(ws[f"{key}_bytes"])
+    return format_count(ws[f"{key}_tokens"])
+
+
+def _spark_series(cap: CapacityResult, width: int = 48) -> list[float]:
+    s = cap.working_series
+    if s is None or len(s.times) < 2:
+        return []
+    grid = np.linspace(s.times[0], s.times[-1], width)
+    idx = np.searchsorted(s.times, grid, side="right") - 1
+    return [float(v) for v in s.tokens[np.clip(idx, 0, len(s.tokens) - 1)]]

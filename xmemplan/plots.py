@@ -1,0 +1,131 @@
+"""PNG charts of a `hitrate` result: hit ratio by round, hit ratio vs capacity, working set.
+
+matplotlib is the optional `plot` extra (`pip install 'xmemplan[plot]'`); it is imported only
+here, only when charts are asked for, with the non-interactive Agg backend.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from xmemplan.errors import NotAvailableError, UsageError
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise NotAvailableError(
+            "--plot needs matplotlib, which is not installed",
+            "install the plot extra: pip install 'xmemplan[plot]' (or drop --plot)",
+        ) from exc
+    return plt
+
+
+def write_plots(result: Any, directory: Path) -> list[Path]:
+    """Write the charts that the result has data for; returns their paths."""
+    plt = _pyplot()
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the plot directory '{directory}' ({exc.strerror or exc})",
+            "pass --plot a directory you can write to",
+        ) from exc
+    written = [_by_round(plt, result, directory / "hit_ratio_by_round.png")]
+    cap = result.capacity
+    if cap is not None and cap.curve:
+        written.append(_curve(plt, cap, directory / "hit_ratio_vs_capacity.png"))
+    if cap is not None and cap.working_series is not None and len(cap.working_series.times):
+        written.append(_working_set(plt, cap, directory / "working_set.png"))
+    return written
+
+
+def _finite(v: Any) -> float:
+    return float(v) if v is not None and math.isfinite(v) else math.nan
+
+
+def _by_round(plt: Any, result: Any, path: Path) -> Path:
+    rows = result.summary["by_round"]
+    labels = [r["round"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [_finite(r["token_hit_ratio"]) for r in rows], 0.4,
+           label="token hit ratio")
+    ax.bar([i + 0.2 for i in x], [_finite(r["mean"]) for r in rows], 0.4,
+           label="mean request hit ratio")
+    for i, r in enumerate(rows):
+        ax.annotate(f"n={r['requests']:,}", (i, 1.01), ha="center", fontsize=7)
+    ax.set_xticks(list(x), labels)
+    ax.set_ylim(0, 1.08)
+    ax.set_xlabel("round (0 = first request of a session)")
+    ax.set_ylabel("hit ratio (infinite cache)")
+    ax.set_title(f"Prefix-cache hit ratio by round ({result.scope} scope)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _curve(plt: Any, cap: Any, path: Path) -> Path:
+    pts = cap.curve
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = [p["capacity_tokens"] for p in pts]
+    ax.plot(xs, [_finite(p["token_hit_ratio"]) for p in pts], marker="o", label="token hit ratio")
+    if any(p["rounds_ge1_token_hit_ratio"] is not None
+           and math.isfinite(p["rounds_ge1_token_hit_ratio"]) for p in pts):
+        ax.plot(xs, [_finite(p["rounds_ge1_token_hit_ratio"]) for p in pts], marker=".",
+                label="rounds >= 1 token hit ratio")
+    ax.axhline(cap.infinite_token_hit_ratio, linestyle="--", color="grey",
+               label=f"infinite cache ({cap.infinite_token_hit_ratio:.3f})")
+    for c in cap.capacities:
+        ax.axvline(c["capacity_tokens"], linestyle=":", color="tab:red", alpha=0.6)
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("LRU capacity (tokens" + (", per session)" if cap.per_session_cache else ")"))
+    ax.set_ylabel("token hit ratio")
+    ax.set_title("Hit ratio vs cache capacity (exact LRU)")
+    ax.legend(loc="lower right")
+    if cap.kv_bytes_per_token:
+        bpt = cap.kv_bytes_per_token
+        top = ax.secondary_xaxis("top", functions=(lambda t: t * bpt / 1e9,
+                                                   lambda b: b * 1e9 / bpt))
+        top.set_xlabel(f"GB of KV ({cap.model})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _working_set(plt: Any, cap: Any, path: Path) -> Path:
+    s = cap.working_series
+    ws = cap.working_set
+    fig, ax = plt.subplots(figsize=(7, 4))
+    t0 = float(s.times[0])
+    hours = (s.times[-1] - t0) > 3 * 3600
+    scale = 3600.0 if hours else 60.0
+    x = (s.times - t0) / scale
+    bpt = cap.kv_bytes_per_token
+    y = s.tokens * bpt / 1e9 if bpt else s.tokens
+    ax.step(x, y, where="post", label="working set")
+    peak = ws["peak_bytes"] / 1e9 if bpt else ws["peak_tokens"]
+    ax.axhline(peak, linestyle="--", color="tab:red", alpha=0.6, label=f"peak {peak:,.0f}")
+    if ws["p99_tokens"] is not None:
+        p99 = ws["p99_bytes"] / 1e9 if bpt else ws["p99_tokens"]
+        ax.axhline(p99, linestyle=":", color="tab:orange", label=f"p99 {p99:,.0f}")
+    ax.set_xlabel("time since the first request (" + ("h" if hours else "min") + ")")
+    ax.set_ylabel(f"KV of live sessions ({'GB, ' + str(cap.model) if bpt else 'tokens'})")
+    idle = ws["idle_s"]
+    ax.set_title("Working set over time" + (f" (idle timeout {idle:g} s)" if idle else ""))
+    ax.legend(loc="lower center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

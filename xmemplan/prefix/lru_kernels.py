@@ -1,0 +1,294 @@
+"""numba kernels of the finite (LRU) prefix cache: every capacity in one pass.
+
+Kernels take only arrays and scalars; `xmemplan.prefix.lru` is the driver and holds the
+readable reference (`ReferenceLRU`) these are tested against.
+
+Why one pass is exact (Mattson et al., "Evaluation techniques for storage hierarchies", IBM
+Systems Journal 9(2), 1970: LRU is a stack algorithm). Each request touches the pages of its
+path from the deepest to the root, so every page is more recently used than any page below
+it. Then, for every capacity C, LRU holds the most recently used pages that fit in C, that
+set is closed under "parent of" (no unreachable descendants are ever cached), LRU evicts
+only leaves (it is SGLang's leaf-first radix-cache LRU), and a request's hit at capacity C is
+the number of its leading pages whose *stack depth* (tokens of the pages used more recently
+than it, plus its own) is at most C. Depths grow along a path, so one sorted list of depths
+per request answers every capacity at once.
+
+Depths without a per-page stack. The owner of a page is the last request that touched it.
+A request's path is owned by a few earlier requests, newest first from the root, and each
+owner still owns a contiguous run of its own path, starting right where the newer owners'
+pages end. So the depth of the page at position i of a run owned by request s, starting at
+position a, is
+
+    depth = W(s) + (i - a + 1) x page_tokens,   W(s) = tokens owned by requests after s,
+
+and W(s) is one prefix sum over requests (a Fenwick tree). The cost per request is the
+radix-tree walk the infinite cache does anyway, plus O(log n) per owner run, not per page.
+
+The tree is the path-compressed radix tree of `xmemplan.prefix.kernels`, with two changes:
+an edge is also split where a request *ends* inside it (so that every node has one owner),
+and `owner[node]` records the last request that touched the node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+EMPTY = -1
+
+
+# _slot and _common are copies of the helpers in xmemplan.prefix.kernels (kept private
+# there); a copy lets that kernel change without silently changing this one.
+@njit(cache=True, inline="always")
+def _slot(node: int, key: int, mask: int) -> int:
+    x = np.uint64(key) ^ (np.uint64(node) * np.uint64(0x9E3779B97F4A7C15))
+    x = (x ^ (x >> np.uint64(31))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(29))
+    return int(np.int64(x & np.uint64(mask)))
+
+
+@njit(cache=True, inline="always")
+def _common(store: np.ndarray, a: int, keys: np.ndarray, b: int, lim: int) -> int:
+    i = 0
+    while i + 8 <= lim:
+        d = np.int64(0)
+        for j in range(8):
+            d |= store[a + i + j] ^ keys[b + i + j]
+        if d != 0:
+            break
+        i += 8
+    while i < lim and store[a + i] == keys[b + i]:
+        i += 1
+    return i
+
+
+@njit(cache=True, inline="always")
+def _mix(x: np.uint64) -> np.uint64:
+    # splitmix64 finalizer (Steele et al., OOPSLA 2014)
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True)
+def page_keys(
+    tokens: np.ndarray,  # int64, flat token ids
+    offsets: np.ndarray,  # int64, n + 1
+    page: int,  # tokens per page
+    out: np.ndarray,  # int64, sum(len // page)
+    out_offsets: np.ndarray,  # int64, n + 1
+) -> None:
+    """Token ids -> one prefix-chained key per FULL page: page j's key hashes tokens [0, (j+1)P).
+
+    The tail that does not fill a page gets no key: it is never cached (vLLM and SGLang with
+    page size > 1 cache whole pages only). Collisions: ~2^-64 per pair of distinct prefixes.
+    """
+    w = np.int64(0)
+    out_offsets[0] = 0
+    for r in range(offsets.shape[0] - 1):
+        h = np.uint64(0x243F6A8885A308D3)
+        s = offsets[r]
+        n_pages = (offsets[r + 1] - s) // page
+        for j in range(n_pages):
+            for i in range(s + j * page, s + (j + 1) * page):
+                h = _mix(h ^ np.uint64(tokens[i]))
+            out[w] = np.int64(h)
+            w += 1
+        out_offsets[r + 1] = w
+
+
+@njit(cache=True, inline="always")
+def _fen_add(fen: np.ndarray, i: int, v: int) -> None:
+    i += 1
+    n = fen.shape[0]
+    while i < n:
+        fen[i] += v
+        i += i & (-i)
+
+
+@njit(cache=True, inline="always")
+def _fen_range(fen: np.ndarray, lo: int, hi: int) -> int:
+    """Sum of entries lo..hi-1 (lo <= hi).
+
+    Walks both prefix sums down only until they meet, so the cost is O(log(hi - lo)), not
+    O(log n): most owners are recent requests (agents resend the previous request).
+    """
+    s = np.int64(0)
+    while hi != lo:
+        if hi > lo:
+            s += fen[hi]
+            hi -= hi & (-hi)
+        else:
+            s -= fen[lo]
+            lo -= lo & (-lo)
+    return s
+
+
+@njit(cache=True)
+def lru_replay(
+    keys: np.ndarray,  # int64, all requests' page keys, flat
+    offsets: np.ndarray,  # int64, n + 1
+    resets: np.ndarray,  # bool, n: empty the cache before request r
+    page_tokens: np.ndarray,  # int64, n: tokens per page of request r
+    prompt: np.ndarray,  # int64, n: prompt tokens (caps the hit of a partial last page)
+    ts: np.ndarray,  # float64, n: arrival time in seconds, NaN = unknown
+    caps: np.ndarray,  # int64, J: capacities in tokens, ascending
+    gap_edges: np.ndarray,  # float64, G + 1: bins of the reuse-gap histogram, ascending
+    out_matched: np.ndarray,  # int64, n: leading pages cached in an infinite cache
+    out_hits: np.ndarray,  # int64, n x J: leading pages cached in an LRU of capacity caps[j]
+    out_gap: np.ndarray,  # float64, n: seconds since the deepest hit page was last used
+    out_gap_tokens: np.ndarray,  # float64, G: hit tokens (infinite cache) by reuse gap
+    out_stats: np.ndarray,  # int64, 1: [0] the most distinct page tokens of one cache
+    store: np.ndarray,  # int64, >= keys between two resets
+    e_start: np.ndarray,  # int64, >= 1 + 2 x requests between two resets
+    e_len: np.ndarray,  # int64, same size
+    owner: np.ndarray,  # int64, same size
+    t_node: np.ndarray,  # int64, table (a power of two, >= 2 x nodes)
+    t_key: np.ndarray,  # int64, table
+    t_child: np.ndarray,  # int64, table
+    t_epoch: np.ndarray,  # int64, table, starts all -1
+    added: np.ndarray,  # int64, n + 1: added[r] = tokens of the pages of requests < r
+    fen: np.ndarray,  # int64, n + 1, zeros: tokens taken from each request (Fenwick)
+    path: np.ndarray,  # int64, >= 1 + pages of the longest request: nodes of the hit path
+    path_pos: np.ndarray,  # int64, same size: position where each path node starts
+    run_owner: np.ndarray,  # int64, same size: owner runs along the path
+    run_pos: np.ndarray,  # int64, same size: position where each run starts
+    run_w: np.ndarray,  # int64, same size: W(owner) of each run
+) -> None:
+    """For each request in order: its hits at every capacity, then touch its path."""
+    mask = np.int64(t_node.shape[0] - 1)
+    n_caps = caps.shape[0]
+    n_bins = gap_edges.shape[0] - 1
+    epoch = np.int64(0)
+    n_nodes = np.int64(1)
+    top = np.int64(0)
+    distinct = np.int64(0)
+    out_stats[0] = 0
+    owner[0] = EMPTY
+    for r in range(offsets.shape[0] - 1):
+        if resets[r]:
+            epoch += 1
+            n_nodes = np.int64(1)
+            top = np.int64(0)
+            distinct = np.int64(0)
+        s = offsets[r]
+        n = offsets[r + 1] - s
+        bt = page_tokens[r]
+        node = np.int64(0)
+        pos = np.int64(0)
+        depth = 0  # nodes on the matched path
+        while pos < n:
+            k = keys[s + pos]
+            slot = _slot(node, k, mask)
+            child = np.int64(EMPTY)
+            while t_epoch[slot] == epoch:
+                if t_node[slot] == node and t_key[slot] == k:
+                    child = t_child[slot]
+                    break
+                slot = (slot + 1) & mask
+            if child == EMPTY:
+                break
+            length = e_len[child]
+            lim = min(length, n - pos)
+            m = _common(store, e_start[child], keys, s + pos, lim)
+            if m < length:
+                # Split the edge after m keys: on a mismatch, or where the request ends, so
+                # that the part this request touches gets this request as its owner.
+                mid = n_nodes
+                n_nodes += 1
+                e_start[mid] = e_start[child]
+                e_len[mid] = m
+                owner[mid] = owner[child]
+                t_child[slot] = mid
+                e_start[child] += m
+                e_len[child] -= m
+                k1 = store[e_start[child]]
+                slot2 = _slot(mid, k1, mask)
+                while t_epoch[slot2] == epoch:
+                    slot2 = (slot2 + 1) & mask
+                t_node[slot2] = mid
+                t_key[slot2] = k1
+                t_child[slot2] = child
+                t_epoch[slot2] = epoch
+                child = mid
+            path[depth] = child
+            path_pos[depth] = pos
+            depth += 1
+            pos += m
+            node = child
+            if m < length:
+                break
+        out_matched[r] = pos
+
+        # Owner runs along the path (owners only get older going down): W per run.
+        runs = 0
+        i = 0
+        while i < depth:
+            o = owner[path[i]]
+            j = i + 1
+            while j < depth and owner[path[j]] == o:
+                j += 1
+            run_owner[runs] = o
+            run_pos[runs] = path_pos[i]
+            # tokens owned by requests o+1 .. r-1: what they added less what was taken
+            run_w[runs] = added[r] - added[o + 1] - _fen_range(fen, o + 1, r)
+            runs += 1
+            i = j
+        run_pos[runs] = pos
+
+        # Hits at every capacity: the first page deeper than C ends the hit.
+        jc = 0
+        for q in range(runs):
+            a = run_pos[q]
+            w = run_w[q]
+            last = w + (run_pos[q + 1] - a) * bt
+            while jc < n_caps and caps[jc] < last:
+                c = caps[jc]
+                out_hits[r, jc] = a + ((c - w) // bt if c > w else 0)
+                jc += 1
+        while jc < n_caps:
+            out_hits[r, jc] = pos
+            jc += 1
+
+        # Reuse gaps: time since each hit run was last used, weighted by its hit tokens.
+        out_gap[r] = np.nan
+        t_now = ts[r]
+        p_r = prompt[r]
+        if runs > 0 and t_now == t_now:  # not NaN
+            out_gap[r] = t_now - ts[run_owner[runs - 1]]
+            for q in range(runs):
+                gap = t_now - ts[run_owner[q]]
+                tok = min(run_pos[q + 1] * bt, p_r) - min(run_pos[q] * bt, p_r)
+                if gap == gap and tok > 0 and n_bins > 0:
+                    g = 0
+                    while g < n_bins - 1 and gap >= gap_edges[g + 1]:
+                        g += 1
+                    out_gap_tokens[g] += tok
+
+        # Ownership moves to r: first the runs' pages, then the new pages.
+        for q in range(runs):
+            _fen_add(fen, run_owner[q], (run_pos[q + 1] - run_pos[q]) * bt)
+        added[r + 1] = added[r] + n * bt
+        for i in range(depth):
+            owner[path[i]] = r
+        if pos < n:
+            leaf = n_nodes
+            n_nodes += 1
+            e_start[leaf] = top
+            e_len[leaf] = n - pos
+            owner[leaf] = r
+            for i in range(n - pos):
+                store[top + i] = keys[s + pos + i]
+            top += n - pos
+            distinct += (n - pos) * bt
+            if distinct > out_stats[0]:
+                out_stats[0] = distinct
+            k = keys[s + pos]
+            slot = _slot(node, k, mask)
+            while t_epoch[slot] == epoch:
+                slot = (slot + 1) & mask
+            t_node[slot] = node
+            t_key[slot] = k
+            t_child[slot] = leaf
+            t_epoch[slot] = epoch
