@@ -29,6 +29,7 @@ API's by that prefix (docs/text-traces.md measures it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -57,6 +58,10 @@ KNOWN_TYPES = frozenset(
     }
 )
 _MARKERS = ("sessionId", "parentUuid", "leafUuid", "isSidechain", "messageId")
+_TYPE_KEY = re.compile(
+    rb'"type"\s*:\s*"(' + b"|".join(t.encode() for t in sorted(KNOWN_TYPES)) + rb')"'
+)
+_MARKER_KEY = re.compile(rb'"(' + b"|".join(k.encode() for k in _MARKERS) + rb')"\s*:')
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
@@ -72,7 +77,11 @@ def sniff(path: Path, head: bytes) -> bool:
         if isinstance(obj, dict):
             return obj.get("type") in KNOWN_TYPES and any(k in obj for k in _MARKERS)
         return False
-    return False
+    # A first line longer than the sniffed head (a pasted file): look at its start.
+    first = head.lstrip().split(b"\n", 1)[0]
+    return first.startswith(b"{") and bool(_TYPE_KEY.search(first)) and bool(
+        _MARKER_KEY.search(first)
+    )
 
 
 @dataclass

@@ -50,6 +50,7 @@ TRACE_FILES = ("turn_traces.jsonl", "vllm_traces.jsonl")
 METRICS_FILE = "engine_metrics.jsonl"
 _COMPANIONS = (METRICS_FILE, "session.json", "claude_transcript.jsonl", "vllm_metrics.jsonl",
                "session_config.json")
+_ISL_KEY = re.compile(rb'"isl_text"\s*:\s*"')
 _CHUNK = re.compile(r"\n(?=(?:SYSTEM|TOOLS|MSG):)")
 
 
@@ -63,7 +64,11 @@ def sniff(path: Path, head: bytes) -> bool:
     if path.name == "run_config.json" and (path.parent / "runs").is_dir():
         return True
     obj = first_json_line(head)
-    return obj is not None and isinstance(obj.get("isl_text"), str)
+    if obj is not None:
+        return isinstance(obj.get("isl_text"), str)
+    # A first line longer than the sniffed head (prompts are long): look at its start.
+    first = head.lstrip().split(b"\n", 1)[0]
+    return first.startswith(b"{") and _ISL_KEY.search(first) is not None
 
 
 def _chunks(text: str, enc: ChunkEncoder) -> list[np.ndarray]:

@@ -25,6 +25,7 @@ The prompt is rendered system, tools, then messages (`xmemplan.text.render`), wi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime
 from functools import partial
@@ -52,6 +53,7 @@ SESSION_FIELDS = (
 )
 TIMESTAMP_FIELDS = ("timestamp", "ts", "time", "request_time", "created_at", "created")
 _MISSING = object()
+_MESSAGES_KEY = re.compile(rb'"(messages|system|tools)"\s*:\s*[\[{"]')
 
 
 def _body(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -66,7 +68,14 @@ def _body(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 def sniff(path: Path, head: bytes) -> bool:
     obj = first_json_line(head)
-    return obj is not None and _body(obj) is not None
+    if obj is not None:
+        return _body(obj) is not None
+    # A first line longer than the sniffed head (a long system prompt): look at its start.
+    first = head.lstrip().split(b"\n", 1)[0]
+    return (
+        first.startswith(b"{") and _MESSAGES_KEY.search(first) is not None
+        and b'"parentUuid"' not in first and b'"isl_text"' not in first
+    )
 
 
 def _get(obj: dict[str, Any], dotted: str) -> Any:

@@ -1,0 +1,262 @@
+"""Each text format read end to end from the project's fixtures (tests/fixtures/text)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xmemplan.errors import EXIT_OK
+from xmemplan.hitrate import HitrateOptions, analyze
+from xmemplan.text.encoder import ChunkEncoder
+from xmemplan.text.tokenizer import get_tokenizer
+from xmemplan.traces import claude_transcript, netpreme, request_log
+from xmemplan.traces.base import ReadOptions, SkipLog
+from xmemplan.traces.registry import discover
+
+FIXTURES = Path(__file__).parent / "fixtures" / "text"
+CLAUDE = FIXTURES / "claude"
+MAIN = CLAUDE / "5d0c1e2a-0000-4000-8000-00000000a001.jsonl"
+AGENT = next(CLAUDE.rglob("agent-*.jsonl"))
+NETPREME = FIXTURES / "netpreme"
+ANTHROPIC = FIXTURES / "request_log" / "anthropic.jsonl"
+OPENAI = FIXTURES / "request_log" / "openai.jsonl"
+
+
+class Recording(ChunkEncoder):
+    """Records the (role, text) of every chunk it tokenizes."""
+
+    def __init__(self) -> None:
+        super().__init__(get_tokenizer(), cache=False)
+        self.seen: list[tuple[str, str]] = []
+
+    def chunk(self, role: str, text: str) -> np.ndarray:
+        self.seen.append((role, text))
+        return super().chunk(role, text)
+
+
+def _rows(batch):
+    offs = batch.key_offsets
+    return [batch.keys[offs[i]:offs[i + 1]] for i in range(len(batch))]
+
+
+def _read(reader, path: Path, options: ReadOptions | None = None, enc=None):
+    enc = enc or ChunkEncoder(get_tokenizer())
+    skips = SkipLog()
+    batches = list(reader.read_with(path, options or ReadOptions(), skips, enc))
+    return batches, skips
+
+
+def test_fixtures_are_what_the_generator_writes(tmp_path):
+    """The committed fixtures equal a fresh run of generate.py (they cannot drift)."""
+    gen = FIXTURES / "generate.py"
+    copy = tmp_path / "generate.py"
+    copy.write_text(gen.read_text())
+    subprocess.run([sys.executable, str(copy)], check=True, cwd=tmp_path)
+    made = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    made.remove(Path("generate.py"))
+    kept = sorted(
+        p.relative_to(FIXTURES) for p in FIXTURES.rglob("*")
+        if p.is_file() and p.name != "generate.py" and "__pycache__" not in p.parts
+    )
+    assert made == kept
+    for rel in made:
+        assert (tmp_path / rel).read_bytes() == (FIXTURES / rel).read_bytes(), rel
+
+
+def test_sniffing_picks_each_text_format():
+    found = discover([FIXTURES])
+    by = {p.relative_to(FIXTURES).as_posix(): r.NAME for p, r in found.files}
+    assert not found.unrecognized or all(p.name == "generate.py" for p in found.unrecognized)
+    assert by[MAIN.relative_to(FIXTURES).as_posix()] == "claude-transcript"
+    assert by[AGENT.relative_to(FIXTURES).as_posix()] == "claude-transcript"
+    assert by["request_log/anthropic.jsonl"] == "request-log"
+    assert by["request_log/openai.jsonl"] == "request-log"
+    for rel, name in by.items():
+        if rel.startswith("netpreme/"):  # the transcript copy in a run folder is claimed too
+            assert name == "netpreme", rel
+
+
+# --- Claude Code transcripts -------------------------------------------------------------
+
+
+def test_claude_transcript_requests_usage_and_prefixes():
+    (batch,), skips = _read(claude_transcript, MAIN)
+    assert skips.total == 0
+    # 7 API calls: msg_A is two records (deduplicated), the sub-agent's are excluded.
+    assert len(batch) == 7
+    assert batch.extras == {}  # the main file holds no sidechain records
+    lines = [json.loads(x) for x in MAIN.read_text().splitlines()]
+    usages: dict[str, dict] = {}
+    for rec in lines:
+        if rec.get("type") == "assistant" and not rec.get("isSidechain"):
+            usages[rec["message"]["id"]] = rec["message"]["usage"]
+    expect_cached = [u["cache_read_input_tokens"] for u in usages.values()]
+    expect_prompt = [
+        u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"]
+        for u in usages.values()
+    ]
+    assert batch.reported_cached_tokens.tolist() == expect_cached
+    assert batch.reported_prompt_tokens.tolist() == expect_prompt
+    assert batch.output_tokens.tolist() == [u["output_tokens"] for u in usages.values()]
+    rows = _rows(batch)
+    # Before the compaction every prompt extends the previous one token for token.
+    for prev, cur in zip(rows[:5], rows[1:6]):
+        assert cur.shape[0] > prev.shape[0]
+        assert np.array_equal(cur[: prev.shape[0]], prev)
+    # After it, the prompt starts over from the summary.
+    assert not np.array_equal(rows[6][: rows[5].shape[0]], rows[5])
+    assert rows[6].shape[0] < rows[5].shape[0] // 4
+    assert np.all(np.diff(batch.timestamp_s) > 0)
+
+
+def test_claude_parallel_tool_results_are_all_in_the_next_prompt():
+    enc = Recording()
+    _read(claude_transcript, MAIN, enc=enc)
+    users = [text for role, text in enc.seen if role == "user"]
+    both = [t for t in users if "1 failed" in t and "./calc.py:10:def f3" in t]
+    assert both, "the two sibling tool results should form one user message"
+    assert all("signature" not in t and "EoQDsigA1" not in t for _, t in enc.seen)
+    assert not any("Conversation compacted" in t for _, t in enc.seen)  # system: not model input
+    assert any("continued from a previous conversation" in t for _, t in enc.seen)
+
+
+def test_claude_subagents_merge_into_the_parent_session():
+    opts = HitrateOptions(subagents=True)
+    res = analyze([CLAUDE], opts)
+    assert res.summary["requests"] == 9 and res.summary["sessions"] == 1
+    # Usage in the main file's agent_progress records is not counted a second time.
+    rep = res.reported
+    assert rep is not None and rep["requests"] == 9
+    without = analyze([CLAUDE], HitrateOptions())
+    assert without.summary["requests"] == 7
+    assert any("2 sub-agent requests not included" in n for n in without.notes)
+
+
+def test_claude_reported_and_reconstructed_side_by_side(cli):
+    r = cli("hitrate", CLAUDE, "-f", "json")
+    assert r.code == EXIT_OK, r.err
+    doc = json.loads(r.out)
+    rep = doc["reported"]
+    assert rep["requests"] == 7 and rep["sessions"][0]["requests"] == 7
+    assert rep["reported_token_hit_ratio"] > 0.9  # the API also caches the unseen system prompt
+    assert rep["reconstructed_token_hit_ratio"] == pytest.approx(doc["token_hit_ratio"])
+    assert rep["difference"] == pytest.approx(
+        rep["reconstructed_token_hit_ratio"] - rep["reported_token_hit_ratio"]
+    )
+    table = cli("hitrate", CLAUDE)
+    assert "Reported by the API/engine vs reconstructed" in table.out
+
+
+def test_claude_hits_equal_the_previous_prompt():
+    res = analyze([MAIN], HitrateOptions())
+    f = res.requests_frame()
+    prompt, hit = f["prompt_tokens"].to_list(), f["hit_tokens"].to_list()
+    assert hit[0] == 0
+    assert hit[1:6] == prompt[0:5]  # infinite cache: everything sent before is a hit
+    assert hit[6] < 5  # after compaction only the chat marker of the first message matches
+
+
+# --- Netpreme runs -----------------------------------------------------------------------
+
+
+def test_netpreme_runs_engine_ratio_and_companions():
+    res = analyze([NETPREME], HitrateOptions())
+    assert res.unrecognized == [] and res.skips.total == 0
+    assert res.summary["sessions"] == 2 and res.summary["requests"] == 7  # transcript copy not read
+    f = res.requests_frame()
+    assert set(f["session_id"]) == {"django__django-11099", "sympy__sympy-20590"}
+    rep = res.reported
+    assert rep is not None and rep["requests"] == 4  # only the run with engine_metrics.jsonl
+    run = next(NETPREME.rglob("engine_metrics.jsonl"))
+    rows = [json.loads(x) for x in run.read_text().splitlines()]
+    engine = sum(r["isl"] - r["isl_new"] for r in rows) / sum(r["isl"] for r in rows)
+    assert rep["reported_token_hit_ratio"] == pytest.approx(engine)
+    # Each turn's prompt extends the previous one (chunks parsed and rendered).
+    (batch,), _ = _read(netpreme, next(NETPREME.rglob("django*/turn_traces.jsonl")))
+    rows_ = _rows(batch)
+    for prev, cur in zip(rows_, rows_[1:]):
+        assert np.array_equal(cur[: prev.shape[0]], prev)
+    assert batch.timestamp_s.tolist() == sorted(batch.timestamp_s.tolist())
+
+
+def test_netpreme_chunks_render_like_request_logs():
+    """The same conversation tokenizes the same from isl_text and from a request body."""
+    (batch,), _ = _read(netpreme, next(NETPREME.rglob("django*/turn_traces.jsonl")))
+    first = json.loads(next(NETPREME.rglob("django*/turn_traces.jsonl")).read_text()
+                       .splitlines()[0])
+    parts = netpreme._CHUNK.split(first["isl_text"])  # the system text holds newlines
+    body = {"system": parts[0][len("SYSTEM:"):], "tools": json.loads(parts[1][len("TOOLS:"):]),
+            "messages": [json.loads(p[len("MSG:"):]) for p in parts[2:]]}
+    enc = ChunkEncoder(get_tokenizer())
+    keys = ChunkEncoder.join(request_log._prompt(body, enc))
+    assert np.array_equal(keys, _rows(batch)[0])
+
+
+# --- Request logs ------------------------------------------------------------------------
+
+
+def test_anthropic_log_noise_is_stripped():
+    enc = Recording()
+    (batch,), skips = _read(request_log, ANTHROPIC, enc=enc)
+    assert skips.total == 0 and len(batch) == 6
+    assert sorted(set(batch.session_id)) == ["conv-1", "conv-2"]
+    for _, text in enc.seen:
+        assert "cch=" not in text and "billing-header" not in text
+        assert "cache_control" not in text and "sig0" not in text
+    res = analyze([ANTHROPIC], HitrateOptions())
+    f = res.requests_frame()
+    for sid in ("conv-1", "conv-2"):
+        s = f.filter(f["session_id"] == sid)
+        prompt, hit = s["prompt_tokens"].to_list(), s["hit_tokens"].to_list()
+        # A moving cache_control and a new billing nonce every request must not break reuse.
+        assert hit[1:] == prompt[:-1]
+    assert res.reported is not None and res.reported["requests"] == 6
+
+
+def test_anthropic_log_without_stripping_would_miss(monkeypatch):
+    """Control: with the noise left in, the same log loses its hits (the test can fail)."""
+    from xmemplan.text import render
+
+    monkeypatch.setattr(render, "strip_noise", lambda v: v)
+    monkeypatch.setattr(render, "BILLING_HEADER", __import__("re").compile("(?!)"))
+    res = analyze([ANTHROPIC], HitrateOptions())
+    f = res.requests_frame()
+    s = f.filter(f["session_id"] == "conv-1")
+    assert s["hit_tokens"].to_list()[1] < s["prompt_tokens"].to_list()[0]
+
+
+def test_openai_log_with_session_and_timestamp_fields(cli, tmp_path):
+    out = tmp_path / "requests.csv"
+    r = cli("hitrate", OPENAI, "--session-field", "meta.conv", "--timestamp-field", "t_ms",
+            "-f", "json", "-o", out)
+    assert r.code == EXIT_OK, r.err
+    assert json.loads(r.out)["sessions"] == 1 and "oa-1" in out.read_text()
+    res = analyze([OPENAI], HitrateOptions(session_field="meta.conv", timestamp_field="t_ms"))
+    f = res.requests_frame()
+    assert f["session_id"].to_list() == ["oa-1"] * 3
+    assert f["timestamp_s"].to_list() == [1774467800.0, 1774467802.0, 1774467804.0]  # ms -> s
+    prompt, hit = f["prompt_tokens"].to_list(), f["hit_tokens"].to_list()
+    assert hit[1:] == prompt[:-1]
+    rep = res.reported
+    rows = [json.loads(x) for x in OPENAI.read_text().splitlines()]
+    assert rep is not None and rep["reported_token_hit_ratio"] == pytest.approx(
+        sum(x["usage"]["prompt_tokens_details"]["cached_tokens"] for x in rows)
+        / sum(x["usage"]["prompt_tokens"] for x in rows)
+    )
+    default = analyze([OPENAI], HitrateOptions())
+    assert set(default.requests_frame()["session_id"]) == {"openai"}  # no known field: the file
+
+
+def test_openai_tool_calls_are_rendered():
+    enc = Recording()
+    _read(request_log, OPENAI, enc=enc)
+    calls = [t for r, t in enc.seen if r == "assistant"]
+    assert calls and all('<tool_call>\n{"name":"python","arguments":{"code":' in t for t in calls)
+    assert any(r == "tool" and t.startswith("<tool_response>") for r, t in enc.seen)
+    assert any(r == "system" for r, _ in enc.seen)
+
