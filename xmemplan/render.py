@@ -19,11 +19,14 @@ from typing import Any
 from rich.console import Console
 from rich.progress import (
     BarColumn,
+    DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
+    TransferSpeedColumn,
 )
 from rich.table import Table
 
@@ -72,22 +75,34 @@ class _Progress:
         if self._progress is not None:
             self._progress.advance(self._task, n)
 
+    def update(self, completed: float, total: float | None = None) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=completed, total=total)
+
     def set_description(self, text: str) -> None:
         if self._progress is not None:
             self._progress.update(self._task, description=text)
 
 
 @contextmanager
-def progress(total: float | None, description: str) -> Iterator[_Progress]:
-    """A progress bar on stderr; silent when stderr is not a terminal or when quiet."""
+def progress(
+    total: float | None, description: str, unit: str = "items"
+) -> Iterator[_Progress]:
+    """A progress bar on stderr; silent when stderr is not a terminal or when quiet.
+
+    `unit="bytes"` shows sizes and throughput instead of counts.
+    """
     console = err_console()
     if _quiet or not console.is_terminal:
         yield _Progress(None, None)
         return
+    counter: list[ProgressColumn] = (
+        [DownloadColumn(), TransferSpeedColumn()] if unit == "bytes" else [MofNCompleteColumn()]
+    )
     columns = [
         TextColumn("{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        *counter,
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     ]

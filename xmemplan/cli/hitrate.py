@@ -126,12 +126,8 @@ def hitrate(
     options.capacity = cli_spec(
         capacity, capacity_curve, tiers, model, idle, page_size, profile_out, plot
     )
-    with render.progress(None, "Reading traces") as bar:
-        def on_progress(done: int, total: int) -> None:
-            if bar._progress is not None:
-                bar._progress.update(bar._task, completed=done, total=total)
-
-        result = analyze(list(traces), options, on_progress)
+    with render.progress(None, "Reading traces", unit="bytes") as bar:
+        result = analyze(list(traces), options, bar.update)
     if result.unrecognized and strict:
         raise InputError(
             "matches no known trace format", path=result.unrecognized[0],
