@@ -189,3 +189,23 @@ def test_parallel_workers_give_identical_results(tmp_path: Path):
         parts = list(pool.map(H._read_job, jobs))
     hits = np.concatenate([p.replayed.column("hit_tokens") for p in parts])
     assert hits.tolist() == one.replayed.column("hit_tokens").tolist()
+
+
+def test_parquet_token_traces_equal_jsonl(tmp_path: Path, sessions):
+    import polars as pl
+
+    synth.write_tokens_jsonl(tmp_path / "t.jsonl", sessions)
+    frame = pl.read_ndjson(tmp_path / "t.jsonl")
+    frame.write_parquet(tmp_path / "t.parquet")
+    a = analyze([tmp_path / "t.jsonl"])
+    b = analyze([tmp_path / "t.parquet"])
+    assert b.files_by_format == {"tokens": 1}
+    assert _hits_by_request(a) == _hits_by_request(b)
+
+
+def test_forcing_the_wrong_format_skips_and_counts_every_line(tmp_path: Path, sessions):
+    synth.write_tokens_jsonl(tmp_path / "t.jsonl", sessions[:1])
+    result = analyze([tmp_path / "t.jsonl"], HitrateOptions(format_name="mooncake"))
+    assert result.summary["requests"] == 0
+    assert result.skips.total == len(sessions[0].prompts)
+    assert all("input_length" in k for k in result.skips.counts)
