@@ -290,3 +290,54 @@ SHIPPED_SETUP_PER_TOKEN_OVERHEAD_S: dict[str, float] = {"V13": 1.05e-6}
 def shipped_result() -> FitResult:
     return FitResult(DEFAULT_CALIBRATION, dict(SHIPPED_SETUP_FIXED_OVERHEAD_S),
                      dict(SHIPPED_SETUP_PER_TOKEN_OVERHEAD_S))
+
+
+def _fmt(quantity: str, v: float) -> str:
+    if quantity == "ratio":
+        return f"{v:.2f}x"
+    if quantity == "tokens/s":
+        return f"{v / 1e3:,.1f}k"
+    return f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def fit_markdown(result: FitResult | None = None) -> str:
+    """The fit table of docs/model.md (a test checks the doc carries this exact text)."""
+    rows = fit_table(result)
+    lines = [
+        "| point | setup | quantity | measured | predicted | error | role |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.id} | {r.setup} | {r.quantity} | {_fmt(r.quantity, r.measured)} | "
+            f"{_fmt(r.quantity, r.predicted)} | {r.error:+.1%} | {r.role} |")
+    return "\n".join(lines)
+
+
+def constants_markdown(result: FitResult | None = None) -> str:
+    res = result or shipped_result()
+    c = res.calibration
+    lines = [
+        "| constant | value |",
+        "|---|---:|",
+        f"| eta_linear (share of the weight dtype's dense peak) | {c.eta_linear:.3f} |",
+        f"| eta_attention (share of BF16 peak; H100, H200, default) | {c.eta_attention:.3f} |",
+        f"| eta_attention on H20 | {c.eta_attention_by_gpu.get('h20', c.eta_attention):.3f} |",
+        f"| host DRAM effective bandwidth, large transfers | "
+        f"{(c.host_bandwidth_bytes_per_s or 0) / 1e9:.1f} GB/s |",
+    ]
+    for s, t0 in res.setup_fixed_overhead_s.items():
+        lines.append(f"| t0 of setup {s} ({SETUPS[s]}) | {t0 * 1e3:.1f} ms |")
+    for s, v in res.setup_per_token_overhead_s.items():
+        lines.append(f"| per-token host overhead of setup {s} | {v * 1e6:.2f} us/token |")
+    for e, t0 in c.fixed_overhead_by_engine.items():
+        lines.append(f"| shipped t0, engine {e} | {t0 * 1e3:.1f} ms |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m xmemplan.sizing.calibration: refit and print
+    res = fit()
+    print(res)
+    print(constants_markdown(res))
+    print()
+    print(fit_markdown())
