@@ -322,6 +322,17 @@ def _pick_rows(
     return out, offsets
 
 
+def capacity_hits(replayed: Any, spec: CapacitySpec, tokens: int) -> np.ndarray:
+    """Per-request hit tokens at capacity `tokens` (one of spec.points), in replay order."""
+    j = spec.column(tokens)
+    if j >= spec.points.size or spec.points[j] != tokens:
+        raise ValueError(f"{tokens} tokens is not a capacity of this spec")
+    parts = replayed.capacity
+    if not parts:
+        return np.empty(0, dtype=np.int64)
+    return np.concatenate([p.hit_tokens[:, j] for p in parts])
+
+
 # --- Summaries -------------------------------------------------------------------------------
 
 CURVE_KEYS = ("token_hit_ratio", "mean_request_hit_ratio", "rounds_ge1_token_hit_ratio")

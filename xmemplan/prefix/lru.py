@@ -239,6 +239,33 @@ def reference_lru(
     return out
 
 
+def reference_flat_lru(
+    requests: Sequence[Sequence[int]], page_tokens: int, capacity_tokens: int
+) -> list[int]:
+    """The policy as a flat LRU of chained block ids touched LAST to first (deepest first).
+
+    A second, independent spelling of `ReferenceLRU` for prefix-chained keys, fast enough
+    for the Mooncake trace: touching the deepest page first keeps every page more recent than
+    its descendants, so the least recently used block is always a leaf.
+    """
+    cache: OrderedDict[int, None] = OrderedDict()
+    limit = capacity_tokens // page_tokens
+    out = []
+    for pages in requests:
+        k = 0
+        for key in pages:
+            if key not in cache:
+                break
+            k += 1
+        out.append(k)
+        for key in reversed(pages):
+            cache[key] = None
+            cache.move_to_end(key)
+        while len(cache) > limit:
+            cache.popitem(last=False)
+    return out
+
+
 def reference_plain_lru(
     requests: Sequence[Sequence[int]], page_tokens: int, capacity_tokens: int
 ) -> list[int]:
