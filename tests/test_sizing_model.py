@@ -138,3 +138,15 @@ def test_mla_model_runs() -> None:
     ds = CAT.model("deepseek-v3")
     b = ttft(ds, CAT.gpu("b200"), XMEM, 32_768, 32_000)
     assert math.isfinite(float(b.ttft_s)) and float(b.load_s) > 0
+
+
+def test_sweep_grid_matches_single_calls() -> None:
+    from xmemplan.sizing.sweep import sweep
+
+    grid = sweep(QWEN, H100, XMEM, prompt_tokens=[8192, 65_536], hit_rates=[0.9, 1.0],
+                 bandwidths_bytes_per_s=[50e9, 350e9], concurrencies=[1, 8])
+    assert grid["ttft_s"].shape == (2, 2, 2, 2)
+    one = ttft(QWEN, H100, XMEM, 65_536, math.floor(65_536 * 0.9), concurrency=8,
+               bandwidth_bytes_per_s=50e9)
+    assert grid["ttft_s"][1, 0, 0, 1] == pytest.approx(float(one.ttft_s))
+    assert grid["ttft_last_s"][1, 0, 0, 1] == pytest.approx(float(one.ttft_last_s))

@@ -121,7 +121,7 @@ class Breakdown:
     linear_flops: ArrayLike
     attention_flops: ArrayLike
     fixed_s: ArrayLike  # t0 + per-token overhead x prompt tokens
-    concurrency: int
+    concurrency: ArrayLike
     overlap: str
 
 
@@ -224,19 +224,21 @@ def combine(load_s: ArrayLike, compute_s: ArrayLike, overlap: str, layers: int) 
 def ttft(
     model: ModelSpec, gpu: GpuSpec, tier: TierSpec,
     prompt_tokens: ArrayLike, hit_tokens: ArrayLike, *,
-    concurrency: int = 1, overlap: str = "layer", nodes: ArrayLike = 1, gpus_loading: int = 1,
+    concurrency: ArrayLike = 1, overlap: str = "layer", nodes: ArrayLike = 1,
+    gpus_loading: int = 1,
     transfer: Transfer = SGLANG_HICACHE, calibration: Calibration = DEFAULT_CALIBRATION,
     bandwidth_bytes_per_s: ArrayLike | None = None,
 ) -> Breakdown:
     """Predicted TTFT of prefilling `prompt_tokens` with `hit_tokens` loaded from `tier`.
 
     `bandwidth_bytes_per_s` replaces the computed effective bandwidth (sweeps over tier
-    bandwidth). With `concurrency` N, `ttft_s` is the mean over the N positions in flight
-    and `ttft_last_s` the N-th.
+    bandwidth); prompt, hit, bandwidth, nodes and concurrency broadcast against each other
+    (numpy rules), so one call evaluates a whole grid. With `concurrency` N, `ttft_s` is the
+    mean over the N positions in flight and `ttft_last_s` the N-th.
     """
     if overlap not in OVERLAPS:
         raise UsageError(f"unknown overlap '{overlap}'", "use sum, layer or max")
-    if concurrency < 1:
+    if np.any(np.asarray(concurrency) < 1):
         raise UsageError("concurrency must be at least 1")
     linear, attention = prefill_flops(model, prompt_tokens, hit_tokens)
     comp = compute_seconds(model, gpu, prompt_tokens, hit_tokens, calibration)

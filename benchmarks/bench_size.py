@@ -1,0 +1,75 @@
+"""Benchmarks for `xmemplan size` (docs/performance.md, section "size").
+
+1. A sweep of 10,000 configurations (10 prompt lengths x 10 hit rates x 10 bandwidths x
+   10 concurrencies) through the vectorized model: target < 1 s (and 32^4 = 1,048,576 for
+   scale).
+2. The whole `xmemplan size --ttft-slo 500ms` command, start-up included, as a subprocess:
+   target < 1 s.
+
+Each is run several times; the median (and min/max) are printed.
+
+    .venv/bin/python benchmarks/bench_size.py [--runs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def bench_sweep(runs: int, per_axis: int = 10) -> list[float]:
+    from xmemplan.catalog import load_catalog
+    from xmemplan.sizing.sweep import sweep
+
+    cat = load_catalog()
+    m, g, t = cat.model("qwen3-30b-a3b-fp8"), cat.gpu("h100-sxm"), cat.tier("xmem")
+    grid = dict(
+        prompt_tokens=np.linspace(4096, 131_072, per_axis),
+        hit_rates=np.linspace(0.9, 1.0, per_axis),
+        bandwidths_bytes_per_s=np.geomspace(25e9, 1.8e12, per_axis),
+        concurrencies=np.arange(1, per_axis + 1),
+    )
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = sweep(m, g, t, **grid)  # type: ignore[arg-type]
+        times.append(time.perf_counter() - t0)
+    assert out["ttft_s"].size == per_axis**4
+    return times
+
+
+def bench_cli(runs: int) -> list[float]:
+    exe = shutil.which("xmemplan") or str(Path(sys.executable).parent / "xmemplan")
+    cmd = [exe, "size", "--ttft-slo", "500ms", "--format", "json"]
+    subprocess.run(cmd, check=True, capture_output=True)  # warm the OS file cache
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _show(name: str, times: list[float]) -> None:
+    print(f"{name}: median {statistics.median(times) * 1e3:.1f} ms "
+          f"(min {min(times) * 1e3:.1f}, max {max(times) * 1e3:.1f}, {len(times)} runs)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=7)
+    args = ap.parse_args()
+    _show("sweep of 10,000 configurations", bench_sweep(args.runs))
+    _show("sweep of 1,048,576 configurations", bench_sweep(args.runs, per_axis=32))
+    _show("xmemplan size --ttft-slo 500ms (subprocess, start-up included)", bench_cli(args.runs))
+
+
+if __name__ == "__main__":
+    main()
