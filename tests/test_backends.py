@@ -173,6 +173,11 @@ def test_v1_zero_copy_roundtrip_through_host_pool(mode, layout, request):
     assert b.batch_get_v1(["a", "zz", "c"], dst) == [True, False, False]
     with pytest.raises(UsageError):
         b.batch_get_v1(["a"], np.arange(3))  # not whole pages
+    # The generic path (flat pages) and the v1 path store the same bytes under a key.
+    assert b.set("flat", pages[1])
+    assert b.batch_get_v1(["flat"], pool.page_indices(0)) == [True]
+    np.testing.assert_array_equal(pool.get_data_page(0), pages[1])
+    np.testing.assert_array_equal(b.get("a"), pages[0].view(np.uint8))
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -85,6 +85,14 @@ class HostPool:
             page = self.kv_buffer[:, index : index + self.page_size]
         return page.reshape(-1) if flat else page
 
+    def page_parts(self, page: int) -> list[np.ndarray]:
+        """Writable uint8 views of host page `page`, in stored order (all K, then all V)."""
+        kv = self.kv_buffer.view(np.uint8).reshape(self.kv_buffer.shape[:-1] + (-1,))
+        s = slice(page * self.page_size, (page + 1) * self.page_size)
+        if self.layout == "page_first":
+            return [kv[0, s].reshape(-1), kv[1, s].reshape(-1)]
+        return [kv[h, layer, s].reshape(-1) for h in (0, 1) for layer in range(self.layer_num)]
+
     def page_indices(self, page: int) -> np.ndarray:
         """Host token indices of host page number `page` (what SGLang passes to v1 calls)."""
         start = page * self.page_size

@@ -401,10 +401,18 @@ class XMemHiCacheStorage(HiCacheStorageBase):
                 f"host pool returned {len(ptrs)} buffers for {len(keys)} pages",
                 "pass page_size host indices per key",
             )
-        return [
+        pages = [
             [pointer_view(ptrs[j], sizes[j]) for j in range(i * runs, (i + 1) * runs)]
             for i in range(len(keys))
         ]
+        if getattr(pool, "layout", "") == "layer_first" and runs == 2 * getattr(
+            pool, "layer_num", -1
+        ):
+            # SGLang lists a layer_first MHA page as K0, V0, K1, V1, ...; store it as
+            # K0..K(L-1), V0..V(L-1), the order of `get_data_page(i).flatten()`, so that pages
+            # written by the v1 and the generic paths are the same bytes under one key.
+            pages = [parts[0::2] + parts[1::2] for parts in pages]
+        return pages
 
     def batch_set_v1(self, keys: list, host_indices: Any, extra_info: Any = None) -> list[bool]:
         return self._write_pages(keys, self._host_pages(keys, host_indices))
