@@ -5,7 +5,7 @@ A medium is `banks` arrays of equal fixed-size slots; slot `s` lives in bank `s 
 banks would). It only copies bytes; the index, checksums and locking live in
 `xmemplan.backends.store` and `xmemplan.backends.xmem`.
 
-Copies are chunked (1 MiB) and each chunk is hashed right after it is copied, while it is
+Copies are chunked (256 KiB) and each chunk is hashed right after it is copied, while it is
 still in cache: with 6 MiB pages that keeps checksumming from costing a second pass over
 memory (`benchmarks/bench_backend.py` measures it).
 """
@@ -23,7 +23,7 @@ import numpy as np
 
 from xmemplan.errors import NotAvailableError, XmemplanError
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 256 << 10
 
 XMEM_UNAVAILABLE = "X-Mem is not available on this machine"
 
