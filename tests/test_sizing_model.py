@@ -150,3 +150,10 @@ def test_sweep_grid_matches_single_calls() -> None:
                bandwidth_bytes_per_s=50e9)
     assert grid["ttft_s"][1, 0, 0, 1] == pytest.approx(float(one.ttft_s))
     assert grid["ttft_last_s"][1, 0, 0, 1] == pytest.approx(float(one.ttft_last_s))
+
+
+def test_tier_load_seconds_is_the_breakdown_load() -> None:
+    from xmemplan.sizing import tier_load_seconds
+
+    b = ttft(QWEN, H100, HOST, S, 64_000)
+    assert float(tier_load_seconds(QWEN, H100, HOST, 64_000)) == pytest.approx(float(b.load_s))

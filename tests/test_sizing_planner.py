@@ -149,3 +149,16 @@ def test_bad_requests(kwargs: dict[str, object], needle: str) -> None:
     with pytest.raises(UsageError) as info:
         build_request(**kwargs)  # type: ignore[arg-type]
     assert needle in info.value.render()
+
+
+def test_capacity_curve_sets_the_hit_ratio_a_tier_can_hold() -> None:
+    w = replace(from_flags(65_536, 0.98, "t"),
+                capacity_curve=((1e5, 0.2), (1e6, 0.6), (1e7, 0.98)))
+    assert w.hit_at_capacity(1e6, 1e9) == pytest.approx(0.6)
+    assert w.hit_at_capacity(1e8, 1e9) == pytest.approx(0.98)  # never above unlimited
+    flat = from_flags(65_536, 0.98, "t")
+    assert flat.hit_at_capacity(5e8, 1e9) == pytest.approx(0.49)
+    r = plan(_req(slo=1.0, workload=w, concurrency=1))
+    # HBM of 8 H100s holds ~2.9M tokens of KV for this model: between the curve's points.
+    hbm = r.option("hbm-only")
+    assert 0.6 < hbm.hit_ratio < 0.98

@@ -11,6 +11,7 @@ from xmemplan.sizing.model import (
     Transfer,
     effective_bandwidth,
     load_seconds,
+    tier_load_seconds,
     ttft,
 )
 
@@ -21,5 +22,6 @@ __all__ = [
     "Transfer",
     "effective_bandwidth",
     "load_seconds",
+    "tier_load_seconds",
     "ttft",
 ]

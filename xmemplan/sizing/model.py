@@ -209,6 +209,17 @@ def load_seconds(
     return np.where(p > 0, p * model.kv_bytes_per_token / bandwidth_bytes_per_s + latency_s, 0.0)
 
 
+def tier_load_seconds(
+    model: ModelSpec, gpu: GpuSpec, tier: TierSpec, hit_tokens: ArrayLike, *,
+    nodes: ArrayLike = 1, gpus_loading: int = 1, transfer: Transfer = SGLANG_HICACHE,
+    calibration: Calibration = DEFAULT_CALIBRATION,
+) -> Any:
+    """`load_seconds` with the effective bandwidth and latency of `tier` on `gpu`."""
+    bw = effective_bandwidth(model, gpu, tier, nodes=nodes, gpus_loading=gpus_loading,
+                             transfer=transfer, calibration=calibration)
+    return load_seconds(model, hit_tokens, bw, tier.latency_s)
+
+
 def combine(load_s: ArrayLike, compute_s: ArrayLike, overlap: str, layers: int) -> Any:
     """One request's load and compute under the engine's overlap rule (no fixed overhead)."""
     if overlap == "sum":
