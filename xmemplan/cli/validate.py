@@ -58,7 +58,7 @@ def validate(
         "4GB", "--max-bytes", help="Scale token counts so that at most this much KV moves."
     ),
     repeats: int = typer.Option(3, "--repeats", min=1,
-                                help="Reads per request; the median is its load time."),
+                                help="Reads per request; the fastest is its load time."),
     catalog: list[Path] = typer.Option(
         [], "--catalog", help="Extra catalog TOML files (repeatable)."
     ),
