@@ -260,3 +260,15 @@ def test_openai_tool_calls_are_rendered():
     assert any(r == "tool" and t.startswith("<tool_response>") for r, t in enc.seen)
     assert any(r == "system" for r, _ in enc.seen)
 
+
+
+def test_claude_progress_only_subagents_are_reported_not_read(tmp_path):
+    """Without the sidechain file beside it, a sub-agent known only from agent_progress
+    copies is counted in a note (the copies are lossy), never read as requests."""
+    alone = tmp_path / MAIN.name
+    alone.write_bytes(MAIN.read_bytes())
+    res = analyze([alone], HitrateOptions(subagents=True))
+    assert res.summary["requests"] == 7
+    assert any("1 sub-agent requests appear only as progress records" in n for n in res.notes)
+    with_file = analyze([CLAUDE], HitrateOptions(subagents=True))
+    assert not any("progress records" in n for n in with_file.notes)

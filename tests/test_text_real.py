@@ -56,6 +56,8 @@ def test_main_session_alone_and_the_excluded_subagents(folder):
     res = analyze([folder], HitrateOptions())
     assert res.summary["requests"] == 6 and res.summary["sessions"] == 1
     assert any("44 sub-agent requests not included" in n for n in res.notes)
+    # Two of the four sub-agents have no sidechain file here: 13 + 25 calls, reported.
+    assert any("38 sub-agent requests appear only as progress records" in n for n in res.notes)
 
 
 def test_reconstructed_prompts_lack_only_the_unseen_system_prefix(merged):

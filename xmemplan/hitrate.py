@@ -344,6 +344,11 @@ def analyze(
             f"{int(extras['subagent_requests_excluded']):,} sub-agent requests not included "
             "(add --subagents to merge them into their sessions)"
         )
+    if extras.get("subagent_requests_progress_only"):
+        notes.append(
+            f"{int(extras['subagent_requests_progress_only']):,} sub-agent requests appear only "
+            "as progress records (no sidechain file beside the session): not counted"
+        )
     dupes = _duplicate_sessions(replayed)
     if dupes:
         notes.append(f"{dupes} session ids appear in more than one file; they are kept apart")

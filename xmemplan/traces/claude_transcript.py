@@ -20,7 +20,9 @@ cache_read_input_tokens + cache_creation_input_tokens`. Usage inside `progress` 
 mirrors sub-agent messages that the sidechain files hold as well and is never counted.
 
 Sub-agent (sidechain) requests are left out unless `--subagents`, which merges them into
-the parent session, as for the Claude Code block traces.
+the parent session, as for the Claude Code block traces. Sub-agent calls that appear only as
+`agent_progress` copies (no sidechain file beside the session) are counted and reported, not
+read: the copies are lossy (they lack the assistant messages' text blocks).
 
 What the transcript lacks: the system prompt and tool definitions that Claude Code sends
 before the messages are not written to it, so reconstructed prompts are shorter than the
@@ -101,6 +103,8 @@ class _Node:
     timestamp: float | None = None
     session: str = ""
     usage: Any = None
+    agent: str | None = None  # agentId of a sub-agent record
+    mirror: tuple[str, str] | None = None  # (agentId, message.id) of an agent_progress copy
     children: list[int] = field(default_factory=list)
 
 
@@ -129,6 +133,7 @@ def _node(
         sidechain=obj.get("isSidechain") is True,
         timestamp=_timestamp(obj.get("timestamp")),
         session=str(obj.get("sessionId") or default_session),
+        agent=obj["agentId"] if isinstance(obj.get("agentId"), str) else None,
     )
     if kind not in KNOWN_TYPES:
         skips.skip(path, line, f"unknown record type {kind!r}", "type")
@@ -142,6 +147,9 @@ def _node(
             node.role = "user"
             node.text = content_text(att.get("content")) if isinstance(att, dict) and isinstance(
                 att.get("content"), str | list) else orjson.dumps(att).decode()
+        return node
+    if kind == "progress":
+        node.mirror = _mirrored_call(obj.get("data"))
         return node
     if kind not in ("user", "assistant"):
         return node
@@ -176,6 +184,39 @@ def _node(
 
 
 _MISSING = object()
+
+
+def _mirrored_call(data: Any) -> tuple[str, str] | None:
+    """(agentId, message.id) of a sub-agent API response copied into an agent_progress."""
+    if not isinstance(data, dict) or data.get("type") != "agent_progress":
+        return None
+    inner = data.get("message")
+    msg = inner.get("message") if isinstance(inner, dict) else None
+    agent = data.get("agentId")
+    if (
+        isinstance(inner, dict) and inner.get("type") == "assistant" and isinstance(msg, dict)
+        and isinstance(msg.get("id"), str) and isinstance(agent, str)
+    ):
+        return agent, msg["id"]
+    return None
+
+
+def _progress_only_calls(path: Path, nodes: list[_Node]) -> int:
+    """Sub-agent API calls seen only in agent_progress copies: no sidechain records here
+    and no `agent-<id>.jsonl` beside the session (those copies are lossy: not read)."""
+    here = {n.agent for n in nodes if n.sidechain and n.agent}
+    calls: dict[str, set[str]] = {}
+    for n in nodes:
+        if n.mirror is not None and n.mirror[0] not in here:
+            calls.setdefault(n.mirror[0], set()).add(n.mirror[1])
+    missing = 0
+    for agent, ids in calls.items():
+        name = f"agent-{agent}.jsonl"
+        beside = (path.parent / name, path.parent / "subagents" / name,
+                  path.parent / path.stem / "subagents" / name)
+        if not any(p.is_file() for p in beside):
+            missing += len(ids)
+    return missing
 
 
 def _usage(usage: Any, line: int, path: Path, skips: SkipLog) -> tuple[int, int, int | None] | None:
@@ -328,6 +369,9 @@ def read_with(
     batch = builder.build(complete_sessions=not options.subagents)
     if excluded:
         batch.extras["subagent_requests_excluded"] = excluded
+    progress_only = _progress_only_calls(path, nodes)
+    if progress_only:
+        batch.extras["subagent_requests_progress_only"] = progress_only
     if len(batch) or batch.extras:
         yield batch
 
