@@ -154,7 +154,7 @@ def _prompt(body: dict[str, Any], enc: ChunkEncoder) -> list[np.ndarray]:
         if not isinstance(msg, dict):
             continue
         raw = orjson.dumps(msg)
-        if msg.get("role") == "system":  # OpenAI system prompt: same noise rules
+        if msg.get("role") in ("system", "developer"):  # OpenAI system prompt: same noise rules
             chunks.append(enc.chunk("system", system_text(msg.get("content"))))
         else:
             chunks.append(enc.memo(raw, partial(_message, msg, enc)))
