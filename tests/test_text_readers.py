@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xmemplan.errors import EXIT_OK
 from xmemplan.hitrate import HitrateOptions, analyze
@@ -272,3 +274,37 @@ def test_claude_progress_only_subagents_are_reported_not_read(tmp_path):
     assert any("1 sub-agent requests appear only as progress records" in n for n in res.notes)
     with_file = analyze([CLAUDE], HitrateOptions(subagents=True))
     assert not any("progress records" in n for n in with_file.notes)
+
+
+# --- Property: rendering keeps shared message prefixes as shared token prefixes ----------
+
+_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), max_codepoint=0x2FFF), max_size=60
+)
+_block = st.one_of(
+    _text.map(lambda t: {"type": "text", "text": t}),
+    st.tuples(_text, _text).map(lambda p: {"type": "tool_use", "id": "t", "name": p[0] or "x",
+                                            "input": {"arg": p[1]}}),
+    _text.map(lambda t: {"type": "tool_result", "tool_use_id": "t", "content": t}),
+    _text.map(lambda t: {"type": "thinking", "thinking": t, "signature": "sig" + t[:3]}),
+)
+_message = st.tuples(st.sampled_from(["user", "assistant"]),
+                     st.one_of(_text, st.lists(_block, min_size=1, max_size=3)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_message, min_size=2, max_size=8), st.integers(0, 10**6))
+def test_growing_conversation_gives_growing_token_prefixes(messages, nonce):
+    enc = ChunkEncoder(get_tokenizer())
+    prev = None
+    for k in range(1, len(messages) + 1):
+        msgs = [{"role": r, "content": json.loads(json.dumps(c))} for r, c in messages[:k]]
+        last = msgs[-1]
+        if isinstance(last["content"], list):  # the moving cache_control marker
+            last["content"][-1]["cache_control"] = {"type": "ephemeral"}
+        body = {"system": f"x-anthropic-billing-header: cch={nonce + k};\nBe brief.",
+                "messages": msgs}
+        keys = ChunkEncoder.join(request_log._prompt(body, enc))
+        if prev is not None:
+            assert np.array_equal(keys[: prev.shape[0]], prev)
+        prev = keys
