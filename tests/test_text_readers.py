@@ -308,3 +308,24 @@ def test_growing_conversation_gives_growing_token_prefixes(messages, nonce):
         if prev is not None:
             assert np.array_equal(keys[: prev.shape[0]], prev)
         prev = keys
+
+
+def test_claude_attachment_and_unknown_records_pass_through_the_chain(tmp_path):
+    base = {"isSidechain": False, "sessionId": "s-att", "timestamp": "2026-03-25T19:42:00Z"}
+    rows = [
+        {**base, "type": "user", "uuid": "u1", "parentUuid": None,
+         "message": {"role": "user", "content": "question"}},
+        {**base, "type": "attachment", "uuid": "t1", "parentUuid": "u1",
+         "attachment": {"type": "file", "content": "CONTENTS OF notes.md"}},
+        {**base, "type": "future-thing", "uuid": "x1", "parentUuid": "t1"},
+        {**base, "type": "assistant", "uuid": "a1", "parentUuid": "x1",
+         "message": {"id": "m1", "role": "assistant", "content": "answer",
+                     "usage": {"input_tokens": 5, "cache_read_input_tokens": 0,
+                               "cache_creation_input_tokens": 0, "output_tokens": 1}}},
+    ]
+    p = tmp_path / "s-att.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    enc = Recording()
+    (batch,), skips = _read(claude_transcript, p, enc=enc)
+    assert len(batch) == 1 and skips.total == 1  # the unknown type, counted
+    assert enc.seen == [("user", "question\nCONTENTS OF notes.md")]

@@ -64,6 +64,7 @@ _TYPE_KEY = re.compile(
     rb'"type"\s*:\s*"(' + b"|".join(t.encode() for t in sorted(KNOWN_TYPES)) + rb')"'
 )
 _MARKER_KEY = re.compile(rb'"(' + b"|".join(k.encode() for k in _MARKERS) + rb')"\s*:')
+_MISSING = object()  # usage key absent (unlike a usage of null)
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
@@ -145,8 +146,10 @@ def _node(
         att = obj.get("attachment")
         if att is not None:  # injected into the context as user text
             node.role = "user"
-            node.text = content_text(att.get("content")) if isinstance(att, dict) and isinstance(
-                att.get("content"), str | list) else orjson.dumps(att).decode()
+            if isinstance(att, dict) and isinstance(att.get("content"), str | list):
+                node.text = content_text(att["content"])
+            else:
+                node.text = orjson.dumps(att).decode()
         return node
     if kind == "progress":
         node.mirror = _mirrored_call(obj.get("data"))
@@ -181,9 +184,6 @@ def _node(
             and isinstance(b.get("tool_use_id"), str)
         )
     return node
-
-
-_MISSING = object()
 
 
 def _mirrored_call(data: Any) -> tuple[str, str] | None:
