@@ -31,6 +31,7 @@ the replay): the run then tests the model's load term against real copies.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -300,6 +301,22 @@ class _Pattern:
         return True
 
 
+def sglang_style_keys(page_ids: np.ndarray) -> list[str]:
+    """Backend keys as SGLang makes them: chained SHA-256 hex, one per page.
+
+    SGLang hashes each page's token ids seeded with the previous page's digest
+    (`get_hash_str`), so a key names the whole prefix up to its page. Here a page's id
+    stands in for its tokens.
+    """
+    keys = []
+    prior = b""
+    for pid in page_ids.tolist():
+        digest = hashlib.sha256(prior + int(pid).to_bytes(8, "little", signed=True)).digest()
+        keys.append(digest.hex())
+        prior = digest
+    return keys
+
+
 def _host_pool(model: Any, pages: int, page_tokens: int, layout: str = "page_first") -> Any:
     from xmemplan.backends.hostpool import HostPool
 
@@ -509,7 +526,7 @@ def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResu
     bad_pages: list[str] = []
     try:
         for i, req in enumerate(requests):
-            keys = [str(int(k)) for k in req.keys]
+            keys = sglang_style_keys(req.keys)
             n = len(keys)
             hit_pages = int(hits_by_matcher[i])
             found = backend.batch_exists(keys)
