@@ -103,14 +103,12 @@ def lru_match(
         starts = np.flatnonzero(resets)
         ends = np.append(starts[1:], n)
         max_requests = int(np.max(ends - starts))
-        max_keys = int(np.max(offsets[ends] - offsets[starts]))
         nodes = 1 + 2 * max_requests
         table = 1 << max(4, int(2 * nodes - 1).bit_length())
         longest = int(lengths.max()) + 2
         lru_replay(
             keys, offsets, resets, pt, prompt, ts, np.ascontiguousarray(caps[order]), edges,
             matched, hits_sorted, gap, gap_tokens, stats,
-            np.empty(max(max_keys, 1), dtype=np.int64),
             np.empty(nodes, dtype=np.int64),
             np.empty(nodes, dtype=np.int64),
             np.empty(nodes, dtype=np.int64),

@@ -24,7 +24,8 @@ position a, is
 and W(s) is one prefix sum over requests (a Fenwick tree). The cost per request is the
 radix-tree walk the infinite cache does anyway, plus O(log n) per owner run, not per page.
 
-The tree is the path-compressed radix tree of `xmemplan.prefix.kernels`, with two changes:
+The tree is the path-compressed radix tree of `xmemplan.prefix.kernels` (edges are slices of
+the input keys, so inserting copies nothing), with two changes:
 an edge is also split where a request *ends* inside it (so that every node has one owner),
 and `owner[node]` records the last request that touched the node.
 """
@@ -140,7 +141,6 @@ def lru_replay(
     out_gap: np.ndarray,  # float64, n: seconds since the deepest hit page was last used
     out_gap_tokens: np.ndarray,  # float64, G: hit tokens (infinite cache) by reuse gap
     out_stats: np.ndarray,  # int64, 1: [0] the most distinct page tokens of one cache
-    store: np.ndarray,  # int64, >= keys between two resets
     e_start: np.ndarray,  # int64, >= 1 + 2 x requests between two resets
     e_len: np.ndarray,  # int64, same size
     owner: np.ndarray,  # int64, same size
@@ -162,7 +162,6 @@ def lru_replay(
     n_bins = gap_edges.shape[0] - 1
     epoch = np.int64(0)
     n_nodes = np.int64(1)
-    top = np.int64(0)
     distinct = np.int64(0)
     out_stats[0] = 0
     owner[0] = EMPTY
@@ -170,7 +169,6 @@ def lru_replay(
         if resets[r]:
             epoch += 1
             n_nodes = np.int64(1)
-            top = np.int64(0)
             distinct = np.int64(0)
         s = offsets[r]
         n = offsets[r + 1] - s
@@ -191,7 +189,7 @@ def lru_replay(
                 break
             length = e_len[child]
             lim = min(length, n - pos)
-            m = _common(store, e_start[child], keys, s + pos, lim)
+            m = _common(keys, e_start[child], keys, s + pos, lim)
             if m < length:
                 # Split the edge after m keys: on a mismatch, or where the request ends, so
                 # that the part this request touches gets this request as its owner.
@@ -203,7 +201,7 @@ def lru_replay(
                 t_child[slot] = mid
                 e_start[child] += m
                 e_len[child] -= m
-                k1 = store[e_start[child]]
+                k1 = keys[e_start[child]]
                 slot2 = _slot(mid, k1, mask)
                 while t_epoch[slot2] == epoch:
                     slot2 = (slot2 + 1) & mask
@@ -275,12 +273,9 @@ def lru_replay(
         if pos < n:
             leaf = n_nodes
             n_nodes += 1
-            e_start[leaf] = top
+            e_start[leaf] = s + pos  # the edge is a slice of the input: nothing is copied
             e_len[leaf] = n - pos
             owner[leaf] = r
-            for i in range(n - pos):
-                store[top + i] = keys[s + pos + i]
-            top += n - pos
             distinct += (n - pos) * bt
             if distinct > out_stats[0]:
                 out_stats[0] = distinct
