@@ -326,3 +326,33 @@ def test_mooncake_conversation_capacities_against_reference():
     k = np.array(reference_plain_lru(blocks, 512, 3_000_000))
     plain = np.minimum(k * 512, prompt).sum() / prompt.sum()
     assert 0.138 <= plain < got["3M"] <= 0.139
+
+
+@pytest.mark.parametrize(
+    "fmt,scope,page",
+    [
+        ("blocks", "session", 1),
+        ("tokens", "session", 1),
+        ("tokens", "global", 16),
+        ("mooncake", "global", 1),
+        ("bailian", "global", 1),
+    ],
+)
+def test_infinite_figures_unchanged_by_capacity(tmp_path: Path, sessions, fmt, scope, page):
+    # With a capacity the infinite-cache hits come from the LRU pass: they must not move.
+    if fmt == "blocks":
+        synth.write_claude_blocks(tmp_path / "in", sessions)
+    elif fmt == "tokens":
+        synth.write_tokens_jsonl(tmp_path / "in", sessions)
+    elif fmt == "mooncake":
+        synth.write_mooncake(tmp_path / "in", sessions)
+    else:
+        synth.write_bailian(tmp_path / "in", synth.bailian_rows(n_roots=6, depth=3, seed=2))
+    plain = analyze([tmp_path / "in"], HitrateOptions(scope=scope, page_size=page))
+    spec = build_spec(capacity="1G", page_size=page)
+    both = analyze([tmp_path / "in"], HitrateOptions(scope=scope, page_size=page, capacity=spec))
+    assert both.requests_frame().equals(plain.requests_frame())
+    assert both.summary == plain.summary
+    assert capacity_hits(both.replayed, spec, 10**9).tolist() == (
+        plain.requests_frame()["hit_tokens"].to_list()
+    )

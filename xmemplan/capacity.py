@@ -273,6 +273,7 @@ class CapacityPart:
     """One batch's per-request results, aligned with its rows of `Replayed`."""
 
     hit_tokens: np.ndarray  # int64 (n, J): hit tokens at spec.points[j]
+    infinite_hit_tokens: np.ndarray  # int64 (n,): hit tokens of the infinite cache
     page_tokens: np.ndarray  # int64 (n,): tokens per page of each request
     gap_s: np.ndarray  # float64 (n,): seconds since the deepest hit page was last used
     gap_tokens: np.ndarray  # float64 (G,): hit tokens by reuse gap (infinite cache)
@@ -302,8 +303,10 @@ def replay_capacity(
             keys, offsets = _pick_rows(keys, offsets, pk, poff, token_rows)
         page[token_rows] = page_size
     res = lru_match(keys, offsets, resets, page, spec.points, prompt, timestamps)
-    hit = np.minimum(res.hits * page[:, None], np.asarray(prompt)[:, None])
-    return CapacityPart(hit, page, res.gap_s, res.gap_tokens, res.distinct_tokens)
+    prompt = np.asarray(prompt)
+    hit = np.minimum(res.hits * page[:, None], prompt[:, None])
+    inf = np.minimum(res.matched * page, prompt)
+    return CapacityPart(hit, inf, page, res.gap_s, res.gap_tokens, res.distinct_tokens)
 
 
 def _pick_rows(

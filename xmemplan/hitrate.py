@@ -201,18 +201,19 @@ def replay(batch: S.RequestBatch, scope: str, page_size: int, capacity: Any = No
         resets = np.ones(n, dtype=bool)
         resets[1:] = codes[1:] != codes[:-1]
     keys, offsets = _take(batch, order)
-    matched = match(keys, offsets, resets)
     prompt = batch.prompt_tokens[order]
-    hit = _hits(matched, batch.block_tokens[order], prompt, page_size)
-    if capacity is not None:
+    if capacity is None:
+        matched = match(keys, offsets, resets)
+        hit = _hits(matched, batch.block_tokens[order], prompt, page_size)
+    else:  # one LRU pass also gives the infinite cache's hits (tests check they agree)
         from xmemplan.capacity import replay_capacity
 
-        out.capacity.append(
-            replay_capacity(
-                keys, offsets, resets, batch.block_tokens[order], prompt,
-                batch.timestamp_s[order], page_size, capacity,
-            )
+        part = replay_capacity(
+            keys, offsets, resets, batch.block_tokens[order], prompt,
+            batch.timestamp_s[order], page_size, capacity,
         )
+        out.capacity.append(part)
+        hit = part.infinite_hit_tokens
 
     def opt(a: np.ndarray | None) -> np.ndarray:
         return a[order] if a is not None else S.empty_int(n)

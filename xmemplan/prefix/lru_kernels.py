@@ -83,17 +83,40 @@ def page_keys(
     """Token ids -> one prefix-chained key per FULL page: page j's key hashes tokens [0, (j+1)P).
 
     The tail that does not fill a page gets no key: it is never cached (vLLM and SGLang with
-    page size > 1 cache whole pages only). Collisions: ~2^-64 per pair of distinct prefixes.
+    page size > 1 cache whole pages only). Inside a page, four independent multiply-add lanes
+    (tokens i mod 4) keep the CPU busy; each page's lanes are then folded into the chain with
+    the splitmix64 finalizer, so a key depends on every token before it and on its position.
     """
     w = np.int64(0)
     out_offsets[0] = 0
+    m0 = np.uint64(0x9E3779B97F4A7C15)
+    m1 = np.uint64(0xC2B2AE3D27D4EB4F)
+    m2 = np.uint64(0x165667B19E3779F9)
+    m3 = np.uint64(0xD6E8FEB86659FD93)
     for r in range(offsets.shape[0] - 1):
         h = np.uint64(0x243F6A8885A308D3)
         s = offsets[r]
         n_pages = (offsets[r + 1] - s) // page
         for j in range(n_pages):
-            for i in range(s + j * page, s + (j + 1) * page):
-                h = _mix(h ^ np.uint64(tokens[i]))
+            a0 = np.uint64(1)
+            a1 = np.uint64(2)
+            a2 = np.uint64(3)
+            a3 = np.uint64(4)
+            i = s + j * page
+            end = i + page
+            while i + 4 <= end:
+                a0 = a0 * m0 + np.uint64(tokens[i])
+                a1 = a1 * m1 + np.uint64(tokens[i + 1])
+                a2 = a2 * m2 + np.uint64(tokens[i + 2])
+                a3 = a3 * m3 + np.uint64(tokens[i + 3])
+                i += 4
+            while i < end:
+                a0 = a0 * m1 + np.uint64(tokens[i])
+                i += 1
+            h = _mix(h ^ a0)
+            h = _mix(h ^ a1)
+            h = _mix(h ^ a2)
+            h = _mix(h ^ a3)
             out[w] = np.int64(h)
             w += 1
         out_offsets[r + 1] = w
