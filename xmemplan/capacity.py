@@ -575,8 +575,7 @@ def render_tables(cap: CapacityResult) -> None:
         )
     if cap.tiers:
         render.table(
-            ["tier", "capacity", "tokens served", "share of prompt", "cumulative hit",
-             "bytes to GPU"],
+            ["tier", "capacity", "tokens served", "share", "cum. hit", "to GPU"],
             [(t["name"], t["capacity"], t["hit_tokens"], t["token_share"],
               t["cumulative_token_hit_ratio"], _bytes(t["bytes_to_gpu"])) for t in cap.tiers],
             title="Tiers (inclusive, write-through): where each prompt token came from",
@@ -584,22 +583,22 @@ def render_tables(cap: CapacityResult) -> None:
     reuse = cap.reuse
     if reuse.get("requests_with_gap"):
         render.table(
-            ["reuse gap", "p50", "p90", "p99", "hit tokens reused within 5 min",
-             "within 1 h"],
-            [("seconds since the hit prefix was last used", reuse["gap_s_p50"],
+            ["", "p50", "p90", "p99", "hit tokens within 5 min", "within 1 h"],
+            [("reuse gap (s)", reuse["gap_s_p50"],
               reuse["gap_s_p90"], reuse["gap_s_p99"], reuse["hit_token_share_within_300s"],
               reuse["hit_token_share_within_3600s"])],
-            title="Time between reuses of a prefix (infinite cache)",
+            title="Time between reuses of a prefix (infinite cache): seconds since the hit "
+            "prefix was last used",
         )
     ws = cap.working_set
     if ws is not None:
         unit = "bytes" if ws.get("peak_bytes") is not None else "tokens"
         render.table(
-            ["working set", "peak", "p99", "mean", "live sessions peak", "idle timeout"],
-            [(f"KV {unit} of live sessions", _ws(ws, "peak", unit), _ws(ws, "p99", unit),
+            ["", "peak", "p99", "mean", "live sessions peak", "idle timeout"],
+            [(f"KV {unit}", _ws(ws, "peak", unit), _ws(ws, "p99", unit),
               _ws(ws, "mean", unit), ws["sessions_peak"],
               "-" if ws["idle_s"] is None else f"{ws['idle_s']:g} s")],
-            title="Working set over time",
+            title="Working set over time: KV of live sessions",
             caption=f"over time: {render.sparkline(_spark_series(cap), 0.0, None)}"
             if cap.working_series is not None else None,
         )
