@@ -317,18 +317,31 @@ def sglang_style_keys(page_ids: np.ndarray) -> list[str]:
     return keys
 
 
-def _host_pool(model: Any, pages: int, page_tokens: int, layout: str = "page_first") -> Any:
+def _host_pool(model: Any, pages: int, page_tokens: int, layout: str = "page_first",
+               pinned: bool = False) -> Any:
+    """A host pool for `pages` pages; page-locked (as SGLang's) when `pinned` (needs CUDA)."""
     from xmemplan.backends.hostpool import HostPool
 
+    buffer = keep = None
+    if pinned:
+        import torch
+
+        keep = torch.empty(pages * page_tokens * model.kv_bytes_per_token, dtype=torch.uint8,
+                           pin_memory=True)
+        buffer = keep.numpy()
     if model.attention != "mla" and model.kv_dtype_bytes in (1, 2):
         dtype = "uint16" if model.kv_dtype_bytes == 2 else "uint8"
-        return HostPool(model.layers, model.kv_heads, model.head_dim, pages * page_tokens,
-                        page_tokens, layout, dtype)
-    # MLA / other: one "head" holding the token's bytes (K half, V half).
-    per_token = model.kv_bytes_per_token
-    if per_token % 2:
-        raise UsageError(f"model {model.name}: odd KV bytes per token")
-    return HostPool(1, 1, per_token // 2, pages * page_tokens, page_tokens, layout, "uint8")
+        pool = HostPool(model.layers, model.kv_heads, model.head_dim, pages * page_tokens,
+                        page_tokens, layout, dtype, buffer=buffer)
+    else:
+        # MLA / other: one "head" holding the token's bytes (K half, V half).
+        per_token = model.kv_bytes_per_token
+        if per_token % 2:
+            raise UsageError(f"model {model.name}: odd KV bytes per token")
+        pool = HostPool(1, 1, per_token // 2, pages * page_tokens, page_tokens, layout,
+                        "uint8", buffer=buffer)
+    pool.pinned_tensor = keep  # keeps page-locked memory alive with the pool
+    return pool
 
 
 def _page_view(pool: Any, page: int) -> list[np.ndarray]:
@@ -359,10 +372,12 @@ class _Calibrator:
     """
 
     def __init__(self, mode: str, model: Any, page_tokens: int, pages: int, banks: int,
-                 pattern: _Pattern) -> None:
+                 pattern: _Pattern, sink: _CudaSink | None = None) -> None:
         from xmemplan.backends import create_backend
 
-        self.pool = _host_pool(model, pages, page_tokens)
+        # With a GPU (DRAM tier), the load that matters is pinned host -> GPU: sample that.
+        self.sink = sink
+        self.pool = _host_pool(model, pages, page_tokens, pinned=sink is not None)
         self.pages = pages
         self.backend = create_backend(
             "xmem", mode=mode, capacity_bytes=self.pool.page_bytes * (pages + 1), banks=banks,
@@ -381,6 +396,9 @@ class _Calibrator:
         """One sample: the fastest of `passes` timed reads (as the replay times a request)."""
         times = []
         for _ in range(passes):
+            if self.sink is not None:
+                times.append(self.sink.copy(self.pool.kv_buffer.view(np.uint8).reshape(-1)))
+                continue
             t0 = time.perf_counter()
             ok = self.backend.batch_get_v1(self.keys, self.idx)
             times.append(time.perf_counter() - t0)
@@ -415,6 +433,28 @@ class _CudaSink:
         self.dst[: src.numel()].copy_(src, non_blocking=True)
         torch.cuda.synchronize()
         return time.perf_counter() - t0
+
+
+def gpu_matmul_seconds(flops: float, n: int = 4096) -> float:
+    """Seconds this GPU takes for `flops` of bf16 matmul (n x n x n blocks, scaled).
+
+    Stands in for the prefill compute when a GPU is present: same FLOPs, dense GEMM.
+    """
+    import torch
+
+    if flops <= 0:
+        return 0.0
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    per = 2.0 * n**3
+    reps = max(1, math.ceil(flops / per))
+    torch.matmul(a, b)  # warm-up (cuBLAS heuristics)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        torch.matmul(a, b)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * flops / (reps * per)
 
 
 def _cuda_sink(nbytes: int) -> _CudaSink | None:
@@ -472,14 +512,15 @@ def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResu
                                              opts.max_requests)
     notes += scale_notes
     max_pages = max(len(r.keys) for r in requests)
-    pool = _host_pool(model, max_pages, opts.page_tokens)
+    sink = _cuda_sink(max_pages * page_bytes) if sink_probe is not None else None
+    pool = _host_pool(model, max_pages, opts.page_tokens, pinned=sink is not None)
     pattern = _Pattern(pool.page_bytes, opts.seed + 7)
     assert pool.page_bytes == page_bytes
 
     # This machine's copy speed: sets the time scale, and is the tier under --calibrate.
     cal_pages = min(16, max_pages)  # 96 MiB of 6 MiB pages: more than the L3 cache
     calibrator = _Calibrator("dram" if mode == "dram" else "emulate", model, opts.page_tokens,
-                             cal_pages, tier.banks or 4, pattern)
+                             cal_pages, tier.banks or 4, pattern, sink)
     machine_bw = calibrator.sample()
     memcpy_bw = memcpy_bandwidth(page_bytes, pages=cal_pages)
 
@@ -510,7 +551,6 @@ def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResu
     if mode == "real":
         notes.append("real X-Mem: pages move host <-> X-Mem (the L3 path); X-Mem -> GPU "
                      "direct (the Netpreme fork's L2 path) is not what this measures")
-    sink = _cuda_sink(max_pages * page_bytes) if sink_probe is not None else None
 
     keys_all = np.concatenate([r.keys for r in requests])
     offsets = np.zeros(len(requests) + 1, dtype=np.int64)
@@ -601,8 +641,11 @@ def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResu
         hit_tokens = min(hit_pages * opts.page_tokens, prompt)
         pred = ttft(model, gpu, tier, prompt, hit_tokens, overlap=opts.overlap,
                     transfer=transfer, bandwidth_bytes_per_s=predict_bw)
-        # The measured TTFT: the same formula with the measured load.
+        # The measured TTFT: the same formula with the measured load (and, on a GPU, the
+        # measured time of a matmul with the prefill's FLOPs).
         compute = float(pred.compute_s)
+        if sink is not None:
+            compute = gpu_matmul_seconds(float(pred.linear_flops + pred.attention_flops))
         measured_ttft = float(pred.fixed_s) + float(
             combine(load, compute, opts.overlap, model.layers))
         ratio = hit_tokens / prompt if prompt else 0.0
@@ -625,6 +668,10 @@ def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResu
         what += " (no X-Mem hardware on this machine)"
     if mode == "dram" and sink is None:
         what += ", emulated host-DRAM tier (no GPU on this machine)" if shaped else ""
+    if sink is not None:
+        what += ", pages copied to the GPU, compute measured by matmul"
+        notes.append("the GPU path (pinned pool, H2D copies, matmul compute) was written "
+                     "without a GPU to run it on; docs/validation.md says what was verified")
     if opts.calibrate:
         what += ", calibrated to this machine (no shaping)"
     elif shaped:

@@ -40,6 +40,7 @@ class HostPool:
         self.layer_num, self.head_num, self.head_dim = layer_num, head_num, head_dim
         self.size, self.page_size, self.layout = size, page_size, layout
         self.dtype = np.dtype(dtype)
+        self.pinned_tensor: Any = None  # owner of page-locked memory behind `buffer`, if any
         shape = (
             (2, size, layer_num, head_num, head_dim) if layout == "page_first"
             else (2, layer_num, size, head_num, head_dim)
