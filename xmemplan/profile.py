@@ -18,6 +18,10 @@ they know and leave the rest null; readers check `schema` and `schema_version` f
       "capacity_curve": [{"capacity_tokens", "token_hit_ratio"}, ...] | null,
       "tiers": [{"name", "capacity_tokens", "hit_tokens", "bytes_to_gpu"}, ...] | null
     }
+
+Version 1 also carries `generator`, `capacities`, `reuse`, `cache_per_session`,
+`distinct_tokens`, and more figures inside the objects above (docs/profile.md lists them all).
+Fields are only ever added within a version; readers ignore what they do not know.
 """
 
 from __future__ import annotations
