@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xmemplan.capacity import build_spec, capacity_hits, parse_capacity
 from xmemplan.errors import UsageError
@@ -356,3 +358,49 @@ def test_infinite_figures_unchanged_by_capacity(tmp_path: Path, sessions, fmt, s
     assert capacity_hits(both.replayed, spec, 10**9).tolist() == (
         plain.requests_frame()["hit_tokens"].to_list()
     )
+
+
+@st.composite
+def _tiered(draw):
+    n = draw(st.integers(1, 20))
+    reqs: list[list[int]] = []
+    for _ in range(n):
+        if reqs and draw(st.booleans()):
+            base = reqs[draw(st.integers(0, len(reqs) - 1))]
+            reqs.append(
+                base[: draw(st.integers(0, len(base)))]
+                + draw(st.lists(st.integers(0, 3), max_size=4))
+            )
+        else:
+            reqs.append(draw(st.lists(st.integers(0, 3), max_size=8)))
+    a = draw(st.integers(1, 6))
+    b = a + draw(st.integers(1, 8))
+    c = b + draw(st.integers(1, 12))
+    return reqs, [a, b, c]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_tiered())
+def test_tiers_equal_write_through_reference(case):
+    # Tier attribution from the one-pass hits equals three reference LRUs fed every request.
+    from xmemplan.capacity import Capacity, CapacitySpec, Tier, _tier_rows
+    from xmemplan.prefix.lru import lru_match
+
+    reqs, caps = case
+    keys = np.array([k for r in reqs for k in r], dtype=np.int64)
+    offsets = np.cumsum([0] + [len(r) for r in reqs]).astype(np.int64)
+    spec = CapacitySpec(tiers=[Tier(f"T{i}", Capacity(str(c), c)) for i, c in enumerate(caps)])
+    res = lru_match(keys, offsets, np.zeros(len(reqs), dtype=bool), 1, spec.points)
+    prompt = np.array([len(r) for r in reqs])
+    rows = _tier_rows(spec, res.hits, prompt, res.matched, None)
+    caches = [ReferenceLRU(c) for c in caps]
+    served = [0, 0, 0]
+    for r in reqs:
+        presence = [cache.contains_path(r) for cache in caches]
+        for i in range(caches[-1].match(r)):
+            served[next(t for t in range(3) if presence[t][i])] += 1
+        for cache in caches:
+            cache.insert(r, 1)
+    assert [row["hit_tokens"] for row in rows[:3]] == served
+    assert rows[3]["hit_tokens"] == prompt.sum() - sum(served)
+    assert rows[3]["lost_to_capacity_tokens"] == res.matched.sum() - sum(served)

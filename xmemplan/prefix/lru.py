@@ -12,9 +12,12 @@ Touching deepest-first makes a page always more recent than its descendants, so 
 are ever evicted: this is SGLang's leaf-first radix-cache LRU, and no page is left cached
 under an evicted parent. `lru_kernels.py` explains why one pass answers every capacity.
 
-`reference_plain_lru` is the other common reading, a flat LRU of blocks touched first to last
-(`OrderedDict`, as in research/traces.md section 3): it can keep pages whose parent was
-evicted, which count as cached but can never hit. It is here for comparison only.
+References (plain Python, for tests): `ReferenceLRU` / `reference_lru`, a trie of pages that
+evicts the least recently used leaf; `reference_flat_lru`, the same policy spelled as a flat
+`OrderedDict` of prefix-chained block ids touched deepest first (fast enough for the Mooncake
+trace). `reference_plain_lru` is the other common reading, a flat LRU of blocks touched first
+to last (research/traces.md section 3): it can keep pages whose parent was evicted, which
+count as cached but can never hit. It is here for comparison only.
 """
 
 from __future__ import annotations
