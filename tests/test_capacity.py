@@ -404,3 +404,17 @@ def test_tiers_equal_write_through_reference(case):
     assert [row["hit_tokens"] for row in rows[:3]] == served
     assert rows[3]["hit_tokens"] == prompt.sum() - sum(served)
     assert rows[3]["lost_to_capacity_tokens"] == res.matched.sum() - sum(served)
+
+
+def test_claude_code_weka_infinite_figures_unchanged_and_capacities_monotone():
+    from conftest import shared_trace
+
+    path = shared_trace("claude-code-weka")
+    plain = analyze([path], HitrateOptions(scope="session"))
+    spec = build_spec(capacity="64k,256k,1G")
+    both = analyze([path], HitrateOptions(scope="session", capacity=spec))
+    assert both.summary == plain.summary
+    caps = both.capacity.capacities
+    ratios = [c["token_hit_ratio"] for c in caps]
+    assert ratios[0] < ratios[1] < ratios[2] == pytest.approx(plain.summary["token_hit_ratio"])
+    assert both.capacity.working_set["sessions"] == 44

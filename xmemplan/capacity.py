@@ -226,7 +226,7 @@ def cli_spec(
     plot: Any,
 ) -> CapacitySpec | None:
     """The spec for `xmemplan hitrate`'s flags; None when only the infinite cache is asked."""
-    wanted = (capacity, curve, tiers, idle, profile_out, plot)
+    wanted = (capacity, curve, tiers, model, idle, profile_out, plot)
     if all(v is None for v in wanted):
         return None
     return build_spec(
@@ -469,6 +469,13 @@ def summarize_capacity(
         bpt,
     )
     reuse = reuse_summary(gap_s, inf_hit, GAP_EDGES_S, gap_tokens)
+    if ws is None:
+        notes.append("the trace has no timestamps: no working set, arrival rate or reuse gaps")
+    elif spec.idle_s is None and ws["sessions"] == ws["requests_with_time"]:
+        notes.append(
+            "every session has a single request, so without --idle it is live for an instant "
+            "only: add --idle (e.g. 5m) for a meaningful working set"
+        )
     return CapacityResult(
         capacities=capacities,
         curve=curve,
