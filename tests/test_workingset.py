@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xmemplan.workingset import arrival, reuse_summary, working_set
 
@@ -69,3 +71,50 @@ def test_reuse_summary():
     empty = reuse_summary(np.full(2, np.nan), np.zeros(2), edges, np.zeros(3))
     assert empty["gap_s_p50"] is None and empty["hit_token_share_within_300s"] is None
     assert not math.isnan(s["gap_s_p90"])
+
+
+@st.composite
+def _sessions(draw):
+    n = draw(st.integers(1, 6))
+    sids, ts, prompt, out = [], [], [], []
+    for s in range(n):
+        t = float(draw(st.integers(0, 50)))
+        for _ in range(draw(st.integers(1, 5))):
+            sids.append(f"s{s}")
+            ts.append(t)
+            prompt.append(draw(st.integers(0, 1000)))
+            out.append(draw(st.integers(-1, 100)))
+            t += float(draw(st.integers(0, 20)))
+    idle = draw(st.one_of(st.none(), st.integers(1, 15).map(float)))
+    return sids, np.array(ts), np.array(prompt), np.array(out), idle
+
+
+def _brute(sids, ts, prompt, out, idle, t):
+    """KV of live sessions at time t, straight from the definition."""
+    total = 0
+    for s in set(sids):
+        idx = [i for i in range(len(sids)) if sids[i] == s]
+        idx.sort(key=lambda i: (ts[i], i))
+        for k, i in enumerate(idx):
+            nxt = ts[idx[k + 1]] if k + 1 < len(idx) else None
+            if nxt is not None and (idle is None or nxt - ts[i] <= idle):
+                end = nxt
+            else:
+                end = ts[i] + (idle or 0.0)
+            if ts[i] <= t < end:
+                total += prompt[i] + max(out[i], 0)
+    return total
+
+
+@settings(max_examples=150, deadline=None)
+@given(_sessions(), st.floats(0, 1))
+def test_series_equals_definition(case, frac):
+    sids, ts, prompt, out, idle = case
+    ws, series = working_set(sids, ts, prompt, out, idle, None)
+    assert ws is not None and series is not None
+    times = series.times
+    for i in range(len(times) - 1):  # strictly between events, where no instant interferes
+        t = times[i] + (times[i + 1] - times[i]) * min(max(frac, 0.01), 0.99)
+        assert series.tokens[i] == _brute(sids, ts, prompt, out, idle, t)
+    assert series.tokens[-1] == 0
+    assert ws["peak_tokens"] >= max(series.tokens)
