@@ -353,7 +353,9 @@ def test_infinite_figures_unchanged_by_capacity(tmp_path: Path, sessions, fmt, s
     plain = analyze([tmp_path / "in"], HitrateOptions(scope=scope, page_size=page))
     spec = build_spec(capacity="1G", page_size=page)
     both = analyze([tmp_path / "in"], HitrateOptions(scope=scope, page_size=page, capacity=spec))
-    assert both.requests_frame().equals(plain.requests_frame())
+    frame = both.requests_frame()
+    assert frame.columns == plain.requests_frame().columns + ["hit_tokens_lru_1G"]
+    assert frame.drop("hit_tokens_lru_1G").equals(plain.requests_frame())
     assert both.summary == plain.summary
     assert capacity_hits(both.replayed, spec, 10**9).tolist() == (
         plain.requests_frame()["hit_tokens"].to_list()
@@ -418,3 +420,23 @@ def test_claude_code_weka_infinite_figures_unchanged_and_capacities_monotone():
     ratios = [c["token_hit_ratio"] for c in caps]
     assert ratios[0] < ratios[1] < ratios[2] == pytest.approx(plain.summary["token_hit_ratio"])
     assert both.capacity.working_set["sessions"] == 44
+
+
+def test_out_table_has_a_hit_column_per_capacity(cli, tmp_path: Path, sessions):
+    import polars as pl
+
+    synth.write_mooncake(tmp_path / "m.jsonl", sessions)
+    r = cli("hitrate", tmp_path / "m.jsonl", "--capacity", "2k,20k", "--out", tmp_path / "o.csv")
+    assert r.code == 0, r.err
+    frame = pl.read_csv(tmp_path / "o.csv")
+    spec = build_spec(capacity="2k,20k")
+    result = analyze([tmp_path / "m.jsonl"], HitrateOptions(capacity=spec))
+    assert (
+        frame["hit_tokens_lru_2k"].to_list() == capacity_hits(result.replayed, spec, 2000).tolist()
+    )
+    assert (
+        frame["hit_tokens_lru_20k"].to_list()
+        == capacity_hits(result.replayed, spec, 20000).tolist()
+    )
+    assert (frame["hit_tokens_lru_2k"] <= frame["hit_tokens_lru_20k"]).all()
+    assert (frame["hit_tokens_lru_20k"] <= frame["hit_tokens"]).all()

@@ -357,6 +357,16 @@ class CapacityResult:
     infinite_token_hit_ratio: float
     notes: list[str] = field(default_factory=list)
     working_series: Any = None  # workingset.Series, for plots (not in JSON)
+    spec: CapacitySpec | None = None
+
+    def request_columns(self, replayed: Any) -> dict[str, np.ndarray]:
+        """Per-request hit tokens at each `--capacity`, for the `--out` table."""
+        if self.spec is None:
+            return {}
+        return {
+            f"hit_tokens_lru_{c.label}": capacity_hits(replayed, self.spec, c.tokens)
+            for c in self.spec.capacities
+        }
 
     def csv_rows(self) -> list[tuple[str, Any]]:
         """`metric,value` rows for `--format csv`, e.g. `capacity[3M].token_hit_ratio`."""
@@ -489,6 +499,7 @@ def summarize_capacity(
         infinite_token_hit_ratio=inf_ratio,
         notes=notes,
         working_series=series,
+        spec=spec,
     )
 
 

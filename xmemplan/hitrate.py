@@ -134,6 +134,8 @@ class HitrateResult:
                 S.OUTPUT_TOKENS: nullable(r.column(S.OUTPUT_TOKENS)),
                 S.REPORTED_CACHED_TOKENS: nullable(r.column(S.REPORTED_CACHED_TOKENS)),
                 S.REPORTED_PROMPT_TOKENS: nullable(r.column(S.REPORTED_PROMPT_TOKENS)),
+                # with --capacity: hit tokens per LRU size, e.g. `hit_tokens_lru_3M`
+                **(self.capacity.request_columns(r) if self.capacity is not None else {}),
             }
         )
 
