@@ -135,6 +135,8 @@ def run_layout(layout: str) -> None:
     pool = SGLangLayoutPool(layout)
     backend.register_mem_pool_host(pool)
     page_bytes = pool.get_size_per_token() * P
+    want = f"_Qwen-Qwen3-test_0_1_{layout}_bfloat16_{P}"
+    check(backend.config.suffix == want, f"key suffix {backend.config.suffix} != {want}")
     check(backend.slot_bytes == page_bytes, f"slot {backend.slot_bytes} != page {page_bytes}")
     pool.kv_buffer.copy_(torch.randn(pool.kv_buffer.shape, dtype=torch.float32).to(torch.bfloat16))
     keys = page_keys(6, seed=1 if layout == "page_first" else 2)

@@ -160,6 +160,7 @@ def test_v1_zero_copy_roundtrip_through_host_pool(mode, layout, request):
     b = make(mode, request, page_bytes=None, capacity_bytes=8 * pool.page_bytes)
     b.register_mem_pool_host(pool)
     assert b.slot_bytes == pool.page_bytes == 2 * 3 * 2 * 4 * 2 * 4
+    assert b.config.suffix.endswith(f"_{layout}_uint16_4")  # from the pool
     pool.kv_buffer[:] = np.random.default_rng(0).integers(0, 2**16, pool.kv_buffer.shape)
     pages = [pool.get_data_page(p * 4).copy() for p in range(3)]
     idx = np.concatenate([pool.page_indices(p) for p in range(3)])

@@ -80,6 +80,11 @@ class XMemHiCacheStorage(HiCacheStorageBase):
         # SGLang's factory calls cls(storage_config, {}); the library passes config=.
         self.config = config if config is not None else XMemConfig.from_sglang(storage_config)
         self.storage_config = storage_config
+        if getattr(storage_config, "is_mla_model", False) and self.config.tp_size > 1:
+            # SGLang writes MLA KV from TP rank 0 only and MIN-reduces hits over ranks; a
+            # process-local store gives the other ranks nothing, so L3 hits collapse to 0.
+            logger.warning("X-Mem backend: MLA with TP > 1 gets no L3 hits from a per-process "
+                           "store; use TP = 1 for MLA models")
         self.mode = resolve_mode(self.config.mode)
         if self.config.mode == "auto" and self.mode == "real":
             try:
@@ -137,6 +142,21 @@ class XMemHiCacheStorage(HiCacheStorageBase):
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         self.mem_pool_host = mem_pool_host
+        # The key suffix names the pool's real layout, KV dtype and page size (SGLang's
+        # storage config only says whether the layout is exactly "page_first").
+        if self._index is None or not self._index.live_keys():
+            changes: dict[str, Any] = {}
+            layout = getattr(mem_pool_host, "layout", None)
+            if isinstance(layout, str):
+                changes["layout"] = layout
+            dtype = getattr(mem_pool_host, "dtype", None)
+            if dtype is not None:
+                changes["dtype"] = str(dtype).removeprefix("torch.")
+            page_size = getattr(mem_pool_host, "page_size", None)
+            if isinstance(page_size, int):
+                changes["page_size"] = page_size
+            if changes:
+                self.config = self.config.replace(**changes)
         if self._medium is None:
             per_token = (
                 mem_pool_host.get_size_per_token()
