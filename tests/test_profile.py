@@ -152,3 +152,10 @@ def test_plots_without_matplotlib(monkeypatch, tmp_path: Path, sessions):
         write_plots(object(), tmp_path)
     assert "pip install 'xmemplan[plot]'" in exc.value.render()
     assert exc.value.exit_code == 4
+
+
+def test_missing_matplotlib_fails_before_reading(cli, monkeypatch, tmp_path: Path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    r = cli("hitrate", tmp_path / "does-not-exist.jsonl", "--plot", tmp_path / "charts")
+    assert r.code == 4 and "matplotlib" in r.err
+    assert not (tmp_path / "charts").exists()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -229,6 +230,16 @@ def cli_spec(
     wanted = (capacity, curve, tiers, model, idle, profile_out, plot)
     if all(v is None for v in wanted):
         return None
+    # Fail before a long replay, not after it.
+    if profile_out is not None and not Path(profile_out).resolve().parent.is_dir():
+        raise UsageError(
+            f"cannot write the profile to '{profile_out}': its directory does not exist",
+            "create the directory first, or pass --profile-out another path",
+        )
+    if plot is not None:
+        from xmemplan.plots import check_available
+
+        check_available()
     return build_spec(
         capacity, curve, tiers, model, idle, page_size,
         want_curve=profile_out is not None or plot is not None,

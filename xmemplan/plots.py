@@ -27,6 +27,14 @@ def _pyplot() -> Any:
     return plt
 
 
+def check_available() -> None:
+    """NotAvailableError now, rather than after a long replay, when matplotlib is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        _pyplot()  # raises the error with its hint
+
+
 def write_plots(result: Any, directory: Path) -> list[Path]:
     """Write the charts that the result has data for; returns their paths."""
     plt = _pyplot()
