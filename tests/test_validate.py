@@ -126,10 +126,27 @@ def test_workload_profile_input(capsys, monkeypatch, tmp_path):
 
 def test_bad_plan_names_file_and_field(capsys, monkeypatch, tmp_path):
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps({"workload": {"concurrency": 4}}))
+    path.write_text(json.dumps({"workload": "flags", "hit_ratio": 0.9}))
     code, out, err = cli(["--plan", str(path)], capsys, monkeypatch)
     assert code == EXIT_INPUT
-    assert f"{path}, field 'workload.prompt_tokens'" in err
+    assert f"{path}, field 'prompt_tokens_p50': missing or not a number" in err
+
+
+def test_plan_from_size(capsys, monkeypatch, tmp_path):
+    """A plan written by `xmemplan size` drives validate: its prompt, hit ratio and model."""
+    monkeypatch.setenv("COLUMNS", "200")
+    assert run(["size", "--ttft-slo", "500ms", "--prompt-tokens", "2048", "--hit-rate", "0.9",
+                "--model", "llama-3.1-8b", "--format", "json"]) == EXIT_OK
+    plan = tmp_path / "plan.json"
+    plan.write_text(capsys.readouterr().out)
+    code, out, err = cli(["--plan", str(plan), "--repeats", "1", "--format", "json"],
+                         capsys, monkeypatch)
+    assert code == EXIT_OK, err
+    doc = json.loads(out)
+    assert doc["model"] == "llama-3.1-8b"
+    assert [(r["prompt_tokens"], r["hit_tokens"]) for r in doc["requests"]] == [(2048, 1792)]
+    assert any("assumes 8 prefills in flight" in n for n in doc["notes"])
+    assert doc["classes"][0]["name"] == "warm"
 
 
 def test_usage_errors(capsys, monkeypatch):

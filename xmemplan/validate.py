@@ -174,12 +174,24 @@ def _from_pairs(opts: ValidateOptions) -> list[_Request]:
     return out
 
 
-def pairs_from_file(path: Path, limit: int = 12) -> tuple[tuple[tuple[int, int], ...], str]:
+@dataclass(frozen=True)
+class FileWorkload:
+    """What `--workload`/`--plan` contribute: (prompt, hit) token pairs, and a plan's model
+    and GPU (None for a profile)."""
+
+    pairs: tuple[tuple[int, int], ...]
+    source: str
+    model: str | None = None
+    gpu: str | None = None
+    concurrency: int | None = None
+
+
+def pairs_from_file(path: Path, limit: int = 12) -> FileWorkload:
     """(prompt, hit) token pairs from a workload profile or a `size` plan (JSON).
 
-    A profile's `requests_sample` is used when present, else its p50 prompt and token hit
-    ratio. A plan is read for `workload.prompt_tokens` and `workload.hit_tokens` (or
-    `hit_rate`/`hit_ratio`). Pairs are picked evenly over the sample, at most `limit`.
+    A profile's `requests_sample` is used when present (pairs picked evenly, at most
+    `limit`), else its p50 prompt and token hit ratio. A plan (`xmemplan size --format
+    json`) gives its p50 prompt (`prompt_tokens_p50`), `hit_ratio`, `model` and `gpu`.
     """
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -197,31 +209,31 @@ def pairs_from_file(path: Path, limit: int = 12) -> tuple[tuple[tuple[int, int],
         prompts, hits = sample.get("prompt_tokens") or [], sample.get("hit_tokens") or []
         if prompts and len(prompts) == len(hits):
             idx = np.linspace(0, len(prompts) - 1, min(limit, len(prompts))).round().astype(int)
-            return tuple((int(prompts[i]), int(hits[i])) for i in idx), f"profile {path}"
+            return FileWorkload(tuple((int(prompts[i]), int(hits[i])) for i in idx),
+                                f"profile {path}")
         p50 = (doc.get("prompt_tokens") or {}).get("p50")
         ratio = (doc.get("hit_ratio") or {}).get("token_hit_ratio")
         if p50 is None or ratio is None:
             raise InputError("profile has no requests_sample nor prompt p50 and hit ratio",
                              path=path, field="requests_sample")
-        return ((int(p50), int(p50 * ratio)),), f"profile {path} (p50 request)"
-    workload = doc.get("workload", doc)
-    prompt = workload.get("prompt_tokens") if isinstance(workload, dict) else None
-    if isinstance(prompt, dict):
-        prompt = prompt.get("p50")
-    if not isinstance(prompt, int | float):
-        raise InputError("no workload prompt_tokens in the plan", path=path,
-                         field="workload.prompt_tokens",
-                         hint="pass a plan written by 'xmemplan size --format json' or a profile")
-    hit = workload.get("hit_tokens")
-    if hit is None:
-        rate = workload.get("hit_rate", workload.get("hit_ratio"))
-        if isinstance(rate, dict):
-            rate = rate.get("token_hit_ratio")
-        if not isinstance(rate, int | float):
-            raise InputError("no workload hit_tokens or hit_rate in the plan", path=path,
-                             field="workload.hit_rate")
-        hit = prompt * rate
-    return ((int(prompt), int(hit)),), f"plan {path}"
+        return FileWorkload(((int(p50), int(p50 * ratio)),), f"profile {path} (p50 request)")
+    for name in ("prompt_tokens_p50", "hit_ratio"):
+        if not isinstance(doc.get(name), int | float):
+            raise InputError(
+                "missing or not a number", path=path, field=name,
+                hint="pass a plan written by 'xmemplan size --format json', or a profile",
+            )
+    prompt, ratio = float(doc["prompt_tokens_p50"]), float(doc["hit_ratio"])
+    if prompt <= 0 or not 0 <= ratio <= 1:
+        raise InputError("prompt_tokens_p50 must be > 0 and hit_ratio in [0, 1]", path=path,
+                         field="hit_ratio")
+    conc = doc.get("concurrency")
+    return FileWorkload(
+        ((int(prompt), int(prompt * ratio)),), f"plan {path}",
+        model=doc.get("model") if isinstance(doc.get("model"), str) else None,
+        gpu=doc.get("gpu") if isinstance(doc.get("gpu"), str) else None,
+        concurrency=conc if isinstance(conc, int) else None,
+    )
 
 
 def pairs_from_traces(paths: list[Path], limit: int = 12) -> tuple[tuple[tuple[int, int], ...],

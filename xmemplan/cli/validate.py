@@ -32,8 +32,12 @@ def validate(
         None, "--workload", help="A workload profile from 'xmemplan hitrate' (JSON)."
     ),
     traces: Path | None = typer.Option(None, "--traces", help="A trace file or directory."),
-    model: str = typer.Option("qwen3-30b-a3b", "--model", help="Catalog model name."),
-    gpu: str = typer.Option("h100-sxm", "--gpu", help="Catalog GPU name."),
+    model: str | None = typer.Option(
+        None, "--model", help="Catalog model name (default: the plan's, else qwen3-30b-a3b)."
+    ),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help="Catalog GPU name (default: the plan's, else h100-sxm)."
+    ),
     tier: str | None = typer.Option(
         None, "--tier", help="Catalog tier (default: xmem, or host-dram-pcie5 for dram)."
     ),
@@ -88,12 +92,21 @@ def validate(
         raise UsageError("give one of --plan, --workload, --traces")
     pairs: tuple[tuple[int, int], ...] = ()
     source = "seed scenario (long prompts, high hit rate, scaled to this machine)"
-    if plan is not None or workload is not None:
-        pairs, source = pairs_from_file(plan or workload, max_requests)  # type: ignore[arg-type]
+    extra_notes: list[str] = []
+    file_input = plan if plan is not None else workload
+    if file_input is not None:
+        got = pairs_from_file(file_input, max_requests)
+        pairs, source = got.pairs, got.source
+        model, gpu = model or got.model, gpu or got.gpu
+        if got.concurrency and got.concurrency > 1:
+            extra_notes.append(
+                f"the plan assumes {got.concurrency} prefills in flight per GPU; validate "
+                "replays one at a time, so its predictions are for concurrency 1")
     elif traces is not None:
         pairs, source = pairs_from_traces([traces], max_requests)
     opts = ValidateOptions(
-        backend=backend, emulate=emulate, real=real, calibrate=calibrate, model=model, gpu=gpu,
+        backend=backend, emulate=emulate, real=real, calibrate=calibrate,
+        model=model or "qwen3-30b-a3b", gpu=gpu or "h100-sxm",
         tier=tier, tolerance=_fraction(tolerance),
         predict_bandwidth_bytes_per_s=(
             units.parse_bandwidth(predict_bandwidth, "--predict-bandwidth")
@@ -111,6 +124,7 @@ def validate(
                 bar._progress.update(bar._task, completed=done, total=total)
 
         result = run_validate(opts, on_progress)
+    result.notes.extend(extra_notes)
     _report(result, fmt, show_requests)
     if not result.passed:
         raise CheckFailedError(
