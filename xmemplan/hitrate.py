@@ -277,15 +277,22 @@ def _resolve_scope(scope: str, found: Discovery) -> str:
     return "global" if any(not r.HAS_SESSIONS for _, r in found.files) else "session"
 
 
-def _warm_kernels() -> None:
+def _warm_kernels(with_lru: bool) -> None:
+    """Load the numba kernels in this process, so that forked workers inherit them."""
     from xmemplan.prefix.keys import namespace
     from xmemplan.prefix.matcher import match
     from xmemplan.traces.fastjson import extract
 
     one = np.zeros(1, dtype=np.int64)
-    match(one, np.array([0, 1], dtype=np.int64), np.ones(1, dtype=bool))
+    offsets = np.array([0, 1], dtype=np.int64)
+    match(one, offsets, np.ones(1, dtype=bool))
     namespace(one, "warm-up")
     extract(b'{"hash_ids":[1]}', "hash_ids")
+    if with_lru:
+        from xmemplan.prefix.lru import lru_match
+
+        lru_match(one, offsets, np.ones(1, dtype=bool), 1, [1], prompt=np.ones(1, np.int64),
+                  timestamps=np.zeros(1))
 
 
 def _iter_results(
@@ -299,7 +306,7 @@ def _iter_results(
         for job in jobs:
             yield _read_job(job)
         return
-    _warm_kernels()  # load numba kernels once here: forked workers inherit them
+    _warm_kernels(options.capacity is not None)  # forked workers inherit loaded kernels
     with ProcessPoolExecutor(max_workers=workers) as pool:
         yield from pool.map(_read_job, jobs, chunksize=1)
 
