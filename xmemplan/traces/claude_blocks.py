@@ -23,10 +23,9 @@ import numpy as np
 import orjson
 
 from xmemplan.prefix.keys import namespace
-from xmemplan.traces._build import BatchBuilder
 from xmemplan.traces.base import ReadOptions, SkipLog, check_int, int_array
 from xmemplan.traces.fastjson import Extracted, extract
-from xmemplan.traces.schema import RequestBatch
+from xmemplan.traces.schema import NULL_INT, RequestBatch
 
 NAME = "claude-blocks"
 DESCRIPTION = "Claude Code block traces (kv-cache-tester/AgentX: 64-token blocks, local ids)"
@@ -79,10 +78,27 @@ class _Ids:
         return int_array(req.get("hash_ids"), path, line, "hash_ids", skips)
 
 
+class _Label:
+    """Where a request sits in the document (`requests[3].requests[0]`), made only if needed."""
+
+    __slots__ = ("where", "i")
+
+    def __init__(self, where: str, i: int) -> None:
+        self.where = where
+        self.i = i
+
+    def __str__(self) -> str:
+        return f"{self.where}[{self.i}]"
+
+    def __format__(self, spec: str) -> str:
+        return str(self)
+
+
 def _session(
     doc: dict[str, Any], path: Path, line: int | None, options: ReadOptions, skips: SkipLog,
     id_source: _Ids,
-) -> tuple[BatchBuilder, int] | None:
+) -> RequestBatch | None:
+    """One session's requests (sorted by absolute time), or None if the document is unusable."""
     block = doc.get("block_size", 64)
     block = check_int(block, path, line, "block_size", skips, lo=1, hi=1 << 20)
     if block is None:
@@ -93,14 +109,13 @@ def _session(
         return None
     session = str(doc.get("id") or path.stem)
     local = doc.get("hash_id_scope", "local") != "global"
-    builder = BatchBuilder(str(path), block_tokens=block)
     rows: list[tuple[float, int, int, int | None, np.ndarray]] = []
     excluded = 0
 
     def add(reqs: list[Any], t0: float, where: str) -> None:
         nonlocal excluded
         for i, req in enumerate(reqs):
-            label = f"{where}[{i}]"
+            label = _Label(where, i)
             if not isinstance(req, dict):
                 skips.skip(path, line, f"{label} is not an object", "requests")
                 continue
@@ -142,15 +157,27 @@ def _session(
 
     add(requests, 0.0, "requests")
     rows.sort(key=lambda r: (r[0], r[1]))  # merge sub-agents by absolute time, stable
-    if not rows:
-        return builder, excluded
-    all_ids = np.concatenate([r[4] for r in rows])
-    keys = namespace(all_ids, session) if local else all_ids
-    start = 0
-    for t, _, n, out, ids in rows:
-        builder.add(session, t, n, keys[start : start + ids.shape[0]], output_tokens=out)
-        start += ids.shape[0]
-    return builder, excluded
+    count = len(rows)
+    lengths = np.fromiter((r[4].shape[0] for r in rows), dtype=np.int64, count=count)
+    offsets = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = np.concatenate([r[4] for r in rows]) if rows else np.empty(0, dtype=np.int64)
+    batch = RequestBatch(
+        source=str(path),
+        session_id=[session] * count,
+        timestamp_s=np.fromiter((r[0] for r in rows), dtype=np.float64, count=count),
+        prompt_tokens=np.fromiter((r[2] for r in rows), dtype=np.int64, count=count),
+        output_tokens=np.fromiter(
+            (NULL_INT if r[3] is None else r[3] for r in rows), dtype=np.int64, count=count
+        ),
+        block_tokens=np.full(count, block, dtype=np.int64),
+        keys=namespace(ids, session) if local else ids,
+        key_offsets=offsets,
+        complete_sessions=True,
+    )
+    if excluded:
+        batch.extras["subagent_requests_excluded"] = excluded
+    return batch
 
 
 def _docs(data: bytes, path: Path, skips: SkipLog) -> list[tuple[int | None, Any]]:
@@ -197,16 +224,6 @@ def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBa
         if not isinstance(doc, dict):
             skips.skip(path, line, "expected a JSON object")
             continue
-        built = _session(doc, path, line, options, skips, id_source)
-        if built is None:
-            continue
-        builder, excluded = built
-        if len(builder):
-            batch = builder.build(complete_sessions=True)
-            if excluded:
-                batch.extras["subagent_requests_excluded"] = excluded
-            yield batch
-        elif excluded:
-            batch = builder.build(complete_sessions=True)
-            batch.extras["subagent_requests_excluded"] = excluded
+        batch = _session(doc, path, line, options, skips, id_source)
+        if batch is not None and (len(batch) or batch.extras):
             yield batch
