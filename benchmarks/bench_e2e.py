@@ -74,18 +74,24 @@ def run_cli(folder: Path, env: dict[str, str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
-    ap.add_argument("--copies", type=int, default=8)
+    ap.add_argument("--copies", type=int, nargs="+", default=[8, 16],
+                    help="input sizes to run, in copies of the dev set (~33 MB each)")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     if not args.source.exists():
         sys.exit(f"no source traces at {args.source}")
+    print(f"machine: {machine()}")
+    for copies in args.copies:
+        run_size(args.source, copies, args.repeat)
+
+
+def run_size(source: Path, copies: int, repeat: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="xmemplan-bench-"))
     try:
         data = tmp / "traces"
         data.mkdir()
-        size = build(args.source, data, args.copies)
-        print(f"machine: {machine()}")
-        print(f"input: {len(list(data.glob('*.json')))} files, {size / 1e6:.0f} MB")
+        size = build(source, data, copies)
+        print(f"\ninput: {len(list(data.glob('*.json')))} files, {size / 1e6:.0f} MB")
         env = dict(os.environ)
         cold_env = dict(env, NUMBA_CACHE_DIR=str(tmp / "numba-cold"))
         t0 = time.perf_counter()
@@ -96,8 +102,8 @@ def main() -> None:
         def ours() -> None:
             hits[0] = run_cli(data, env)["hit_tokens"]
 
-        t_ours, times = median_time(ours, args.repeat)
-        t_base, base_times = median_time(lambda: baseline(data), args.repeat, warmup=0)
+        t_ours, times = median_time(ours, repeat)
+        t_base, base_times = median_time(lambda: baseline(data), repeat, warmup=0)
         base_hits, base_prompt = baseline(data)
         assert hits[0] == base_hits == cold["hit_tokens"], (hits[0], base_hits, cold["hit_tokens"])
         print(f"hit tokens agree: {base_hits:,} of {base_prompt:,} prompt tokens")
@@ -105,6 +111,14 @@ def main() -> None:
         print(f"xmemplan hitrate (warm)  : median {t_ours:6.2f} s  ({size / 1e6 / t_ours:5.0f} MB/s)  runs {[round(t, 2) for t in times]}")
         print(f"xmemplan hitrate (cold)  : {t_cold:6.2f} s (empty numba cache)")
         print(f"speed-up: {t_base / t_ours:.1f}x")
+        if shutil.which("time") or Path("/usr/bin/time").exists():
+            out = subprocess.run(
+                ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "xmemplan", "-q", "hitrate",
+                 str(data), "--format", "json"],
+                capture_output=True, text=True, check=True,
+            )
+            peak_kb = int(out.stderr.strip().splitlines()[-1])
+            print(f"peak RSS of the largest process (parent or worker): {peak_kb / 1024:.0f} MiB")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
