@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xmemplan.prefix.lru_kernels import lru_replay, page_keys
+from xmemplan.prefix.matcher import check_requests, tree_sizes
 
 # Reuse-gap histogram bins, seconds: 0, 1 s, 2 s, 5 s, 10 s, 30 s, 1 m, 2 m, 5 m, 10 m, 30 m,
 # 1 h, 2 h, 6 h, 1 d, and beyond. 5 m and 1 h are Anthropic's two prompt-cache TTLs.
@@ -69,14 +70,8 @@ def lru_match(
     (for the reuse-gap histogram only); `timestamps` (seconds, NaN = unknown) give the reuse
     gaps.
     """
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    keys, offsets, resets = check_requests(keys, offsets, resets)
     n = offsets.shape[0] - 1
-    resets = np.ascontiguousarray(resets, dtype=np.bool_)
-    if resets.shape[0] != n:
-        raise ValueError("resets must have one entry per request")
-    if offsets[0] != 0 or offsets[-1] != keys.shape[0] or np.any(np.diff(offsets) < 0):
-        raise ValueError("offsets must rise from 0 to len(keys)")
     pt = np.broadcast_to(np.asarray(page_tokens, dtype=np.int64), (n,))
     pt = np.ascontiguousarray(pt)
     if n and pt.min() < 1:
@@ -101,13 +96,7 @@ def lru_match(
     gap_tokens = np.zeros(max(edges.size - 1, 0), dtype=np.float64)
     stats = np.zeros(1, dtype=np.int64)
     if n:
-        resets = resets.copy()
-        resets[0] = True
-        starts = np.flatnonzero(resets)
-        ends = np.append(starts[1:], n)
-        max_requests = int(np.max(ends - starts))
-        nodes = 1 + 2 * max_requests
-        table = 1 << max(4, int(2 * nodes - 1).bit_length())
+        resets, nodes, table = tree_sizes(resets)
         longest = int(lengths.max()) + 2
         lru_replay(
             keys, offsets, resets, pt, prompt, ts, np.ascontiguousarray(caps[order]), edges,

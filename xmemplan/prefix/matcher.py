@@ -7,6 +7,37 @@ import numpy as np
 from xmemplan.prefix.kernels import match_insert
 
 
+def check_requests(
+    keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Contiguous int64 keys and offsets, bool resets; ValueError if they do not fit."""
+    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    resets = np.ascontiguousarray(resets, dtype=np.bool_)
+    n = offsets.shape[0] - 1
+    if resets.shape[0] != n:
+        raise ValueError("resets must have one entry per request")
+    if offsets[0] != 0 or offsets[-1] != keys.shape[0] or np.any(np.diff(offsets) < 0):
+        raise ValueError("offsets must rise from 0 to len(keys)")
+    return keys, offsets, resets
+
+
+def tree_sizes(resets: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """(resets with the first set, nodes, table slots) for the largest tree between resets.
+
+    Each request adds at most a split node and a leaf: 1 + 2 x requests nodes; the child
+    table is a power of two at least twice that (load <= 0.5).
+    """
+    n = resets.shape[0]
+    resets = resets.copy()
+    resets[0] = True
+    starts = np.flatnonzero(resets)
+    ends = np.append(starts[1:], n)
+    nodes = 1 + 2 * int(np.max(ends - starts))
+    table = 1 << max(4, int(2 * nodes - 1).bit_length())
+    return resets, nodes, table
+
+
 def match(keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray) -> np.ndarray:
     """Leading keys of each request found in the cache built from the requests before it.
 
@@ -14,24 +45,11 @@ def match(keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray) -> np.ndarr
     `keys[offsets[r]:offsets[r + 1]]`; `resets[r]` empties the cache before request r (the
     first request of each session under `--scope session`). The cache is infinite.
     """
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    keys, offsets, resets = check_requests(keys, offsets, resets)
     n = offsets.shape[0] - 1
-    resets = np.ascontiguousarray(resets, dtype=np.bool_)
-    if resets.shape[0] != n:
-        raise ValueError("resets must have one entry per request")
     if n == 0:
         return np.empty(0, dtype=np.int64)
-    if offsets[0] != 0 or offsets[-1] != keys.shape[0] or np.any(np.diff(offsets) < 0):
-        raise ValueError("offsets must rise from 0 to len(keys)")
-    resets = resets.copy()
-    resets[0] = True
-    # Size for the largest tree between two resets.
-    starts = np.flatnonzero(resets)
-    ends = np.append(starts[1:], n)
-    max_requests = int(np.max(ends - starts))
-    nodes = 1 + 2 * max_requests
-    table = 1 << max(4, int(2 * nodes - 1).bit_length())
+    resets, nodes, table = tree_sizes(resets)
     out = np.empty(n, dtype=np.int64)
     match_insert(
         keys,

@@ -22,9 +22,9 @@ from xmemplan.traces._build import BatchBuilder
 from xmemplan.traces.base import (
     ReadOptions,
     SkipLog,
+    block_row,
     check_int,
     first_json_line,
-    int_array,
     iter_json_lines,
 )
 from xmemplan.traces.schema import RequestBatch
@@ -51,29 +51,10 @@ def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBa
         )
         if parent is None:
             continue
-        ts = obj.get("timestamp")
-        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)):
-            skips.skip(path, line, "expected a number of seconds", "timestamp")
+        row = block_row(obj, path, line, skips, BLOCK_TOKENS, "seconds")
+        if row is None:
             continue
-        n = check_int(obj.get("input_length"), path, line, "input_length", skips)
-        if n is None:
-            continue
-        out = obj.get("output_length")
-        if out is not None:
-            out = check_int(out, path, line, "output_length", skips)
-            if out is None:
-                continue
-        ids = int_array(obj.get("hash_ids"), path, line, "hash_ids", skips)
-        if ids is None:
-            continue
-        expected = -(-n // BLOCK_TOKENS)
-        if ids.shape[0] != expected:
-            skips.skip(
-                path, line,
-                f"{ids.shape[0]} block ids for {n} tokens (expected ceil({n}/16) = {expected})",
-                "hash_ids",
-            )
-            continue
+        ts, n, out, ids = row
         rows.append((chat, parent, ts, n, out, ids))
 
     # Sessions: follow parent links to the root (iteratively; a parent that never appears

@@ -153,3 +153,37 @@ def int_array(
         skips.skip(path, line, "expected a list of 64-bit integers", name)
         return None
     return arr.astype(np.int64, copy=False)
+
+
+def block_row(
+    obj: dict[str, Any], path: Path, line: int, skips: SkipLog, block: int, ts_unit: str
+) -> tuple[float | None, int, int | None, np.ndarray] | None:
+    """The fields Mooncake and Qwen-Bailian rows share, checked; None if the row is skipped.
+
+    Returns (timestamp as written, input_length, output_length, hash_ids); `hash_ids` must
+    hold ceil(input_length / block) ids (the last block partial).
+    """
+    ts = obj.get("timestamp")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)):
+        skips.skip(path, line, f"expected a number of {ts_unit}", "timestamp")
+        return None
+    n = check_int(obj.get("input_length"), path, line, "input_length", skips)
+    if n is None:
+        return None
+    out = obj.get("output_length")
+    if out is not None:
+        out = check_int(out, path, line, "output_length", skips)
+        if out is None:
+            return None
+    ids = int_array(obj.get("hash_ids"), path, line, "hash_ids", skips)
+    if ids is None:
+        return None
+    expected = -(-n // block)
+    if ids.shape[0] != expected:
+        skips.skip(
+            path, line,
+            f"{ids.shape[0]} block ids for {n} tokens (expected ceil({n}/{block}) = {expected})",
+            "hash_ids",
+        )
+        return None
+    return ts, n, out, ids

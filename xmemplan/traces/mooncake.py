@@ -15,9 +15,8 @@ from xmemplan.traces._build import BatchBuilder
 from xmemplan.traces.base import (
     ReadOptions,
     SkipLog,
-    check_int,
+    block_row,
     first_json_line,
-    int_array,
     iter_json_lines,
 )
 from xmemplan.traces.schema import RequestBatch
@@ -43,29 +42,10 @@ def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBa
     builder = BatchBuilder(str(path), block_tokens=BLOCK_TOKENS)
     stem = path.stem
     for line, obj in iter_json_lines(path, path.read_bytes(), skips):
-        ts = obj.get("timestamp")
-        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)):
-            skips.skip(path, line, "expected a number of milliseconds", "timestamp")
+        row = block_row(obj, path, line, skips, BLOCK_TOKENS, "milliseconds")
+        if row is None:
             continue
-        n = check_int(obj.get("input_length"), path, line, "input_length", skips)
-        if n is None:
-            continue
-        out = obj.get("output_length")
-        if out is not None:
-            out = check_int(out, path, line, "output_length", skips)
-            if out is None:
-                continue
-        ids = int_array(obj.get("hash_ids"), path, line, "hash_ids", skips)
-        if ids is None:
-            continue
-        expected = -(-n // BLOCK_TOKENS)
-        if ids.shape[0] != expected:
-            skips.skip(
-                path, line,
-                f"{ids.shape[0]} block ids for {n} tokens (expected ceil({n}/512) = {expected})",
-                "hash_ids",
-            )
-            continue
+        ts, n, out, ids = row
         builder.add(
             f"{stem}#{line}", None if ts is None else ts / 1000.0, n, ids, output_tokens=out
         )
