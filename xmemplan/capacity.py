@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from xmemplan.errors import UsageError
+from xmemplan.metrics import METRIC_LABELS
 from xmemplan.units import format_bytes, format_count, is_byte_quantity, parse_bytes, parse_count
 
 GPU_TIER_NAMES = ("hbm", "gpu")
@@ -570,15 +571,9 @@ def _tier_rows(
 # --- Terminal output --------------------------------------------------------------------------
 
 TABLE_ROWS = (
-    ("token_hit_ratio", "token hit ratio"),
+    METRIC_LABELS[0],
     ("share_of_infinite", "share of infinite-cache hit"),
-    ("mean_request_hit_ratio", "mean request hit ratio"),
-    ("rounds_ge1_token_hit_ratio", "rounds >= 1: token hit ratio"),
-    ("rounds_ge1_mean", "rounds >= 1: mean"),
-    ("rounds_ge1_median", "rounds >= 1: median"),
-    ("rounds_ge1_share_ge_95", "rounds >= 1: share >= 95%"),
-    ("session_token_hit_mean", "session token hit: mean"),
-    ("session_token_hit_median", "session token hit: median"),
+    *METRIC_LABELS[1:],
 )
 
 

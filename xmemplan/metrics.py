@@ -19,6 +19,18 @@ from typing import Any
 
 import numpy as np
 
+# Summary metrics in display order, with their table labels (JSON uses the keys).
+METRIC_LABELS: tuple[tuple[str, str], ...] = (
+    ("token_hit_ratio", "token hit ratio (sum hit / sum prompt)"),
+    ("mean_request_hit_ratio", "mean request hit ratio"),
+    ("rounds_ge1_token_hit_ratio", "rounds >= 1: token hit ratio"),
+    ("rounds_ge1_mean", "rounds >= 1: mean"),
+    ("rounds_ge1_median", "rounds >= 1: median"),
+    ("rounds_ge1_share_ge_95", "rounds >= 1: share >= 95%"),
+    ("session_token_hit_mean", "session token hit: mean"),
+    ("session_token_hit_median", "session token hit: median"),
+)
+
 ROUND_BUCKETS: list[tuple[str, int, int]] = [
     ("0", 0, 0),
     ("1", 1, 1),

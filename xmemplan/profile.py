@@ -38,14 +38,19 @@ SCHEMA = "xmemplan.profile"
 SCHEMA_VERSION = 1
 
 
-def load_profile(path: Path) -> dict[str, Any]:
-    """Read and check a profile; errors name the file and the field."""
+def read_json(path: Path) -> Any:
+    """A JSON document from `path`; InputError naming the file if it cannot be read."""
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise InputError("no such file", path=path) from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"not a JSON document ({exc})", path=path) from exc
+
+
+def load_profile(path: Path) -> dict[str, Any]:
+    """Read and check a profile; errors name the file and the field."""
+    doc = read_json(path)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise InputError(
             f"not an xmemplan workload profile (schema is not '{SCHEMA}')", path=path,

@@ -32,7 +32,6 @@ the replay): the run then tests the model's load term against real copies.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -193,12 +192,9 @@ def pairs_from_file(path: Path, limit: int = 12) -> FileWorkload:
     `limit`), else its p50 prompt and token hit ratio. A plan (`xmemplan size --format
     json`) gives its p50 prompt (`prompt_tokens_p50`), `hit_ratio`, `model` and `gpu`.
     """
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise InputError("no such file", path=path) from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"not a JSON document ({exc})", path=path) from exc
+    from xmemplan.profile import read_json
+
+    doc = read_json(path)
     if not isinstance(doc, dict):
         raise InputError("expected a JSON object", path=path)
     if doc.get("schema") == "xmemplan.profile":

@@ -163,16 +163,6 @@ def _skip_text(result: Any) -> str:
     return ", ".join(parts)
 
 
-METRIC_ROWS = (
-    ("token_hit_ratio", "token hit ratio (sum hit / sum prompt)"),
-    ("mean_request_hit_ratio", "mean request hit ratio"),
-    ("rounds_ge1_token_hit_ratio", "rounds >= 1: token hit ratio"),
-    ("rounds_ge1_mean", "rounds >= 1: mean"),
-    ("rounds_ge1_median", "rounds >= 1: median"),
-    ("rounds_ge1_share_ge_95", "rounds >= 1: share >= 95%"),
-    ("session_token_hit_mean", "session token hit: mean"),
-    ("session_token_hit_median", "session token hit: median"),
-)
 
 
 def _warn_skips(result: Any) -> None:
@@ -192,6 +182,7 @@ def _warn_skips(result: Any) -> None:
 
 def _report(result: Any, fmt: str) -> None:
     from xmemplan import render
+    from xmemplan.metrics import METRIC_LABELS
 
     _warn_skips(result)
     s = result.summary
@@ -212,7 +203,7 @@ def _report(result: Any, fmt: str) -> None:
         render.emit_json(payload)
         return
     if fmt == "csv":
-        keys = ["sessions", "requests", "prompt_tokens"] + [k for k, _ in METRIC_ROWS]
+        keys = ["sessions", "requests", "prompt_tokens"] + [k for k, _ in METRIC_LABELS]
         extra = result.capacity.csv_rows() if result.capacity is not None else []
         render.emit_csv(["metric", "value"], [(k, s[k]) for k in keys] + extra)
         return
@@ -222,7 +213,7 @@ def _report(result: Any, fmt: str) -> None:
         ["metric", "value"],
         [("sessions", s["sessions"]), ("requests", s["requests"]),
          ("prompt tokens", s["prompt_tokens"])]
-        + [(label, s[key]) for key, label in METRIC_ROWS],
+        + [(label, s[key]) for key, label in METRIC_LABELS],
         title="Prefix-cache hit ratios (infinite cache)",
     )
     rows = [
