@@ -236,4 +236,10 @@ def _report(result: Any, fmt: str) -> None:
             + [(x["session_id"], x["requests"], x["reported_token_hit_ratio"],
                 x["reconstructed_token_hit_ratio"], x["difference"]) for x in rep["sessions"]],
             title="Reported by the API/engine vs reconstructed (token-weighted)",
+            caption=(
+                "Reconstructed replays only what the trace holds, with the chosen tokenizer. "
+                "Claude Code transcripts omit the system prompt and tools, which the API "
+                "serves from a cache shared across sessions: expect reported > "
+                "reconstructed (docs/text-traces.md)."
+            ),
         )
