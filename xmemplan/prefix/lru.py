@@ -229,6 +229,28 @@ def reference_lru(
     return out
 
 
+def _flat_lru(
+    requests: Sequence[Sequence[int]], page_tokens: int, capacity_tokens: int,
+    deepest_first: bool,
+) -> list[int]:
+    cache: OrderedDict[int, None] = OrderedDict()
+    limit = capacity_tokens // page_tokens
+    out = []
+    for pages in requests:
+        k = 0
+        for key in pages:
+            if key not in cache:
+                break
+            k += 1
+        out.append(k)
+        for key in (reversed(pages) if deepest_first else pages):
+            cache[key] = None
+            cache.move_to_end(key)
+        while len(cache) > limit:
+            cache.popitem(last=False)
+    return out
+
+
 def reference_flat_lru(
     requests: Sequence[Sequence[int]], page_tokens: int, capacity_tokens: int
 ) -> list[int]:
@@ -238,22 +260,7 @@ def reference_flat_lru(
     for the Mooncake trace: touching the deepest page first keeps every page more recent than
     its descendants, so the least recently used block is always a leaf.
     """
-    cache: OrderedDict[int, None] = OrderedDict()
-    limit = capacity_tokens // page_tokens
-    out = []
-    for pages in requests:
-        k = 0
-        for key in pages:
-            if key not in cache:
-                break
-            k += 1
-        out.append(k)
-        for key in reversed(pages):
-            cache[key] = None
-            cache.move_to_end(key)
-        while len(cache) > limit:
-            cache.popitem(last=False)
-    return out
+    return _flat_lru(requests, page_tokens, capacity_tokens, deepest_first=True)
 
 
 def reference_plain_lru(
@@ -263,19 +270,4 @@ def reference_plain_lru(
 
     Keys must be prefix-chained (a key identifies its whole prefix, as Mooncake's do).
     """
-    cache: OrderedDict[int, None] = OrderedDict()
-    limit = capacity_tokens // page_tokens
-    out = []
-    for pages in requests:
-        k = 0
-        for key in pages:
-            if key not in cache:
-                break
-            k += 1
-        out.append(k)
-        for key in pages:
-            cache[key] = None
-            cache.move_to_end(key)
-        while len(cache) > limit:
-            cache.popitem(last=False)
-    return out
+    return _flat_lru(requests, page_tokens, capacity_tokens, deepest_first=False)
