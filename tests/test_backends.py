@@ -246,7 +246,7 @@ def test_factory_is_lazy_and_lists_known_names():
     assert backend_class("xmem") is XMemHiCacheStorage
     with pytest.raises(UsageError) as info:
         backend_class("nope")
-    assert info.value.render() == "unknown storage backend 'nope'. known backends: xmem."
+    assert info.value.render() == "unknown storage backend 'nope'. Known backends: xmem."
 
 
 def test_shaping_follows_configured_bandwidth_and_latency():

@@ -108,7 +108,7 @@ def test_missing_path_and_unknown_names(cli, tmp_path):
     assert r.code == EXIT_INPUT and "no such file or directory" in r.err
     p = _write(tmp_path, "t.jsonl", GOOD_TOKENS)
     r = cli("hitrate", p, "-t", "vllm")
-    assert r.code == EXIT_USAGE and "choose one of" in r.err and "mooncake" in r.err
+    assert r.code == EXIT_USAGE and "Choose one of" in r.err and "mooncake" in r.err
     r = cli("hitrate", p, "-f", "yaml")
     assert r.code == EXIT_USAGE and "table, json, csv" in r.err
     r = cli("hitrate", p, "--scope", "rack")

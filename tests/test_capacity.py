@@ -191,7 +191,7 @@ def test_parse_capacity_units():
         ({"capacity": "-3M"}, "is negative"),
         ({"capacity": "3X"}, "unknown suffix"),
         ({"capacity": "three"}, "cannot read"),
-        ({"capacity": "80GB"}, "add --model"),
+        ({"capacity": "80GB"}, "Add --model"),
         ({"capacity": "10", "page_size": 16}, "smaller than one page"),
         ({"capacity": "10B", "kv_bytes": 1000}, "holds no token"),
         ({"tiers": "HBM60GB"}, "HBM=60GB"),

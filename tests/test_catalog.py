@@ -72,7 +72,7 @@ def test_unknown_name_lists_known_and_closest(kind: str, name: str, known: str) 
         getattr(cat, kind)(name)
     text = info.value.render()
     assert f"unknown {'GPU' if kind == 'gpu' else kind} '{name}'" in text
-    assert "closest: " + known in text
+    assert "Closest: " + known in text
     listing = text.split("; known ")[1]
     for other in getattr(cat, kind + "s" if kind != "gpu" else "gpus"):
         assert other in listing
@@ -150,7 +150,7 @@ latency = "3us"
 
 @pytest.mark.parametrize("body, needle", [
     ('[gpu.x]\nbf16 = "1TFLOPS"\n', "no source"),
-    ('[gpu.h100-sxm]\nsource = "x"\nhbm_bandwith = "1TB/s"\n', "did you mean 'hbm_bandwidth'"),
+    ('[gpu.h100-sxm]\nsource = "x"\nhbm_bandwith = "1TB/s"\n', "Did you mean 'hbm_bandwidth'"),
     ('[gpu.h100-sxm]\nsource = "x"\nbf16 = "989 furlongs"\n', "bf16"),
     ('[widget.a]\nsource = "x"\n', "unknown table"),
     ('[gpu.h100-sxm\n', "not valid TOML"),

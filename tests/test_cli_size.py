@@ -128,9 +128,9 @@ def test_profile_of_another_schema_version(capsys: pytest.CaptureFixture[str],
     (["--ttft-slo", "500ms", "--hit-rate", "1.5"], 2, "outside [0, 1]"),
     (["--ttft-slo", "500ms", "--prompt-tokens", "0"], 2, "at least 1"),
     (["--ttft-slo", "500ms", "--model", "llama-3.1-9b"], 2, "known models"),
-    (["--ttft-slo", "500ms", "--gpu", "h10"], 2, "closest: h100-sxm"),
+    (["--ttft-slo", "500ms", "--gpu", "h10"], 2, "Closest: h100-sxm"),
     (["--ttft-slo", "500ms", "--format", "xml"], 2, "unknown output format"),
-    (["--ttft-slo", "500ms", "--plot", "x.svg"], 2, "end --plot with .png"),
+    (["--ttft-slo", "500ms", "--plot", "x.svg"], 2, "End --plot with .png"),
 ])
 def test_bad_input_exit_codes(capsys: pytest.CaptureFixture[str], args: list[str], code: int,
                               needle: str) -> None:

@@ -140,8 +140,8 @@ def test_blog_3x_at_98_percent_holds_only_with_more_compute() -> None:
     ({"ttft_slo": "500ms", "hit_rate": 1.2}, "outside [0, 1]"),
     ({"ttft_slo": "500ms", "hit_rate": -0.1}, "outside [0, 1]"),
     ({"ttft_slo": "500ms", "prompt_tokens": "0"}, "at least 1"),
-    ({"ttft_slo": "500ms", "model": "qwen3-30b-a4b"}, "closest: qwen3-30b-a3b"),
-    ({"ttft_slo": "500ms", "gpu": "h1000"}, "closest: h100-sxm"),
+    ({"ttft_slo": "500ms", "model": "qwen3-30b-a4b"}, "Closest: qwen3-30b-a3b"),
+    ({"ttft_slo": "500ms", "gpu": "h1000"}, "Closest: h100-sxm"),
     ({"ttft_slo": "500ms", "engine": "trt"}, "unknown engine"),
     ({"ttft_slo": "500ms", "working_set": "20 furlongs"}, "working-set"),
 ])

@@ -49,7 +49,9 @@ class XmemplanError(Exception):
     def render(self) -> str:
         text = self.message.rstrip(".") + "."
         if self.hint:
-            text += " " + self.hint.rstrip(".") + "."
+            hint = self.hint.rstrip(".")
+            end = "" if hint.endswith(("?", "!")) else "."
+            text += " " + hint[:1].upper() + hint[1:] + end
         return text
 
 
