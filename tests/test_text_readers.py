@@ -152,6 +152,10 @@ def test_claude_reported_and_reconstructed_side_by_side(cli):
     )
     table = cli("hitrate", CLAUDE)
     assert "Reported by the API/engine vs reconstructed" in table.out
+    rows = dict(line.split(",", 1) for line in cli("hitrate", CLAUDE, "-f", "csv").out.split())
+    assert float(rows["reported.reported_token_hit_ratio"]) == pytest.approx(
+        rep["reported_token_hit_ratio"])
+    assert float(rows["reported.difference"]) == pytest.approx(rep["difference"])
 
 
 def test_claude_hits_equal_the_previous_prompt():

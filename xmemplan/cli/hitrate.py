@@ -205,6 +205,11 @@ def _report(result: Any, fmt: str) -> None:
     if fmt == "csv":
         keys = ["sessions", "requests", "prompt_tokens"] + [k for k, _ in METRIC_LABELS]
         extra = result.capacity.csv_rows() if result.capacity is not None else []
+        rep = result.reported
+        if rep is not None:
+            extra += [(f"reported.{k}", rep[k]) for k in (
+                "requests", "reported_token_hit_ratio", "reconstructed_token_hit_ratio",
+                "difference")]
         render.emit_csv(["metric", "value"], [(k, s[k]) for k in keys] + extra)
         return
     files = ", ".join(f"{n} {name}" for name, n in sorted(result.files_by_format.items()))
