@@ -17,7 +17,8 @@ class BatchBuilder:
         self.output_tokens: list[int] = []
         self.reported_cached: list[int] = []
         self.reported_prompt: list[int] = []
-        self.keys: list[np.ndarray] = []
+        self.keys: list[np.ndarray] = []  # parts, in order; a request may have several
+        self.key_counts: list[int] = []
         self._any_reported = False
 
     def add(
@@ -25,7 +26,7 @@ class BatchBuilder:
         session_id: str,
         timestamp_s: float | None,
         prompt_tokens: int,
-        keys: np.ndarray,
+        keys: np.ndarray | list[np.ndarray],
         output_tokens: int | None = None,
         reported_cached_tokens: int | None = None,
         reported_prompt_tokens: int | None = None,
@@ -42,17 +43,21 @@ class BatchBuilder:
         )
         if reported_cached_tokens is not None:
             self._any_reported = True
-        self.keys.append(keys)
+        # Text readers pass a prompt as its list of cached per-message arrays: they are
+        # concatenated once, in build(), instead of once per request and again there.
+        parts = keys if isinstance(keys, list) else [keys]
+        self.keys.extend(parts)
+        self.key_counts.append(sum(part.shape[0] for part in parts))
 
     def __len__(self) -> int:
         return len(self.session_id)
 
     def build(self, complete_sessions: bool = False) -> RequestBatch:
         n = len(self.session_id)
-        lengths = np.fromiter((k.shape[0] for k in self.keys), dtype=np.int64, count=n)
+        lengths = np.array(self.key_counts, dtype=np.int64)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        keys = np.concatenate(self.keys) if n else np.empty(0, dtype=np.int64)
+        keys = np.concatenate(self.keys) if self.keys else np.empty(0, dtype=np.int64)
         return RequestBatch(
             source=self.source,
             session_id=self.session_id,

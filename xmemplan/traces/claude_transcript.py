@@ -299,7 +299,8 @@ class _Transcript:
                 out.extend(sorted(extra))
         return out
 
-    def prompt(self, first: _Node) -> np.ndarray:
+    def prompt(self, first: _Node) -> list[np.ndarray]:
+        """The prompt as its messages' token arrays (concatenated once, by the builder)."""
         groups: list[list[int]] = []
         role = None
         for i in self.chain(first):
@@ -311,7 +312,7 @@ class _Transcript:
             else:
                 groups.append([i])
                 role = n.role
-        return ChunkEncoder.join([self._message(tuple(g)) for g in groups])
+        return [self._message(tuple(g)) for g in groups]
 
     def _message(self, group: tuple[int, ...]) -> np.ndarray:
         if self.enc.cache:
@@ -353,7 +354,8 @@ def read_with(
         ts = first.timestamp if first.timestamp is not None else last_ts
         last_ts = ts
         keys = t.prompt(first)
-        if keys.shape[0] == 0:
+        n_tokens = sum(k.shape[0] for k in keys)
+        if n_tokens == 0:
             skips.skip(path, first.line, "assistant record with no prompt before it", "parentUuid")
             continue
         usage = next(
@@ -361,7 +363,7 @@ def read_with(
         )
         rep = _usage(usage, last.line, path, skips)
         builder.add(
-            first.session, ts, int(keys.shape[0]), keys,
+            first.session, ts, n_tokens, keys,
             output_tokens=rep[2] if rep else None,
             reported_cached_tokens=rep[0] if rep else None,
             reported_prompt_tokens=rep[1] if rep else None,

@@ -145,15 +145,16 @@ def read_with(
             skips.skip(path, line, "missing or not a string", "isl_text")
             continue
         ts = _number(obj.get("request_time", obj.get("ts")))
-        keys = ChunkEncoder.join(_chunks(text, enc))
-        if keys.shape[0] == 0:
+        keys = _chunks(text, enc)
+        n_tokens = sum(k.shape[0] for k in keys)
+        if n_tokens == 0:
             skips.skip(path, line, "empty prompt", "isl_text")
             continue
         osl = obj.get("osl_text")
         out = int(enc.tokenizer.encode(osl).shape[0]) if isinstance(osl, str) else None
         rep = engine[turn] if engine is not None and turn < len(engine) else None
         builder.add(
-            session, ts, int(keys.shape[0]), keys, output_tokens=out,
+            session, ts, n_tokens, keys, output_tokens=out,
             reported_cached_tokens=rep[1] if rep else None,
             reported_prompt_tokens=rep[0] if rep else None,
         )

@@ -193,10 +193,10 @@ def read_with(
                 continue
         else:
             ts = _seconds(_find(obj, body, TIMESTAMP_FIELDS))
-        keys = ChunkEncoder.join(_prompt(body, enc))
+        keys = _prompt(body, enc)
         rep = _usage(obj)
         builder.add(
-            str(session), ts, int(keys.shape[0]), keys,
+            str(session), ts, sum(k.shape[0] for k in keys), keys,
             output_tokens=rep[2] if rep else None,
             reported_cached_tokens=rep[0] if rep else None,
             reported_prompt_tokens=rep[1] if rep else None,
