@@ -236,16 +236,13 @@ def pairs_from_traces(paths: list[Path], limit: int = 12) -> tuple[tuple[tuple[i
                                                                   str]:
     """(prompt, hit) pairs of requests in traces, via `xmemplan.hitrate.analyze`."""
     from xmemplan.hitrate import HitrateOptions, analyze
+    from xmemplan.traces import schema as S
 
-    result = analyze(paths, HitrateOptions())
-    frame = result.requests_frame()
-    if len(frame) == 0:
+    replayed = analyze(paths, HitrateOptions()).replayed
+    prompts = replayed.column(S.PROMPT_TOKENS)
+    hits = replayed.column(S.HIT_TOKENS)
+    if len(prompts) == 0:
         raise InputError("no requests could be read from the traces", path=paths[0])
-    hit_col = next((c for c in ("hit_tokens", "hit") if c in frame.columns), None)
-    if hit_col is None or "prompt_tokens" not in frame.columns:
-        raise InputError("the trace table has no prompt_tokens/hit_tokens", path=paths[0])
-    prompts = frame["prompt_tokens"].to_numpy()
-    hits = frame[hit_col].to_numpy()
     idx = np.linspace(0, len(prompts) - 1, min(limit, len(prompts))).round().astype(int)
     return tuple((int(prompts[i]), int(hits[i])) for i in idx), f"traces {paths[0]}"
 
