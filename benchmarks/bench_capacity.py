@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 from _util import machine
 
-from xmemplan.capacity import Capacity, CapacitySpec
-from xmemplan.hitrate import HitrateOptions, _order_in_sessions, _take, replay
+from xmemplan.hitrate.capacity import Capacity, CapacitySpec
+from xmemplan.hitrate.pipeline import HitrateOptions, _order_in_sessions, _take, replay
 from xmemplan.prefix.lru import lru_match
 from xmemplan.prefix.matcher import match
 from xmemplan.traces import schema as S

@@ -21,15 +21,7 @@ when it is stale.
 
 ## Exit codes
 
-| code | meaning |
-|-----:|---------|
-| 0 | success |
-| 1 | internal error (a bug: rerun with `--debug` and report the traceback) |
-| 2 | usage error: a flag or value the command cannot use (bad unit, unknown name) |
-| 3 | input error: a trace, profile, plan or catalog file that cannot be read as stated |
-| 4 | not available: an optional dependency or hardware this mode needs is missing |
-| 5 | check failed: `validate` measured more error than `--tolerance` |
-| 130 | interrupted |
+{exit_codes}
 
 Results go to stdout; progress, notes, warnings and errors to stderr.
 """
@@ -47,8 +39,16 @@ def help_text(command: str) -> str:
     return buf.getvalue().rstrip() + "\n"
 
 
+def exit_code_table() -> str:
+    from xmemplan.errors import EXIT_MEANINGS
+
+    rows = ["| code | meaning |", "|-----:|---------|"]
+    rows += [f"| {int(code)} | {text} |" for code, text in EXIT_MEANINGS.items()]
+    return "\n".join(rows)
+
+
 def render() -> str:
-    parts = [HEADER]
+    parts = [HEADER.format(exit_codes=exit_code_table())]
     for cmd in COMMANDS:
         title = f"xmemplan {cmd}".strip()
         parts.append(f"\n## `{title}`\n\n```text\n{help_text(cmd)}```\n")

@@ -10,7 +10,7 @@ import pytest
 
 from xmemplan.backends import create_backend
 from xmemplan.backends.media import XMEM_UNAVAILABLE
-from xmemplan.errors import EXIT_NOT_AVAILABLE, NotAvailableError
+from xmemplan.errors import ExitCode, NotAvailableError
 
 FAKE = str(Path(__file__).parent / "fake_xmem")
 PAGE = 4096
@@ -57,7 +57,7 @@ def test_import_failures_become_not_available(sdk, monkeypatch, how, words):
     monkeypatch.setenv("FAKE_XMEM_IMPORT", how)
     with pytest.raises(NotAvailableError) as info:
         create_backend(mode="real", page_bytes=PAGE)
-    assert info.value.exit_code == EXIT_NOT_AVAILABLE
+    assert info.value.exit_code == ExitCode.NOT_AVAILABLE
     assert info.value.message.startswith(XMEM_UNAVAILABLE)
     assert words in info.value.message
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from xmemplan.errors import EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from xmemplan.errors import ExitCode
 
 GOOD_TOKENS = '{"session_id": "s", "timestamp": 0, "input_ids": [1, 2, 3]}\n'
 GOOD_MOONCAKE = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
@@ -40,14 +40,14 @@ def test_token_file_problems_are_counted_then_strict_fails(cli, tmp_path, name, 
                                                            field):
     p = _write(tmp_path, f"{name}.jsonl", content)
     r = cli("hitrate", p, "-f", "json")
-    assert r.code == EXIT_OK, r.err
+    assert r.code == ExitCode.OK, r.err
     doc = json.loads(r.out)
     assert doc["skipped"]["lines"] == 1
     (key,) = doc["skipped"]["by_reason"]
     assert reason in key and (field is None or field in key)
     assert reason in r.err and f"{p.name}:" in r.err  # reported on stderr with file:line
     strict = cli("hitrate", p, "--strict")
-    assert strict.code == EXIT_INPUT
+    assert strict.code == ExitCode.INPUT
     assert strict.err.startswith("Error: ") and p.name in strict.err and "Traceback" not in strict.err
     if field:
         assert f"field '{field}'" in strict.err
@@ -56,9 +56,9 @@ def test_token_file_problems_are_counted_then_strict_fails(cli, tmp_path, name, 
 def test_non_utf8_bytes(cli, tmp_path):
     p = _write(tmp_path, "latin.jsonl", GOOD_TOKENS.encode() + b'{"session_id": "caf\xe9"}\n')
     r = cli("hitrate", p, "-f", "json")
-    assert r.code == EXIT_OK
+    assert r.code == ExitCode.OK
     assert "line is not UTF-8 text" in json.loads(r.out)["skipped"]["by_reason"]
-    assert cli("hitrate", p, "--strict").code == EXIT_INPUT
+    assert cli("hitrate", p, "--strict").code == ExitCode.INPUT
 
 
 @pytest.mark.parametrize(
@@ -73,9 +73,9 @@ def test_non_utf8_bytes(cli, tmp_path):
 def test_mooncake_lengths(cli, tmp_path, row, reason):
     p = _write(tmp_path, "m.jsonl", GOOD_MOONCAKE + row + "\n")
     r = cli("hitrate", p, "-f", "json")
-    assert r.code == EXIT_OK
+    assert r.code == ExitCode.OK
     assert any(reason in k for k in json.loads(r.out)["skipped"]["by_reason"])
-    assert cli("hitrate", p, "--strict").code == EXIT_INPUT
+    assert cli("hitrate", p, "--strict").code == ExitCode.INPUT
 
 
 def test_claude_blocks_inconsistent_hashes_and_broken_file(cli, tmp_path):
@@ -86,7 +86,7 @@ def test_claude_blocks_inconsistent_hashes_and_broken_file(cli, tmp_path):
     broken = json.dumps({**good, "id": "y"})[:-40]  # cut short
     _write(tmp_path, "b.json", broken)
     r = cli("hitrate", tmp_path, "-f", "json", "-t", "claude-blocks")
-    assert r.code == EXIT_OK
+    assert r.code == ExitCode.OK
     reasons = json.loads(r.out)["skipped"]["by_reason"]
     assert any("expected 200 // 64 = 3 full blocks" in k for k in reasons)
     assert any("truncated" in k for k in reasons)
@@ -97,40 +97,40 @@ def test_empty_file_and_empty_directory(cli, tmp_path):
     empty_dir = tmp_path / "nothing"
     empty_dir.mkdir()
     r = cli("hitrate", empty_dir)
-    assert r.code == EXIT_INPUT and "directory holds no files" in r.err
+    assert r.code == ExitCode.INPUT and "directory holds no files" in r.err
     _write(tmp_path / "nothing", "empty.jsonl", "")
     r = cli("hitrate", empty_dir)
-    assert r.code == EXIT_INPUT and "no requests could be read" in r.err and "1 empty files" in r.err
+    assert r.code == ExitCode.INPUT and "no requests could be read" in r.err and "1 empty files" in r.err
 
 
 def test_missing_path_and_unknown_names(cli, tmp_path):
     r = cli("hitrate", tmp_path / "nope")
-    assert r.code == EXIT_INPUT and "no such file or directory" in r.err
+    assert r.code == ExitCode.INPUT and "no such file or directory" in r.err
     p = _write(tmp_path, "t.jsonl", GOOD_TOKENS)
     r = cli("hitrate", p, "-t", "vllm")
-    assert r.code == EXIT_USAGE and "Choose one of" in r.err and "mooncake" in r.err
+    assert r.code == ExitCode.USAGE and "Choose one of" in r.err and "mooncake" in r.err
     r = cli("hitrate", p, "-f", "yaml")
-    assert r.code == EXIT_USAGE and "table, json, csv" in r.err
+    assert r.code == ExitCode.USAGE and "table, json, csv" in r.err
     r = cli("hitrate", p, "--scope", "rack")
-    assert r.code == EXIT_USAGE
+    assert r.code == ExitCode.USAGE
     r = cli("hitrate", p, "--page-size", "0")
-    assert r.code == EXIT_USAGE
+    assert r.code == ExitCode.USAGE
     r = cli("hitrate", p, "--out", tmp_path / "x.xlsx")
-    assert r.code == EXIT_USAGE and ".parquet or .csv" in r.err
+    assert r.code == ExitCode.USAGE and ".parquet or .csv" in r.err
 
 
 def test_unrecognized_file_reported_and_strict_fails(cli, tmp_path):
     _write(tmp_path, "t.jsonl", GOOD_TOKENS)
     _write(tmp_path, "readme.txt", "hello\n")
     r = cli("hitrate", tmp_path)
-    assert r.code == EXIT_OK and "readme.txt: matches no known trace format" in r.err
-    assert cli("hitrate", tmp_path, "--strict").code == EXIT_INPUT
+    assert r.code == ExitCode.OK and "readme.txt: matches no known trace format" in r.err
+    assert cli("hitrate", tmp_path, "--strict").code == ExitCode.INPUT
 
 
 def test_all_lines_bad_is_an_error(cli, tmp_path):
     p = _write(tmp_path, "t.jsonl", '{"session_id": "s", "input_ids": "x"}\n')
     r = cli("hitrate", p, "-t", "tokens")
-    assert r.code == EXIT_INPUT and "no requests could be read" in r.err and "1 lines skipped" in r.err
+    assert r.code == ExitCode.INPUT and "no requests could be read" in r.err and "1 lines skipped" in r.err
 
 
 def test_internal_errors_hide_traceback_unless_debug(cli, tmp_path, monkeypatch):

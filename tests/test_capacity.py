@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xmemplan.capacity import build_spec, capacity_hits, parse_capacity
 from xmemplan.errors import UsageError
 from xmemplan.hitrate import HitrateOptions, analyze
+from xmemplan.hitrate.capacity import build_spec, capacity_hits, parse_capacity
 from xmemplan.prefix.lru import ReferenceLRU, reference_lru
 from xmemplan.traces import synth
 
@@ -385,7 +385,7 @@ def _tiered(draw):
 @given(_tiered())
 def test_tiers_equal_write_through_reference(case):
     # Tier attribution from the one-pass hits equals three reference LRUs fed every request.
-    from xmemplan.capacity import Capacity, CapacitySpec, Tier, _tier_rows
+    from xmemplan.hitrate.capacity import Capacity, CapacitySpec, Tier, _tier_rows
     from xmemplan.prefix.lru import lru_match
 
     reqs, caps = case

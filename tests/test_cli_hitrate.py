@@ -66,12 +66,14 @@ def test_per_request_table_written(cli, trace, tmp_path, suffix):
     assert frame["hit_tokens"].sum() == json.loads(r.out)["hit_tokens"]
 
 
-def test_format_name_in_format_flag_means_trace_format(cli, tmp_path):
+def test_format_name_in_format_flag_is_refused_with_the_right_flag(cli, tmp_path):
+    # --format is the output; a trace format there used to switch the input silently.
     p = tmp_path / "m.jsonl"
     synth.write_mooncake(p, synth.agent_sessions(n_sessions=2, turns=3, seed=1))
     a = cli("hitrate", p, "--format", "mooncake")
-    b = cli("hitrate", p, "--trace-format", "mooncake")
-    assert a.code == b.code == 0 and a.out == b.out
+    assert a.code == 2
+    assert "--trace-format mooncake" in a.err
+    assert cli("hitrate", p, "--trace-format", "mooncake").code == 0
 
 
 def test_version_and_python_dash_m():

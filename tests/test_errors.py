@@ -13,7 +13,7 @@ def test_render_joins_message_and_capitalized_hint():
 def test_input_error_names_file_line_and_field():
     e = errors.InputError("expected an integer", path="t.jsonl", line=7, field="in")
     assert e.render() == "t.jsonl:7, field 'in': expected an integer."
-    assert e.exit_code == errors.EXIT_INPUT == 3
+    assert e.exit_code == errors.ExitCode.INPUT == 3
 
 
 def test_exit_codes_are_distinct():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from xmemplan.hitrate import HitrateOptions, analyze
-from xmemplan.metrics import summarize
+from xmemplan.hitrate.metrics import summarize
 from xmemplan.prefix.reference import reference_match
 from xmemplan.traces import synth
 
@@ -179,7 +179,7 @@ def test_parallel_workers_give_identical_results(tmp_path: Path):
     many = synth.agent_sessions(n_sessions=12, turns=6, seed=9)
     synth.write_claude_blocks(tmp_path / "cb", many)
     one = analyze([tmp_path / "cb"], HitrateOptions(workers=1))
-    from xmemplan import hitrate as H
+    from xmemplan.hitrate import pipeline as H
 
     # Force the process pool even on small input.
     jobs = [(p, "claude-blocks", HitrateOptions(), "session") for p in sorted((tmp_path / "cb").iterdir())]

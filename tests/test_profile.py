@@ -53,7 +53,7 @@ def test_profile_written_and_read_back(cli, tmp_path: Path, sessions):
         "json",
     )
     assert r.code == 0, r.err
-    doc = load_profile(out)
+    doc = load_profile(out).doc
     summary = json.loads(r.out)
     for key in DOCUMENTED:
         assert key in doc, key
@@ -81,7 +81,7 @@ def test_profile_written_and_read_back(cli, tmp_path: Path, sessions):
 
 def test_profile_sample_is_capped(tmp_path: Path, monkeypatch):
     from xmemplan import profile
-    from xmemplan.capacity import build_spec
+    from xmemplan.hitrate.capacity import build_spec
 
     many = synth.agent_sessions(n_sessions=3, turns=4, seed=1)
     synth.write_mooncake(tmp_path / "m.jsonl", many)
@@ -102,8 +102,9 @@ def test_size_reads_the_profile(tmp_path: Path, sessions):
     from xmemplan.cli.main import run
 
     assert run(["-q", "hitrate", str(tmp_path / "m.jsonl"), "--profile-out", str(out)]) == 0
-    doc = load_profile(out)
-    w = from_profile(out, doc)
+    prof = load_profile(out)
+    doc = prof.doc
+    w = from_profile(prof)
     assert w.token_hit_ratio == pytest.approx(doc["hit_ratio"]["token_hit_ratio"])
     assert len(w.capacity_curve) == len(doc["capacity_curve"])  # global scope: curve used
 
@@ -118,7 +119,19 @@ def test_load_profile_rejects_other_versions(tmp_path: Path):
 def test_profile_to_unwritable_path(cli, tmp_path: Path, sessions):
     synth.write_mooncake(tmp_path / "m.jsonl", sessions)
     r = cli("hitrate", tmp_path / "m.jsonl", "--profile-out", tmp_path / "no" / "dir" / "p.json")
-    assert r.code == 2 and "cannot write the profile" in r.err
+    assert r.code == 2 and "cannot write --profile-out" in r.err and "folder does not exist" in r.err
+    assert "Reading" not in r.err  # refused before the replay
+
+
+def test_profile_out_refuses_to_overwrite_the_trace(cli, tmp_path: Path, sessions):
+    trace = tmp_path / "m.jsonl"
+    synth.write_mooncake(trace, sessions)
+    before = trace.read_bytes()
+    r = cli("hitrate", trace, "--profile-out", trace)
+    assert r.code == 2 and "is one of the inputs" in r.err
+    assert trace.read_bytes() == before
+    r = cli("hitrate", tmp_path, "--out", trace.with_suffix(".csv"))
+    assert r.code == 0  # a new file in the input folder is fine
 
 
 def test_plots_render(cli, tmp_path: Path, sessions):
@@ -145,7 +158,7 @@ def test_plots_render(cli, tmp_path: Path, sessions):
 
 
 def test_plots_without_matplotlib(monkeypatch, tmp_path: Path, sessions):
-    from xmemplan.plots import write_plots
+    from xmemplan.cli.views.plots import write_plots
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     with pytest.raises(NotAvailableError) as exc:

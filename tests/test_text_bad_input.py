@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from xmemplan.errors import EXIT_INPUT, EXIT_OK
+from xmemplan.errors import ExitCode
 
 SID = "0e0e0e0e-0000-4000-8000-000000000001"
 
@@ -81,7 +81,7 @@ def test_transcript_problems_counted_then_strict_fails(cli, tmp_path, name, data
     p = tmp_path / f"{SID}.jsonl"
     p.write_bytes(data)
     r = cli("hitrate", p, "-f", "json")
-    assert r.code == EXIT_OK, r.err
+    assert r.code == ExitCode.OK, r.err
     doc = json.loads(r.out)
     assert doc["files_by_format"] == {"claude-transcript": 1}
     assert doc["skipped"]["lines"] == 1, doc["skipped"]
@@ -90,7 +90,7 @@ def test_transcript_problems_counted_then_strict_fails(cli, tmp_path, name, data
     assert reason in r.err and p.name in r.err  # shown on stderr with the file
     assert doc["requests"] >= 2  # the good requests are still read
     strict = cli("hitrate", p, "--strict")
-    assert strict.code == EXIT_INPUT, strict.err
+    assert strict.code == ExitCode.INPUT, strict.err
     assert strict.err.startswith("Error: ") and p.name in strict.err
     assert "Traceback" not in strict.err
     if field:
@@ -153,13 +153,13 @@ NETPREME_CASES = [
 def test_netpreme_problems(cli, tmp_path, name, traces, metrics, reason, field):
     _netpreme_run(tmp_path, traces, metrics)
     r = cli("hitrate", tmp_path, "-f", "json")
-    assert r.code == EXIT_OK, r.err
+    assert r.code == ExitCode.OK, r.err
     doc = json.loads(r.out)
     assert doc["skipped"]["lines"] == 1, doc["skipped"]
     (key,) = doc["skipped"]["by_reason"]
     assert reason in key and (field is None or field in key)
     strict = cli("hitrate", tmp_path, "--strict")
-    assert strict.code == EXIT_INPUT and strict.err.startswith("Error: ")
+    assert strict.code == ExitCode.INPUT and strict.err.startswith("Error: ")
     assert "Traceback" not in strict.err
 
 
@@ -184,10 +184,10 @@ def test_request_log_problems(cli, tmp_path, name, row, reason, field, flags):
     p = tmp_path / "log.jsonl"
     p.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n" + json.dumps(good) + "\n")
     r = cli("hitrate", p, "-f", "json", *flags)
-    assert r.code == EXIT_OK, r.err
+    assert r.code == ExitCode.OK, r.err
     doc = json.loads(r.out)
     assert doc["requests"] == 2 and doc["skipped"]["lines"] == 1, doc["skipped"]
     (key,) = doc["skipped"]["by_reason"]
     assert reason in key and field in key
     strict = cli("hitrate", p, "--strict", *flags)
-    assert strict.code == EXIT_INPUT and f"field '{field}'" in strict.err
+    assert strict.code == ExitCode.INPUT and f"field '{field}'" in strict.err

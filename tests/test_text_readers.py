@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xmemplan.errors import EXIT_OK
+from xmemplan.errors import ExitCode
 from xmemplan.hitrate import HitrateOptions, analyze
 from xmemplan.text.encoder import ChunkEncoder
 from xmemplan.text.tokenizer import get_tokenizer
@@ -141,7 +141,7 @@ def test_claude_subagents_merge_into_the_parent_session():
 
 def test_claude_reported_and_reconstructed_side_by_side(cli):
     r = cli("hitrate", CLAUDE, "-f", "json")
-    assert r.code == EXIT_OK, r.err
+    assert r.code == ExitCode.OK, r.err
     doc = json.loads(r.out)
     rep = doc["reported"]
     assert rep["requests"] == 7 and rep["sessions"][0]["requests"] == 7
@@ -240,7 +240,7 @@ def test_openai_log_with_session_and_timestamp_fields(cli, tmp_path):
     out = tmp_path / "requests.csv"
     r = cli("hitrate", OPENAI, "--session-field", "meta.conv", "--timestamp-field", "t_ms",
             "-f", "json", "-o", out)
-    assert r.code == EXIT_OK, r.err
+    assert r.code == ExitCode.OK, r.err
     assert json.loads(r.out)["sessions"] == 1 and "oa-1" in out.read_text()
     res = analyze([OPENAI], HitrateOptions(session_field="meta.conv", timestamp_field="t_ms"))
     f = res.requests_frame()

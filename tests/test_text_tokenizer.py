@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xmemplan.errors import EXIT_INPUT, EXIT_OK, EXIT_USAGE, InputError, UsageError
+from xmemplan.errors import ExitCode, InputError, UsageError
 from xmemplan.text import tokenizer as T
 from xmemplan.text.encoder import ChunkEncoder
 
@@ -119,7 +119,7 @@ def test_cli_tokenizer_path_runs_end_to_end(cli, tmp_path):
     logs = FIXTURES / "request_log" / "anthropic.jsonl"
     r_default = cli("hitrate", logs, "-f", "json")
     r_custom = cli("hitrate", logs, "--tokenizer", path, "-f", "json")
-    assert r_default.code == EXIT_OK and r_custom.code == EXIT_OK, r_custom.err
+    assert r_default.code == ExitCode.OK and r_custom.code == ExitCode.OK, r_custom.err
     import json
 
     a, b = json.loads(r_default.out), json.loads(r_custom.out)
@@ -129,15 +129,15 @@ def test_cli_tokenizer_path_runs_end_to_end(cli, tmp_path):
 
 def test_cli_tokenizer_list_and_unknown(cli):
     r = cli("hitrate", "unused", "--tokenizer", "list")
-    assert r.code == EXIT_OK
+    assert r.code == ExitCode.OK
     for name in T.BUILTINS:
         assert name in r.out
     assert "default" in r.out
     bad = cli("hitrate", FIXTURES / "request_log", "--tokenizer", "gpt-9")
-    assert bad.code == EXIT_USAGE
+    assert bad.code == ExitCode.USAGE
     assert "unknown tokenizer 'gpt-9'" in bad.err and "qwen2.5" in bad.err
     missing = cli("hitrate", FIXTURES / "request_log", "--tokenizer", "/no/such/tokenizer.json")
-    assert missing.code == EXIT_INPUT and "Traceback" not in missing.err
+    assert missing.code == ExitCode.INPUT and "Traceback" not in missing.err
 
 
 def test_chunk_cache_reuses_tokens_and_matches_uncached():

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from xmemplan.cli.main import run
-from xmemplan.errors import EXIT_CHECK_FAILED, EXIT_INPUT, EXIT_NOT_AVAILABLE, EXIT_OK
-from xmemplan.validate import ValidateOptions, run_validate
+from xmemplan.errors import ExitCode
+from xmemplan.validate.harness import run_validate
+from xmemplan.validate.options import ValidateOptions
 
 FAKE = str(Path(__file__).parent / "fake_xmem")
 # A small seed scenario: 1 session, prompts of 1024, 1536, 2048 tokens (16-32 pages of 6 MiB).
@@ -28,7 +29,7 @@ def cli(args, capsys, monkeypatch):
 
 def test_emulation_is_the_default_and_says_so(capsys, monkeypatch):
     code, out, err = cli(SMALL, capsys, monkeypatch)
-    assert code == EXIT_OK, err
+    assert code == ExitCode.OK, err
     first = out.splitlines()[0]
     assert first.startswith(
         "validate: backend xmem on emulated X-Mem tier (no X-Mem hardware on this machine), "
@@ -41,7 +42,7 @@ def test_emulation_agrees_with_the_model(capsys, monkeypatch):
     # Best of 3 reads per request: single reads on a shared 2-core machine can be slowed
     # past the emulated tier's time by other processes.
     code, out, err = cli([*SMALL, "--repeats", "3", "--format", "json"], capsys, monkeypatch)
-    assert code == EXIT_OK, err
+    assert code == ExitCode.OK, err
     doc = json.loads(out)
     assert doc["backend_mode"] == "emulate" and doc["tier"] == "xmem"
     assert doc["time_scale"] > 1  # this machine copies slower than X-Mem
@@ -61,7 +62,7 @@ def test_calibrate_uses_this_machines_bandwidth(capsys, monkeypatch):
     code, out, err = cli([*SMALL, "--calibrate", "--repeats", "3", "--format", "json"],
                          capsys, monkeypatch)
     doc = json.loads(out)
-    assert code in (EXIT_OK, EXIT_CHECK_FAILED)  # a shared 2-core machine is noisy
+    assert code in (ExitCode.OK, ExitCode.CHECK_FAILED)  # a shared 2-core machine is noisy
     assert doc["calibrated"] and doc["time_scale"] == 1.0
     assert doc["predicted_bandwidth_bytes_per_s"] == doc["machine_copy_bandwidth_bytes_per_s"]
     ratio = doc["achieved_bandwidth_bytes_per_s"] / doc["predicted_bandwidth_bytes_per_s"]
@@ -71,7 +72,7 @@ def test_calibrate_uses_this_machines_bandwidth(capsys, monkeypatch):
 
 def test_a_wrong_prediction_exits_5(capsys, monkeypatch):
     code, out, err = cli([*SMALL, "--predict-bandwidth", "2GB/s"], capsys, monkeypatch)
-    assert code == EXIT_CHECK_FAILED
+    assert code == ExitCode.CHECK_FAILED
     assert "FAIL: p50 TTFT error" in out
     assert err.startswith("Error: measured TTFT differs from the prediction by")
 
@@ -79,7 +80,7 @@ def test_a_wrong_prediction_exits_5(capsys, monkeypatch):
 def test_real_without_hardware_exits_4(capsys, monkeypatch):
     monkeypatch.setattr(sys, "path", [p for p in sys.path if "fake_xmem" not in p])
     code, out, err = cli([*SMALL, "--real"], capsys, monkeypatch)
-    assert code == EXIT_NOT_AVAILABLE
+    assert code == ExitCode.NOT_AVAILABLE
     assert err.startswith("Error: X-Mem is not available on this machine")
     assert out == ""
 
@@ -95,13 +96,13 @@ def test_hardware_is_used_when_present(capsys, monkeypatch, tmp_path):
     finally:
         for name in [m for m in sys.modules if m == "xmem" or m.split(".")[0] == "cuda"]:
             del sys.modules[name]
-    assert code == EXIT_OK, err
+    assert code == ExitCode.OK, err
     assert out.startswith("validate: backend xmem on real X-Mem hardware")
 
 
 def test_dram_backend_without_gpu_emulates_the_host_tier(capsys, monkeypatch):
     code, out, err = cli([*SMALL, "--backend", "dram"], capsys, monkeypatch)
-    assert code == EXIT_OK, err
+    assert code == ExitCode.OK, err
     assert out.startswith("validate: backend dram on host DRAM, emulated host-DRAM tier "
                           "(no GPU on this machine)")
     assert "tier host-dram-pcie5" in out
@@ -118,7 +119,7 @@ def test_workload_profile_input(capsys, monkeypatch, tmp_path):
     path.write_text(json.dumps(profile))
     code, out, err = cli(["--workload", str(path), "--repeats", "1", "--format", "json"],
                          capsys, monkeypatch)
-    assert code == EXIT_OK, err
+    assert code == ExitCode.OK, err
     doc = json.loads(out)
     assert [(r["prompt_tokens"], r["hit_tokens"]) for r in doc["requests"]] == [
         (1024, 0), (2048, 1984), (1500, 1344)]  # hits in whole 64-token pages
@@ -126,22 +127,26 @@ def test_workload_profile_input(capsys, monkeypatch, tmp_path):
 
 def test_bad_plan_names_file_and_field(capsys, monkeypatch, tmp_path):
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps({"workload": "flags", "hit_ratio": 0.9}))
+    path.write_text(json.dumps({"schema": "xmemplan.plan", "schema_version": 1,
+                                "model": "qwen3-30b-a3b", "gpu": "h100-sxm", "hit_ratio": 0.9}))
     code, out, err = cli(["--plan", str(path)], capsys, monkeypatch)
-    assert code == EXIT_INPUT
-    assert f"{path}, field 'prompt_tokens_p50': missing or not a number" in err
+    assert code == ExitCode.INPUT
+    assert f"{path}, field 'prompt_tokens_p50': missing or not a finite number" in err
+    path.write_text(json.dumps({"workload": "flags", "hit_ratio": 0.9}))  # unversioned
+    code, out, err = cli(["--plan", str(path)], capsys, monkeypatch)
+    assert code == ExitCode.INPUT and "field 'schema'" in err
 
 
 def test_plan_from_size(capsys, monkeypatch, tmp_path):
     """A plan written by `xmemplan size` drives validate: its prompt, hit ratio and model."""
     monkeypatch.setenv("COLUMNS", "200")
     assert run(["size", "--ttft-slo", "500ms", "--prompt-tokens", "2048", "--hit-rate", "0.9",
-                "--model", "llama-3.1-8b", "--format", "json"]) == EXIT_OK
+                "--model", "llama-3.1-8b", "--format", "json"]) == ExitCode.OK
     plan = tmp_path / "plan.json"
     plan.write_text(capsys.readouterr().out)
     code, out, err = cli(["--plan", str(plan), "--repeats", "1", "--format", "json"],
                          capsys, monkeypatch)
-    assert code == EXIT_OK, err
+    assert code == ExitCode.OK, err
     doc = json.loads(out)
     assert doc["model"] == "llama-3.1-8b"
     assert [(r["prompt_tokens"], r["hit_tokens"]) for r in doc["requests"]] == [(2048, 1792)]
@@ -179,7 +184,7 @@ def test_trace_directory_input(capsys, monkeypatch):
     traces = Path(__file__).resolve().parent.parent / "examples" / "traces"
     code, out, err = cli(["--traces", str(traces), "--max-requests", "4", "--max-bytes", "1GB",
                           "--repeats", "1", "--format", "json"], capsys, monkeypatch)
-    assert code == EXIT_OK, err
+    assert code == ExitCode.OK, err
     doc = json.loads(out)
     assert len(doc["requests"]) == 4
     assert all(r["hit_tokens"] <= r["prompt_tokens"] for r in doc["requests"])

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xmemplan.workingset import arrival, reuse_summary, working_set
+from xmemplan.hitrate.workingset import arrival, reuse_summary, working_set
 
 # Session A: t=0 (100 prompt + 10 out), t=10 (200 + 20). Session B: t=5 (50 + 0),
 # t=20 (60 + unknown output).

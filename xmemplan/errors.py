@@ -2,34 +2,40 @@
 
 The library raises these; only the CLI boundary (`xmemplan.cli.main`) turns them into
 `Error: <what happened>. <what to do>` on stderr and an exit code. Tracebacks are shown only
-with `--debug`.
-
-Exit codes (documented in docs/cli.md):
-
-| code | meaning |
-|-----:|---------|
-| 0 | success |
-| 1 | internal error (a bug: please report it with `--debug` output) |
-| 2 | usage error: a flag or value the command cannot use (bad unit, unknown name) |
-| 3 | input error: a trace, profile, plan or catalog file that cannot be read as stated |
-| 4 | not available: an optional dependency or hardware this mode needs is missing |
-| 5 | check failed: `validate` measured more error than `--tolerance`, or a `--strict`
-      run met skips |
-| 130 | interrupted (Ctrl-C) |
+with `--debug`. `ExitCode` is the one table of exit codes: docs/cli.md is generated from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 
-EXIT_OK = 0
-EXIT_INTERNAL = 1
-EXIT_USAGE = 2
-EXIT_INPUT = 3
-EXIT_NOT_AVAILABLE = 4
-EXIT_CHECK_FAILED = 5
-EXIT_INTERRUPTED = 130
+
+class ExitCode(IntEnum):
+    """Exit codes; each member's docstring line is its documented meaning."""
+
+    OK = 0
+    INTERNAL = 1
+    USAGE = 2
+    INPUT = 3
+    NOT_AVAILABLE = 4
+    CHECK_FAILED = 5
+    INTERRUPTED = 130
+
+
+EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "success",
+    ExitCode.INTERNAL: "internal error (a bug: rerun with `--debug` and report the traceback)",
+    ExitCode.USAGE: "usage error: a flag or value the command cannot use (bad unit, unknown "
+    "name, out of range, an output that would overwrite an input)",
+    ExitCode.INPUT: "input error: a trace, profile, plan or catalog file that cannot be read "
+    "as stated, or a `--strict` run that met skipped lines or files",
+    ExitCode.NOT_AVAILABLE: "not available: an optional dependency or hardware this mode "
+    "needs is missing",
+    ExitCode.CHECK_FAILED: "check failed: `validate` measured more error than `--tolerance`",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}
 
 
 class XmemplanError(Exception):
@@ -39,7 +45,7 @@ class XmemplanError(Exception):
     exits with.
     """
 
-    exit_code = EXIT_INTERNAL
+    exit_code: ExitCode = ExitCode.INTERNAL
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -58,13 +64,13 @@ class XmemplanError(Exception):
 class UsageError(XmemplanError):
     """A flag value the command cannot use (unparseable unit, unknown name, bad range)."""
 
-    exit_code = EXIT_USAGE
+    exit_code = ExitCode.USAGE
 
 
 class InputError(XmemplanError):
     """A file that cannot be read as stated: names the file, line and field when known."""
 
-    exit_code = EXIT_INPUT
+    exit_code = ExitCode.INPUT
 
     def __init__(
         self,
@@ -90,13 +96,13 @@ class InputError(XmemplanError):
 class NotAvailableError(XmemplanError):
     """An optional dependency or a piece of hardware that this mode needs is missing."""
 
-    exit_code = EXIT_NOT_AVAILABLE
+    exit_code = ExitCode.NOT_AVAILABLE
 
 
 class CheckFailedError(XmemplanError):
     """A check the user asked for did not pass (validate tolerance, strict mode)."""
 
-    exit_code = EXIT_CHECK_FAILED
+    exit_code = ExitCode.CHECK_FAILED
 
 
 @dataclass(frozen=True)

@@ -26,61 +26,185 @@ Fields are only ever added within a version; readers ignore what they do not kno
 
 from __future__ import annotations
 
-import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xmemplan.errors import InputError, UsageError
+from xmemplan.errors import InputError
+from xmemplan.jsonio import read_json, to_json, write_output
+
+if TYPE_CHECKING:
+    from xmemplan.hitrate.pipeline import HitrateResult
 
 SCHEMA = "xmemplan.profile"
 SCHEMA_VERSION = 1
+READS_VERSIONS = (1,)  # every version load_profile still reads
 
 
-def read_json(path: Path) -> Any:
-    """A JSON document from `path`; InputError naming the file if it cannot be read."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise InputError("no such file", path=path) from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"not a JSON document ({exc})", path=path) from exc
+@dataclass(frozen=True)
+class Profile:
+    """A workload profile as read back: the typed fields `size` and `validate` use.
+
+    `load_profile` is the one reader: it checks the schema and every field below for type
+    and range, naming the file and the field on error. `doc` keeps the whole document for
+    the fields no reader needs typed (by_round, reuse, generator, ...).
+    """
+
+    path: Path | None
+    doc: dict[str, Any]
+    requests: int
+    sessions: int | None
+    scope: str | None
+    model: str | None
+    kv_bytes_per_token: int | None
+    token_hit_ratio: float | None
+    rounds_ge1_token_hit_ratio: float | None
+    prompt_mean: float | None
+    prompt_p50: float | None
+    prompt_p90: float | None
+    prompt_p99: float | None
+    prompt_max: float | None
+    prompt_hist_edges: tuple[float, ...]
+    prompt_hist_counts: tuple[float, ...]
+    sample_prompt: np.ndarray  # float64, requests_sample.prompt_tokens (may be empty)
+    sample_hit: np.ndarray  # float64, aligned with sample_prompt
+    rate_rps: float | None
+    working_set_tokens: float | None  # peak (or p99) tokens, from bytes when only bytes
+    capacity_curve: tuple[tuple[float, float], ...]  # (capacity tokens, token hit ratio)
 
 
-def load_profile(path: Path) -> dict[str, Any]:
-    """Read and check a profile; errors name the file and the field."""
-    doc = read_json(path)
+def _field(doc: dict[str, Any], dotted: str) -> Any:
+    cur: Any = doc
+    for k in dotted.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(k)
+    return cur
+
+
+def _number(path: Path | None, doc: dict[str, Any], dotted: str, lo: float = 0.0,
+            hi: float = math.inf) -> float | None:
+    """`dotted` as a float in [lo, hi], None when absent; InputError naming it otherwise."""
+    v = _field(doc, dotted)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise InputError(f"not a finite number ({v!r})", path=path, field=dotted)
+    if not lo <= v <= hi:
+        raise InputError(f"{v!r} is outside the allowed range [{lo:g}, {hi:g}]", path=path,
+                         field=dotted)
+    return float(v)
+
+
+def _numbers(path: Path | None, doc: dict[str, Any], dotted: str) -> np.ndarray:
+    v = _field(doc, dotted)
+    if v is None:
+        return np.empty(0, dtype=np.float64)
+    if not isinstance(v, list) or any(
+        isinstance(x, bool) or not isinstance(x, int | float) for x in v
+    ):
+        raise InputError("expected a list of numbers", path=path, field=dotted)
+    a = np.asarray(v, dtype=np.float64)
+    if a.size and (not np.all(np.isfinite(a)) or a.min() < 0):
+        raise InputError("a value is negative or not finite", path=path, field=dotted)
+    return a
+
+
+MAX_TOKENS = 1e12  # a prompt, working set or capacity beyond this is a broken file
+
+
+def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
+    """Check `doc` (a parsed profile) and return its typed view; see `load_profile`."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise InputError(
             f"not an xmemplan workload profile (schema is not '{SCHEMA}')", path=path,
             field="schema", hint="write one with 'xmemplan hitrate TRACES --profile-out FILE'",
         )
     version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READS_VERSIONS:
         raise InputError(
-            f"profile schema version {version!r}; this xmemplan reads version {SCHEMA_VERSION}",
+            f"profile schema version {version!r}; this xmemplan reads versions "
+            f"{', '.join(map(str, READS_VERSIONS))}",
             path=path, field="schema_version",
             hint="regenerate it with this version's 'xmemplan hitrate --profile-out'",
         )
     for key in ("requests", "prompt_tokens", "hit_ratio"):
         if key not in doc:
             raise InputError("missing field", path=path, field=key)
-    return doc
+    requests = _number(path, doc, "requests", 0, MAX_TOKENS)
+    sessions = _number(path, doc, "sessions", 0, MAX_TOKENS)
+    prompts = _numbers(path, doc, "requests_sample.prompt_tokens")
+    hits = _numbers(path, doc, "requests_sample.hit_tokens")
+    if prompts.size != hits.size:
+        raise InputError("prompt_tokens and hit_tokens differ in length", path=path,
+                         field="requests_sample")
+    if prompts.size and np.any((hits > prompts) & (prompts > 0)):
+        raise InputError("a hit_tokens value is above its prompt_tokens", path=path,
+                         field="requests_sample.hit_tokens")
+    edges = _numbers(path, doc, "prompt_tokens.histogram.edges")
+    counts = _numbers(path, doc, "prompt_tokens.histogram.counts")
+    ws = _number(path, doc, "working_set.peak_tokens", 0, MAX_TOKENS)
+    if ws is None:
+        ws = _number(path, doc, "working_set.p99_tokens", 0, MAX_TOKENS)
+    kvb = _number(path, doc, "kv_bytes_per_token", 1, 1e9)
+    if ws is None:
+        ws_bytes = _number(path, doc, "working_set.peak_bytes", 0, MAX_TOKENS * 1e9)
+        if ws_bytes is not None and kvb:
+            ws = ws_bytes / kvb
+    curve: list[tuple[float, float]] = []
+    raw_curve = doc.get("capacity_curve")
+    if raw_curve is not None and not isinstance(raw_curve, list):
+        raise InputError("expected a list", path=path, field="capacity_curve")
+    for k, point in enumerate(raw_curve or []):
+        where = f"capacity_curve[{k}]"
+        if not isinstance(point, dict):
+            raise InputError("expected an object", path=path, field=where)
+        c = _number(path, point, "capacity_tokens", 0, MAX_TOKENS)
+        r = _number(path, point, "token_hit_ratio", 0, 1)
+        if c is not None and r is not None:
+            curve.append((c, r))
+    source = doc.get("source")
+    scope = source.get("scope") if isinstance(source, dict) else None
+    model = doc.get("model")
+    return Profile(
+        path=path,
+        doc=doc,
+        requests=int(requests or 0),
+        sessions=None if sessions is None else int(sessions),
+        scope=scope if isinstance(scope, str) else None,
+        model=model if isinstance(model, str) else None,
+        kv_bytes_per_token=None if kvb is None else int(kvb),
+        token_hit_ratio=_number(path, doc, "hit_ratio.token_hit_ratio", 0, 1),
+        rounds_ge1_token_hit_ratio=_number(path, doc, "hit_ratio.rounds_ge1_token_hit_ratio",
+                                           0, 1),
+        prompt_mean=_number(path, doc, "prompt_tokens.mean", 0, MAX_TOKENS),
+        prompt_p50=_number(path, doc, "prompt_tokens.p50", 0, MAX_TOKENS),
+        prompt_p90=_number(path, doc, "prompt_tokens.p90", 0, MAX_TOKENS),
+        prompt_p99=_number(path, doc, "prompt_tokens.p99", 0, MAX_TOKENS),
+        prompt_max=_number(path, doc, "prompt_tokens.max", 0, MAX_TOKENS),
+        prompt_hist_edges=tuple(edges.tolist()),
+        prompt_hist_counts=tuple(counts.tolist()),
+        sample_prompt=prompts,
+        sample_hit=hits,
+        rate_rps=_number(path, doc, "arrival.rate_rps", 0, 1e9),
+        working_set_tokens=ws,
+        capacity_curve=tuple(sorted(curve)),
+    )
+
+
+def load_profile(path: Path) -> Profile:
+    """Read and check a profile; errors name the file and the field."""
+    return profile_from_doc(read_json(path), Path(path))
 
 
 def save_profile(path: Path, doc: dict[str, Any]) -> None:
     """Write `doc` with the schema header; NaN and infinities become null (JSON has none)."""
-    from xmemplan.render import to_json
-
     out = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **doc}
-    try:
-        Path(path).write_text(to_json(out) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write the profile to '{path}' ({exc.strerror or exc})",
-            "pass --profile-out a path in a writable directory",
-        ) from exc
+    write_output(path, to_json(out) + "\n", "--profile-out")
 
 
 SAMPLE_MAX = 10_000
@@ -110,11 +234,11 @@ def _ratio_hist(ratios: np.ndarray) -> dict[str, Any]:
     return {"edges": HIT_EDGES, "counts": counts.tolist()}
 
 
-def build_profile(result: Any, paths: list[Any]) -> dict[str, Any]:
-    """The profile of a `hitrate` result (xmemplan.hitrate.HitrateResult); see docs/profile.md."""
+def build_profile(result: HitrateResult, paths: Sequence[Path | str]) -> dict[str, Any]:
+    """The profile document of a `hitrate` result; see docs/profile.md."""
     from xmemplan import __version__
+    from xmemplan.hitrate.workingset import arrival
     from xmemplan.traces import schema as S
-    from xmemplan.workingset import arrival
 
     s = result.summary
     r = result.replayed

@@ -23,9 +23,9 @@ def catalog(
     sources: bool = typer.Option(False, "--sources", help="Show where each number comes from."),
 ) -> None:
     """List catalog entries (the numbers `size` uses) and where they come from."""
-    from xmemplan import render
     from xmemplan.catalog import load_catalog
     from xmemplan.catalog.report import catalog_rows
+    from xmemplan.cli.views import render
     from xmemplan.errors import UsageError
 
     if kind not in KINDS + ("all",):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from xmemplan.hitrate.pipeline import HitrateResult
 
 OUTPUT_FORMATS = ("table", "json", "csv")
 
@@ -92,7 +95,7 @@ def hitrate(
     ),
 ) -> None:
     """Replay traces through a prefix cache and report token-level hit ratios."""
-    from xmemplan import render
+    from xmemplan.cli.views import render
     from xmemplan.errors import InputError, UsageError
     from xmemplan.hitrate import HitrateOptions, analyze
     from xmemplan.traces.registry import READERS
@@ -107,21 +110,26 @@ def hitrate(
         from xmemplan.text.tokenizer import resolve_name
 
         resolve_name(tokenizer)
-    if fmt in READERS and trace_format is None:
-        trace_format, fmt = fmt, "table"
     if fmt not in OUTPUT_FORMATS:
-        raise UsageError(
-            f"unknown output format '{fmt}'",
-            f"use one of {', '.join(OUTPUT_FORMATS)}, or --trace-format for the input",
-        )
+        hint = (f"--format is the output ({', '.join(OUTPUT_FORMATS)}); for the input "
+                f"format pass --trace-format {fmt}") if fmt in READERS else (
+                f"use one of {', '.join(OUTPUT_FORMATS)}, or --trace-format for the input")
+        raise UsageError(f"unknown output format '{fmt}'", hint)
     if out is not None and out.suffix not in (".parquet", ".csv"):
         raise UsageError(f"cannot tell the type of '{out}'", "end --out with .parquet or .csv")
+    # Outputs are checked before the replay: a missing folder or an input named as an output
+    # fails now, not after minutes of work.
+    from xmemplan.jsonio import check_output
+
+    for flag, path in (("--out", out), ("--profile-out", profile_out)):
+        if path is not None:
+            check_output(path, flag, traces)
     options = HitrateOptions(
         scope=scope, page_size=page_size, format_name=trace_format, subagents=subagents,
         strict=strict, workers=workers, tokenizer=tokenizer, session_field=session_field,
         timestamp_field=timestamp_field,
     )
-    from xmemplan.capacity import cli_spec
+    from xmemplan.cli.views.capacity import cli_spec
 
     options.capacity = cli_spec(
         capacity, capacity_curve, tiers, model, idle, page_size, profile_out, plot
@@ -139,20 +147,26 @@ def hitrate(
             hint=_skip_text(result) or "check the paths and --trace-format",
         )
     if out is not None:
+        import io
+
+        from xmemplan.jsonio import write_output
+
         frame = result.requests_frame()
+        buf = io.BytesIO()
         if out.suffix == ".parquet":
-            frame.write_parquet(out)
+            frame.write_parquet(buf)
         else:
-            frame.write_csv(out)
+            frame.write_csv(buf)
+        write_output(out, buf.getvalue(), "--out")
         render.info(f"Wrote {len(frame):,} requests to {out}")
     _report(result, fmt)
     if result.capacity is not None:
-        from xmemplan.capacity import finish_cli
+        from xmemplan.cli.views.capacity import finish_cli
 
         finish_cli(result, fmt, list(traces), profile_out, plot)
 
 
-def _skip_text(result: Any) -> str:
+def _skip_text(result: HitrateResult) -> str:
     parts = []
     if result.skips.total:
         parts.append(f"{result.skips.total:,} lines skipped")
@@ -165,9 +179,9 @@ def _skip_text(result: Any) -> str:
 
 
 
-def _warn_skips(result: Any) -> None:
+def _warn_skips(result: HitrateResult) -> None:
     """Notes and skips go to stderr whatever the output format: nothing is dropped silently."""
-    from xmemplan import render
+    from xmemplan.cli.views import render
 
     for note in result.notes:
         render.info(f"Note: {note}")
@@ -180,9 +194,9 @@ def _warn_skips(result: Any) -> None:
             render.warn(f"  {p}: matches no known trace format (skipped)")
 
 
-def _report(result: Any, fmt: str) -> None:
-    from xmemplan import render
-    from xmemplan.metrics import METRIC_LABELS
+def _report(result: HitrateResult, fmt: str) -> None:
+    from xmemplan.cli.views import render
+    from xmemplan.hitrate.metrics import METRIC_LABELS
 
     _warn_skips(result)
     s = result.summary

@@ -42,7 +42,7 @@ def _main(
         False, "--version", callback=_version, is_eager=True, help="Print the version."
     ),
 ) -> None:
-    from xmemplan import render
+    from xmemplan.cli.views import render
 
     _state["debug"] = debug
     render.set_quiet(quiet)
@@ -54,26 +54,27 @@ for _module in (hitrate, size, validate, catalog):
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (see `xmemplan.errors` for the table)."""
-    from xmemplan import errors, render
+    from xmemplan import errors
+    from xmemplan.cli.views import render
 
     args = sys.argv[1:] if argv is None else list(argv)
     _state["debug"] = "--debug" in args
     try:
         result = app(args=args, prog_name="xmemplan", standalone_mode=False)
-        return int(result) if isinstance(result, int) else errors.EXIT_OK
+        return int(result) if isinstance(result, int) else errors.ExitCode.OK
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:
-        return errors.EXIT_INTERRUPTED
+        return errors.ExitCode.INTERRUPTED
     except TyperException as exc:  # bad flags: typer prints usage and the problem
         show = getattr(exc, "show", None)
         if show is not None:
             show()
         else:
             render.error(exc.format_message())
-        return errors.EXIT_USAGE
+        return errors.ExitCode.USAGE
     except KeyboardInterrupt:
-        return errors.EXIT_INTERRUPTED
+        return errors.ExitCode.INTERRUPTED
     except errors.XmemplanError as exc:
         if _state["debug"]:
             raise
@@ -86,7 +87,7 @@ def run(argv: list[str] | None = None) -> int:
             f"internal error ({type(exc).__name__}: {exc}). "
             "Rerun with --debug and report the traceback"
         )
-        return errors.EXIT_INTERNAL
+        return errors.ExitCode.INTERNAL
 
 
 def main() -> None:

@@ -7,6 +7,8 @@ from typing import Any
 
 import typer
 
+from xmemplan.defaults import SEED_GPU
+
 OUTPUT_FORMATS = ("table", "json", "csv")
 
 
@@ -26,7 +28,7 @@ def size(
         None, "--hit-rate", help="Share of prompt tokens served from cache, 0 to 1."
     ),
     model: str | None = typer.Option(None, "--model", "-m", help="Model name (see catalog)."),
-    gpu: str = typer.Option("h100-sxm", "--gpu", help="GPU name (see 'xmemplan catalog')."),
+    gpu: str = typer.Option(SEED_GPU, "--gpu", help="GPU name (see 'xmemplan catalog')."),
     concurrency: int = typer.Option(8, "--concurrency", "-c", help="Prefills in flight per GPU."),
     rate: float | None = typer.Option(
         None, "--rate", help="Arrival rate over all GPUs (requests/s); adds queueing delay."
@@ -55,7 +57,7 @@ def size(
     ),
 ) -> None:
     """Predict TTFT per KV tier and the X-Mem node count that meets a TTFT SLO."""
-    from xmemplan import render
+    from xmemplan.cli.views import render
     from xmemplan.errors import UsageError
     from xmemplan.sizing.planner import plan
     from xmemplan.sizing.request import build_request
@@ -83,7 +85,7 @@ def size(
 
 
 def _report(r: Any, fmt: str) -> None:
-    from xmemplan import render
+    from xmemplan.cli.views import render
 
     if fmt == "json":
         render.emit_json(r.to_dict())

@@ -7,6 +7,8 @@ from typing import Any
 
 import typer
 
+from xmemplan.defaults import SEED_GPU, SEED_MODEL
+
 OUTPUT_FORMATS = ("table", "json")
 
 
@@ -33,10 +35,12 @@ def validate(
     ),
     traces: Path | None = typer.Option(None, "--traces", help="A trace file or directory."),
     model: str | None = typer.Option(
-        None, "--model", help="Catalog model name (default: the plan's, else qwen3-30b-a3b)."
+        None, "--model", help="Catalog model name (default: the plan's, else the seed scenario's, "
+        f"{SEED_MODEL})."
     ),
     gpu: str | None = typer.Option(
-        None, "--gpu", help="Catalog GPU name (default: the plan's, else h100-sxm)."
+        None, "--gpu", help="Catalog GPU name (default: the plan's, else "
+        f"{SEED_GPU})."
     ),
     tier: str | None = typer.Option(
         None, "--tier", help="Catalog tier (default: xmem, or host-dram-pcie5 for dram)."
@@ -74,14 +78,12 @@ def validate(
     Without X-Mem hardware the emulated tier runs, and the first line says so. Exits 5
     when the p50 TTFT error of a request class exceeds --tolerance.
     """
-    from xmemplan import render, units
+    from xmemplan import units
+    from xmemplan.cli.views import render
     from xmemplan.errors import CheckFailedError, UsageError
-    from xmemplan.validate import (
-        ValidateOptions,
-        pairs_from_file,
-        pairs_from_traces,
-        run_validate,
-    )
+    from xmemplan.validate.harness import run_validate
+    from xmemplan.validate.options import ValidateOptions
+    from xmemplan.validate.workload import pairs_from_file, pairs_from_traces
 
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(
@@ -106,7 +108,7 @@ def validate(
         pairs, source = pairs_from_traces([traces], max_requests)
     opts = ValidateOptions(
         backend=backend, emulate=emulate, real=real, calibrate=calibrate,
-        model=model or "qwen3-30b-a3b", gpu=gpu or "h100-sxm",
+        model=model or SEED_MODEL, gpu=gpu or SEED_GPU,
         tier=tier, tolerance=_fraction(tolerance),
         predict_bandwidth_bytes_per_s=(
             units.parse_bandwidth(predict_bandwidth, "--predict-bandwidth")
@@ -148,7 +150,7 @@ def _fraction(text: str) -> float:
 
 
 def _report(result: Any, fmt: str, show_requests: bool) -> None:
-    from xmemplan import render
+    from xmemplan.cli.views import render
 
     if fmt == "json":
         render.info(result.note)

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xmemplan.prefix.lru_kernels import lru_replay, page_keys
+from xmemplan.prefix.lru_kernels import lru_replay
 from xmemplan.prefix.matcher import check_requests, tree_sizes
+from xmemplan.traces.keys import page_keys
 
 # Reuse-gap histogram bins, seconds: 0, 1 s, 2 s, 5 s, 10 s, 30 s, 1 m, 2 m, 5 m, 10 m, 30 m,
 # 1 h, 2 h, 6 h, 1 d, and beyond. 5 m and 1 h are Anthropic's two prompt-cache TTLs.

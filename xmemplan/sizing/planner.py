@@ -115,7 +115,9 @@ class SizeResult:
         return next(o for o in self.options if o.option == name)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "options"}
+        from xmemplan.plan import header
+
+        d = {**header(), **{k: v for k, v in self.__dict__.items() if k != "options"}}
         d["options"] = [o.__dict__ for o in self.options]
         rec = self.option("xmem")
         d["ttft_p50_ms"] = rec.ttft_p50_ms

@@ -10,6 +10,7 @@ import numpy as np
 
 from xmemplan import units
 from xmemplan.catalog import load_catalog
+from xmemplan.defaults import SEED_GPU
 from xmemplan.errors import UsageError
 from xmemplan.sizing import workload as wl
 from xmemplan.sizing.model import DEFAULT_CALIBRATION, SGLANG_HICACHE, Transfer
@@ -25,7 +26,7 @@ ENGINES = {
 
 def build_request(
     *, ttft_slo: str, workload: Path | None = None, prompt_tokens: str | None = None,
-    hit_rate: float | None = None, model: str | None = None, gpu: str = "h100-sxm",
+    hit_rate: float | None = None, model: str | None = None, gpu: str = SEED_GPU,
     concurrency: int = 8, rate: float | None = None, gpus: int = 8,
     working_set: str | None = None, engine: str = "sglang", overlap: str | None = None,
     page_tokens: int | None = None, slo_at: str = "p99", host_tier: str = "host-dram-pcie5",
@@ -65,7 +66,7 @@ def build_request(
     if workload is not None:
         from xmemplan.profile import load_profile
 
-        work = wl.from_profile(workload, load_profile(workload))
+        work = wl.from_profile(load_profile(workload))
         if prompt is not None or hit_rate is not None:
             work = _override(work, prompt, hit_rate)
         model_name = model or work.model or wl.SEED_MODEL

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from xmemplan.prefix.keys import chain
 from xmemplan.traces._build import BatchBuilder
 from xmemplan.traces.base import (
     ReadOptions,
@@ -27,6 +26,7 @@ from xmemplan.traces.base import (
     first_json_line,
     iter_json_lines,
 )
+from xmemplan.traces.keys import chain
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "bailian"

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from xmemplan.prefix.keys import namespace
 from xmemplan.traces.base import ReadOptions, SkipLog, check_int, int_array
 from xmemplan.traces.fastjson import Extracted, extract
+from xmemplan.traces.keys import namespace
 from xmemplan.traces.schema import NULL_INT, RequestBatch
 
 NAME = "claude-blocks"

@@ -22,14 +22,20 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xmemplan.errors import UsageError
+from xmemplan.hitrate.reported import reported_vs_reconstructed
 from xmemplan.traces import schema as S
 from xmemplan.traces.base import ReadOptions, SkipLog
 from xmemplan.traces.registry import Discovery, discover
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from xmemplan.hitrate.capacity import CapacityPart, CapacityResult, CapacitySpec
 
 SCOPES = ("auto", "session", "global")
 
@@ -45,8 +51,8 @@ class HitrateOptions:
     tokenizer: str | None = None
     session_field: str | None = None
     timestamp_field: str | None = None
-    # Finite caches, curve and tiers (xmemplan.capacity.CapacitySpec); None = infinite only.
-    capacity: Any = None
+    # Finite caches, curve and tiers; None = infinite only.
+    capacity: CapacitySpec | None = None
 
     def read_options(self) -> ReadOptions:
         return ReadOptions(
@@ -64,7 +70,7 @@ class Replayed:
 
     session_id: list[str] = field(default_factory=list)
     parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
-    capacity: list[Any] = field(default_factory=list)  # capacity.CapacityPart per batch
+    capacity: list[CapacityPart] = field(default_factory=list)  # one per batch
 
     COLUMNS = (
         S.REQUEST_INDEX,
@@ -108,9 +114,9 @@ class HitrateResult:
     notes: list[str]
     replayed: Replayed
     reported: dict[str, Any] | None = None
-    capacity: Any = None  # xmemplan.capacity.CapacityResult when options.capacity is set
+    capacity: CapacityResult | None = None  # when options.capacity is set
 
-    def requests_frame(self) -> Any:
+    def requests_frame(self) -> pl.DataFrame:
         """The per-request table as a polars DataFrame."""
         import polars as pl
 
@@ -185,7 +191,9 @@ def _hits(matched: np.ndarray, block: np.ndarray, prompt: np.ndarray, page: int)
     return hit
 
 
-def replay(batch: S.RequestBatch, scope: str, page_size: int, capacity: Any = None) -> Replayed:
+def replay(
+    batch: S.RequestBatch, scope: str, page_size: int, capacity: CapacitySpec | None = None
+) -> Replayed:
     """Match one batch (all of it is one cache universe under `scope`)."""
     from xmemplan.prefix.matcher import match
 
@@ -208,7 +216,7 @@ def replay(batch: S.RequestBatch, scope: str, page_size: int, capacity: Any = No
         matched = match(keys, offsets, resets)
         hit = _hits(matched, batch.block_tokens[order], prompt, page_size)
     else:  # one LRU pass also gives the infinite cache's hits (tests check they agree)
-        from xmemplan.capacity import replay_capacity
+        from xmemplan.hitrate.capacity import replay_capacity
 
         part = replay_capacity(
             keys, offsets, resets, batch.block_tokens[order], prompt,
@@ -279,9 +287,9 @@ def _resolve_scope(scope: str, found: Discovery) -> str:
 
 def _warm_kernels(with_lru: bool) -> None:
     """Load the numba kernels in this process, so that forked workers inherit them."""
-    from xmemplan.prefix.keys import namespace
     from xmemplan.prefix.matcher import match
     from xmemplan.traces.fastjson import extract
+    from xmemplan.traces.keys import namespace
 
     one = np.zeros(1, dtype=np.int64)
     offsets = np.array([0, 1], dtype=np.int64)
@@ -317,7 +325,7 @@ def analyze(
     on_progress: Callable[[int, int], None] | None = None,
 ) -> HitrateResult:
     """Read, replay and summarize. `on_progress(bytes_done, bytes_total)` is called per file."""
-    from xmemplan.metrics import summarize
+    from xmemplan.hitrate.metrics import summarize
 
     options = options or HitrateOptions()
     if options.page_size < 1:
@@ -388,15 +396,17 @@ def analyze(
         skips=skips,
         notes=notes,
         replayed=replayed,
-        reported=_reported(codes, replayed, hit, prompt),
+        reported=reported_vs_reconstructed(codes, replayed, hit, prompt),
         capacity=_capacity(replayed, codes, options, scope),
     )
 
 
-def _capacity(replayed: Replayed, codes: np.ndarray, options: HitrateOptions, scope: str) -> Any:
+def _capacity(
+    replayed: Replayed, codes: np.ndarray, options: HitrateOptions, scope: str
+) -> CapacityResult | None:
     if options.capacity is None:
         return None
-    from xmemplan.capacity import summarize_capacity
+    from xmemplan.hitrate.capacity import summarize_capacity
 
     return summarize_capacity(replayed, codes, options.capacity, scope)
 
@@ -406,40 +416,3 @@ def _duplicate_sessions(replayed: Replayed) -> int:
     index = replayed.column(S.REQUEST_INDEX)
     firsts = [s for s, i in zip(replayed.session_id, index) if i == 0]
     return len(firsts) - len(set(firsts))
-
-
-def _reported(
-    codes: np.ndarray, replayed: Replayed, hit: np.ndarray, prompt: np.ndarray
-) -> dict[str, Any] | None:
-    """API- or engine-reported hit ratios beside the reconstructed ones, on the same requests."""
-    cached = replayed.column(S.REPORTED_CACHED_TOKENS)
-    rprompt = replayed.column(S.REPORTED_PROMPT_TOKENS)
-    has = (cached >= 0) & (rprompt > 0)
-    if not has.any():
-        return None
-    rep = float(cached[has].sum()) / float(rprompt[has].sum())
-    ours = float(hit[has].sum()) / float(max(prompt[has].sum(), 1))
-    sessions = []
-    names: dict[int, str] = {}
-    for s, c in zip(replayed.session_id, codes):
-        names.setdefault(int(c), s)
-    for c in np.unique(codes[has]):
-        sel = has & (codes == c)
-        r = float(cached[sel].sum()) / float(rprompt[sel].sum())
-        o = float(hit[sel].sum()) / float(max(prompt[sel].sum(), 1))
-        sessions.append(
-            {
-                "session_id": names[int(c)],
-                "requests": int(sel.sum()),
-                "reported_token_hit_ratio": r,
-                "reconstructed_token_hit_ratio": o,
-                "difference": o - r,
-            }
-        )
-    return {
-        "requests": int(has.sum()),
-        "reported_token_hit_ratio": rep,
-        "reconstructed_token_hit_ratio": ours,
-        "difference": ours - rep,
-        "sessions": sessions,
-    }

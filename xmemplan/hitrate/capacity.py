@@ -1,7 +1,6 @@
 """Finite KV tiers: hit ratios of LRU caches of given sizes, capacity curves, tier attribution.
 
-    from xmemplan.capacity import build_spec
-    from xmemplan.hitrate import HitrateOptions, analyze
+    from xmemplan.hitrate import HitrateOptions, analyze, build_spec
     spec = build_spec(capacity="3M,10M", tiers="HBM=60GB,DRAM=1TB", model="qwen3-30b-a3b")
     result = analyze([Path("trace.jsonl")], HitrateOptions(capacity=spec))
     result.capacity.capacities[0]["token_hit_ratio"]
@@ -25,14 +24,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xmemplan.errors import UsageError
-from xmemplan.metrics import METRIC_LABELS
+from xmemplan.hitrate.metrics import METRIC_LABELS
 from xmemplan.units import format_bytes, format_count, is_byte_quantity, parse_bytes, parse_count
+
+if TYPE_CHECKING:
+    from xmemplan.hitrate.pipeline import Replayed
+    from xmemplan.hitrate.workingset import Series
 
 GPU_TIER_NAMES = ("hbm", "gpu")
 # The default (--capacity-curve auto) grid: 1-2-5 steps from 1k to 1T tokens, trimmed to the
@@ -217,57 +219,6 @@ def build_spec(
     return spec
 
 
-def cli_spec(
-    capacity: str | None,
-    curve: str | None,
-    tiers: str | None,
-    model: str | None,
-    idle: str | None,
-    page_size: int,
-    profile_out: Any,
-    plot: Any,
-) -> CapacitySpec | None:
-    """The spec for `xmemplan hitrate`'s flags; None when only the infinite cache is asked."""
-    wanted = (capacity, curve, tiers, model, idle, profile_out, plot)
-    if all(v is None for v in wanted):
-        return None
-    # Fail before a long replay, not after it.
-    if profile_out is not None and not Path(profile_out).resolve().parent.is_dir():
-        raise UsageError(
-            f"cannot write the profile to '{profile_out}': its directory does not exist",
-            "create the directory first, or pass --profile-out another path",
-        )
-    if plot is not None:
-        from xmemplan.plots import check_available
-
-        check_available()
-    return build_spec(
-        capacity, curve, tiers, model, idle, page_size,
-        want_curve=profile_out is not None or plot is not None,
-    )
-
-
-def finish_cli(result: Any, fmt: str, paths: list[Any], profile_out: Any, plot: Any) -> None:
-    """After the infinite-cache report: capacity tables, the profile file, the charts."""
-    from xmemplan import render
-
-    cap: CapacityResult = result.capacity
-    if fmt == "table":
-        render_tables(cap)
-        for note in cap.notes:
-            render.info(f"Note: {note}")
-    if profile_out is not None:
-        from xmemplan.profile import build_profile, save_profile
-
-        save_profile(profile_out, build_profile(result, paths))
-        render.info(f"Wrote the workload profile to {profile_out}")
-    if plot is not None:
-        from xmemplan.plots import write_plots
-
-        written = write_plots(result, plot)
-        render.info(f"Wrote {len(written)} charts to {plot}: {', '.join(p.name for p in written)}")
-
-
 def _check_page(c: Capacity, page_tokens: int) -> None:
     if c.tokens < page_tokens:
         raise UsageError(
@@ -337,7 +288,7 @@ def _pick_rows(
     return out, offsets
 
 
-def capacity_hits(replayed: Any, spec: CapacitySpec, tokens: int) -> np.ndarray:
+def capacity_hits(replayed: Replayed, spec: CapacitySpec, tokens: int) -> np.ndarray:
     """Per-request hit tokens at capacity `tokens` (one of spec.points), in replay order."""
     j = spec.column(tokens)
     if j >= spec.points.size or spec.points[j] != tokens:
@@ -349,6 +300,12 @@ def capacity_hits(replayed: Any, spec: CapacitySpec, tokens: int) -> np.ndarray:
 
 
 # --- Summaries -------------------------------------------------------------------------------
+
+TABLE_ROWS = (
+    METRIC_LABELS[0],
+    ("share_of_infinite", "share of infinite-cache hit"),
+    *METRIC_LABELS[1:],
+)
 
 CURVE_KEYS = ("token_hit_ratio", "mean_request_hit_ratio", "rounds_ge1_token_hit_ratio")
 
@@ -368,10 +325,10 @@ class CapacityResult:
     kv_bytes_per_token: int | None
     infinite_token_hit_ratio: float
     notes: list[str] = field(default_factory=list)
-    working_series: Any = None  # workingset.Series, for plots (not in JSON)
+    working_series: Series | None = None  # for plots (not in JSON)
     spec: CapacitySpec | None = None
 
-    def request_columns(self, replayed: Any) -> dict[str, np.ndarray]:
+    def request_columns(self, replayed: Replayed) -> dict[str, np.ndarray]:
         """Per-request hit tokens at each `--capacity`, for the `--out` table."""
         if self.spec is None:
             return {}
@@ -409,13 +366,13 @@ class CapacityResult:
 
 
 def summarize_capacity(
-    replayed: Any, session_codes: np.ndarray, spec: CapacitySpec, scope: str
+    replayed: Replayed, session_codes: np.ndarray, spec: CapacitySpec, scope: str
 ) -> CapacityResult:
     """Turn the per-batch parts of a replay into the capacity, curve, tier and reuse figures."""
-    from xmemplan.metrics import summarize
+    from xmemplan.hitrate.metrics import summarize
+    from xmemplan.hitrate.workingset import reuse_summary, working_set
     from xmemplan.prefix.lru import GAP_EDGES_S
     from xmemplan.traces import schema as S
-    from xmemplan.workingset import reuse_summary, working_set
 
     parts: list[CapacityPart] = replayed.capacity
     n = len(replayed.session_id)
@@ -566,90 +523,3 @@ def _tier_rows(
         }
     )
     return rows
-
-
-# --- Terminal output --------------------------------------------------------------------------
-
-TABLE_ROWS = (
-    METRIC_LABELS[0],
-    ("share_of_infinite", "share of infinite-cache hit"),
-    *METRIC_LABELS[1:],
-)
-
-
-def render_tables(cap: CapacityResult) -> None:
-    """Print the capacity, curve, tier, reuse and working-set tables (stdout)."""
-    from xmemplan import render
-
-    if cap.capacities:
-        cols = ["metric"] + [_cap_label(c) for c in cap.capacities]
-        rows = [
-            [label] + [c[key] for c in cap.capacities] for key, label in TABLE_ROWS
-        ]
-        render.table(cols, rows, title="LRU cache of finite capacity (same metrics per capacity)")
-    if cap.curve:
-        values = [c["token_hit_ratio"] for c in cap.curve]
-        render.table(
-            ["capacity tokens", "capacity bytes", "token hit", "share of infinite",
-             "rounds >= 1 token hit"],
-            [(c["capacity_tokens"], _bytes(c["capacity_bytes"]), c["token_hit_ratio"],
-              c["share_of_infinite"], c["rounds_ge1_token_hit_ratio"]) for c in cap.curve],
-            title="Hit ratio vs capacity (exact LRU, one pass)",
-            caption=f"token hit vs capacity: {render.sparkline(values, 0.0, None)}",
-        )
-    if cap.tiers:
-        render.table(
-            ["tier", "capacity", "tokens served", "share", "cum. hit", "to GPU"],
-            [(t["name"], t["capacity"], t["hit_tokens"], t["token_share"],
-              t["cumulative_token_hit_ratio"], _bytes(t["bytes_to_gpu"])) for t in cap.tiers],
-            title="Tiers (inclusive, write-through): where each prompt token came from",
-        )
-    reuse = cap.reuse
-    if reuse.get("requests_with_gap"):
-        render.table(
-            ["", "p50", "p90", "p99", "hit tokens within 5 min", "within 1 h"],
-            [("reuse gap (s)", reuse["gap_s_p50"],
-              reuse["gap_s_p90"], reuse["gap_s_p99"], reuse["hit_token_share_within_300s"],
-              reuse["hit_token_share_within_3600s"])],
-            title="Time between reuses of a prefix (infinite cache): seconds since the hit "
-            "prefix was last used",
-        )
-    ws = cap.working_set
-    if ws is not None:
-        unit = "bytes" if ws.get("peak_bytes") is not None else "tokens"
-        render.table(
-            ["", "peak", "p99", "mean", "live sessions peak", "idle timeout"],
-            [(f"KV {unit}", _ws(ws, "peak", unit), _ws(ws, "p99", unit),
-              _ws(ws, "mean", unit), ws["sessions_peak"],
-              "-" if ws["idle_s"] is None else f"{ws['idle_s']:g} s")],
-            title="Working set over time: KV of live sessions",
-            caption=f"over time: {render.sparkline(_spark_series(cap), 0.0, None)}"
-            if cap.working_series is not None else None,
-        )
-
-
-def _cap_label(c: dict[str, Any]) -> str:
-    if c["capacity_bytes"] is not None and not str(c["capacity"]).endswith("B"):
-        return f"{c['capacity']} ({format_bytes(c['capacity_bytes'])})"
-    if c["capacity_bytes"] is not None:
-        return f"{c['capacity']} ({format_count(c['capacity_tokens'])} tok)"
-    return f"{c['capacity']} tokens"
-
-
-def _bytes(value: float | None) -> str:
-    return "-" if value is None else format_bytes(value)
-
-
-def _ws(ws: dict[str, Any], key: str, unit: str) -> str:
-    if unit == "bytes":
-        return format_bytes(ws[f"{key}_bytes"])
-    return format_count(ws[f"{key}_tokens"])
-
-
-def _spark_series(cap: CapacityResult, width: int = 48) -> list[float]:
-    s = cap.working_series
-    if s is None or len(s.times) < 2:
-        return []
-    grid = np.linspace(s.times[0], s.times[-1], width)
-    idx = np.searchsorted(s.times, grid, side="right") - 1
-    return [float(v) for v in s.tokens[np.clip(idx, 0, len(s.tokens) - 1)]]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import sys
@@ -29,6 +28,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
+
+from xmemplan import jsonio
 
 _quiet = False
 
@@ -149,27 +150,8 @@ def line(text: str = "") -> None:
     out_console().print(text, markup=False, highlight=False)
 
 
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):  # numpy scalars
-        return obj.item()
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
-
-
-def _clean(obj: Any) -> Any:
-    # JSON has no NaN: a metric with no data is null.
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    return obj
-
-
 def to_json(obj: Any) -> str:
-    return json.dumps(_clean(obj), indent=2, default=_json_default)
+    return jsonio.to_json(obj)
 
 
 def emit_json(obj: Any) -> None:

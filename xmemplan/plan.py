@@ -1,0 +1,81 @@
+"""The plan: what `xmemplan size --format json` writes and `validate --plan` reads.
+
+A versioned JSON document (`schema: "xmemplan.plan"`). `size` writes the whole result, with
+this header; `load_plan` is the one reader and checks the fields `validate` uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xmemplan.errors import InputError
+from xmemplan.jsonio import read_json
+
+SCHEMA = "xmemplan.plan"
+SCHEMA_VERSION = 1
+READS_VERSIONS = (1,)
+
+
+def header() -> dict[str, Any]:
+    """The keys every plan document starts with."""
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The fields of a plan that `validate` replays and checks."""
+
+    path: Path | None
+    model: str
+    gpu: str
+    prompt_tokens_p50: float
+    hit_ratio: float
+    concurrency: int | None
+    recommended_nodes: int | None
+
+
+def plan_from_doc(doc: Any, path: Path | None = None) -> Plan:
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise InputError(
+            f"not an xmemplan plan (schema is not '{SCHEMA}')", path=path, field="schema",
+            hint="write one with 'xmemplan size --format json > plan.json'",
+        )
+    if doc.get("schema_version") not in READS_VERSIONS:
+        raise InputError(
+            f"plan schema version {doc.get('schema_version')!r}; this xmemplan reads "
+            f"{', '.join(map(str, READS_VERSIONS))}", path=path, field="schema_version",
+            hint="write it again with this version's 'xmemplan size --format json'",
+        )
+    for name in ("model", "gpu"):
+        if not isinstance(doc.get(name), str) or not doc[name]:
+            raise InputError("missing or not a name", path=path, field=name)
+
+    def number(name: str, lo: float, hi: float) -> float:
+        v = doc.get(name)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise InputError(f"missing or not a finite number ({v!r})", path=path, field=name)
+        if not lo <= v <= hi:
+            raise InputError(f"{v!r} is outside the allowed range [{lo:g}, {hi:g}]",
+                             path=path, field=name)
+        return float(v)
+
+    conc = doc.get("concurrency")
+    nodes = doc.get("recommended_nodes")
+    return Plan(
+        path=path,
+        model=doc["model"],
+        gpu=doc["gpu"],
+        prompt_tokens_p50=number("prompt_tokens_p50", 1, 1e9),
+        hit_ratio=number("hit_ratio", 0, 1),
+        concurrency=conc if isinstance(conc, int) and not isinstance(conc, bool) and conc > 0
+        else None,
+        recommended_nodes=nodes if isinstance(nodes, int) and not isinstance(nodes, bool)
+        else None,
+    )
+
+
+def load_plan(path: Path) -> Plan:
+    return plan_from_doc(read_json(path), Path(path))

@@ -1,0 +1,35 @@
+"""What a `validate` run is asked to do (the CLI builds this from its flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xmemplan.defaults import SEED_GPU, SEED_MODEL
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    backend: str = "xmem"  # xmem | dram
+    emulate: bool = False  # force the emulated tier
+    real: bool = False  # insist on hardware
+    calibrate: bool = False
+    model: str = SEED_MODEL
+    gpu: str = SEED_GPU
+    tier: str | None = None  # default: xmem or host-dram-pcie5
+    page_tokens: int = 64
+    overlap: str = "layer"
+    tolerance: float = 0.15
+    predict_bandwidth_bytes_per_s: float | None = None  # override (e.g. to test a mismatch)
+    # Workload: synthetic sessions (the seed scenario), or pairs from a profile/plan/trace.
+    sessions: int = 2
+    rounds: int = 4
+    prompt_tokens: int = 4096
+    growth_tokens: int = 1024
+    pairs: tuple[tuple[int, int], ...] = ()  # (prompt, hit) tokens, replaces sessions
+    max_requests: int = 12
+    repeats: int = 3  # reads of each request's hit pages; the fastest is its load time
+    max_bytes: float = 4e9  # cap on the KV bytes moved, to fit the machine
+    capacity_bytes: float | None = None
+    catalog_files: tuple[str, ...] = ()
+    seed: int = 0
+    source: str = "seed scenario"
