@@ -1,0 +1,115 @@
+"""Adapter: the simulator's per-token and per-batch constants from `xmemplan.sizing.model`.
+
+The TTFT model (model.py) prices one request; the simulator (sim.py) prices batches, so it
+needs the model's rates split per token: seconds per new token of linear work, seconds per
+unit of (S^2 - P^2) of causal attention, dense and routed-expert weight bytes, KV bytes per
+token, HBM bandwidth, and the tiers' bandwidths split into what one GPU can pull and what
+is shared (PCIe switch uplink, X-Mem nodes). Every figure is taken from model.py's public
+functions and the catalog, so that one request alone in the simulator gets the model's TTFT
+(tests/test_sim.py checks it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from xmemplan.catalog.specs import DTYPE_BYTES, GpuSpec, ModelSpec, TierSpec
+from xmemplan.sizing import model as M
+from xmemplan.sizing.sim import LAYER, MAX, SUM, Engine
+
+OVERLAP_CODES = {"sum": SUM, "layer": LAYER, "max": MAX}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One deployment option the simulator runs: hardware, engine and tiers."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    host: TierSpec
+    xmem: TierSpec
+    calibration: M.Calibration = M.DEFAULT_CALIBRATION
+    transfer: M.Transfer = M.SGLANG_HICACHE
+    overlap: str = "layer"
+    shape: M.Shape = M.ONE_GPU
+    chunk_tokens: int | None = None
+    mixed: bool = False  # vLLM: decodes ride in every prefill batch
+    decode_fixed_s: float = 0.0
+    max_batch: int = 256
+
+
+def _raw_host_link(gpu: GpuSpec, tier: TierSpec) -> float:
+    lims = [gpu.link_bandwidth(tier.attach)]
+    for x in (tier.bandwidth_bytes_per_s, tier.per_gpu_link_bytes_per_s):
+        if x:
+            lims.append(x)
+    return float(min(lims))
+
+
+def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem") -> Engine:
+    """The simulator's Engine for `replicas` replicas of shape `s.shape` and `nodes` X-Mem
+    nodes. `load_tier` ("host" or "xmem") names the tier whose SM interference applies."""
+    m, g, cal, shape = s.model, s.gpu, s.calibration, s.shape
+    lin_rate = cal.eta_linear * g.peak_flops(m.weight_dtype) * shape.tp
+    attn_rate = cal.eta_attn(g) * g.peak_flops("bf16") * (1 if shape.dp_attention else shape.tp)
+    wb = DTYPE_BYTES.get(m.weight_dtype, 2)
+    dense = m.dense_params * wb / (1 if shape.dp_attention else shape.tp)
+    experts = m.expert_params * wb / shape.gpus
+    miss = 1.0 - m.experts_per_token / m.experts if m.experts and m.experts_per_token else 0.0
+    kvb = M.kv_bytes_per_token_per_gpu(m, shape)
+    hbm = g.hbm_bandwidth_bytes_per_s * cal.hbm_efficiency
+    # Host DRAM: what one GPU pulls alone, and the switch uplink its group shares.
+    dram_cap = float(M.effective_bandwidth(m, g, s.host, transfer=s.transfer, calibration=cal,
+                                           gpus_loading=1, loaders=1))
+    per_switch = 1
+    if g.host_uplink_bandwidth_bytes_per_s:
+        per_switch = max(1, g.gpus_per_host_uplink // shape.gpus)
+    switch = math.inf
+    if g.host_uplink_bandwidth_bytes_per_s and g.gpus_per_host_uplink > 1:
+        switch = g.host_uplink_bandwidth_bytes_per_s * dram_cap / _raw_host_link(g, s.host)
+    # X-Mem: one GPU's ceiling, and the nodes' bandwidth shared by every loading GPU.
+    xmem_cap = float(M.effective_bandwidth(m, g, s.xmem, nodes=1e9, gpus_loading=1,
+                                           transfer=s.transfer, calibration=cal))
+    node = M.node_effective_bandwidth(s.xmem)
+    node_bw = math.inf if not node else node * nodes / shape.gpus
+    tier = s.host if load_tier == "host" else s.xmem
+    interf = (tier.sm_interference if s.transfer.io == "kernel" and s.overlap != "sum"
+              else 0.0)
+    return Engine(
+        replicas=replicas,
+        chunk_tokens=s.chunk_tokens or M.default_chunk_tokens(g),
+        max_batch=s.max_batch,
+        overlap=OVERLAP_CODES[s.overlap],
+        layers=m.layers,
+        mixed=int(s.mixed),
+        gpus_per_switch=per_switch,
+        lin_s_per_token=m.linear_flops_per_token / lin_rate,
+        attn_s_per_unit=m.attention_flops_coef / attn_rate,
+        dense_weight_bytes=dense,
+        expert_weight_bytes=experts,
+        expert_miss=miss,
+        sm_interference=interf,
+        hbm_bandwidth=hbm,
+        kv_bytes_per_token=kvb,
+        fixed_s=cal.fixed_overhead_s,
+        per_token_s=cal.per_token_overhead_s,
+        decode_fixed_s=s.decode_fixed_s,
+        dram_bandwidth=dram_cap,
+        switch_bandwidth=switch,
+        dram_latency_s=s.host.latency_s,
+        xmem_bandwidth=xmem_cap,
+        node_bandwidth=node_bw,
+        xmem_latency_s=s.xmem.latency_s,
+    )
+
+
+def single_request_ttft(s: Setup, prompt: float, hit: float, tier: str) -> float:
+    """The model's TTFT of one request alone (the value the simulator must reproduce)."""
+    t = s.host if tier == "host" else s.xmem
+    b = M.ttft(s.model, s.gpu, t, prompt, hit, overlap=s.overlap, transfer=s.transfer,
+               calibration=s.calibration, shape=s.shape, chunk_tokens=s.chunk_tokens,
+               nodes=1e9 if tier == "xmem" else 1, loaders=1)
+    return float(np.asarray(b.single_s))
