@@ -226,7 +226,7 @@ def test_anthropic_log_noise_is_stripped():
 
 def test_anthropic_log_without_stripping_would_miss(monkeypatch):
     """Control: with the noise left in, the same log loses its hits (the test can fail)."""
-    from xmemplan.text import render
+    from xmemplan.text import chat_template as render
 
     monkeypatch.setattr(render, "strip_noise", lambda v: v)
     monkeypatch.setattr(render, "BILLING_HEADER", __import__("re").compile("(?!)"))

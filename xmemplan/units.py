@@ -138,15 +138,6 @@ def format_bytes(n: float) -> str:
     return f"{n:g} B"
 
 
-def format_duration(seconds: float) -> str:
-    """0.5 -> '500 ms'."""
-    if seconds >= 1:
-        return f"{seconds:.3g} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
-
-
 _FLOPS_UNIT = {"FLOPS": 1.0, "GFLOPS": 1e9, "TFLOPS": 1e12, "PFLOPS": 1e15}
 
 

@@ -30,7 +30,6 @@ from xmemplan.traces.keys import chain
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "bailian"
-DESCRIPTION = "Qwen-Bailian JSONL (chat_id, parent_chat_id, 16-token per-block hash_ids)"
 HAS_SESSIONS = True
 BLOCK_TOKENS = 16
 

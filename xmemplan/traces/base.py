@@ -1,7 +1,7 @@
 """What every reader shares: options, the skip log, and JSON line helpers.
 
 A reader is a module with:
-- `NAME` (the `--format` name), `DESCRIPTION`, `HAS_SESSIONS` (False for formats such as
+- `NAME` (the `--trace-format` name), `HAS_SESSIONS` (False for formats such as
   Mooncake that carry no conversation id; `--scope auto` then means global),
 - `sniff(path, head) -> bool`: True if the first bytes of the file are this format,
 - `read(path, options, skips) -> Iterator[RequestBatch]`.

@@ -28,7 +28,6 @@ from xmemplan.traces.keys import namespace
 from xmemplan.traces.schema import NULL_INT, RequestBatch
 
 NAME = "claude-blocks"
-DESCRIPTION = "Claude Code block traces (kv-cache-tester/AgentX: 64-token blocks, local ids)"
 HAS_SESSIONS = True
 
 _SNIFF = re.compile(rb'"(hash_id_scope|block_size)"\s*:')

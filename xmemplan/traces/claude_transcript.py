@@ -41,14 +41,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from xmemplan.text.chat_template import content_text
 from xmemplan.text.encoder import ChunkEncoder, get_encoder
-from xmemplan.text.render import content_text
 from xmemplan.traces._build import BatchBuilder
 from xmemplan.traces.base import ReadOptions, SkipLog, iter_json_lines
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "claude-transcript"
-DESCRIPTION = "Claude Code session transcripts (~/.claude/projects/*/*.jsonl), tokenized"
 HAS_SESSIONS = True
 TOKEN_LEVEL = True
 

@@ -22,7 +22,6 @@ from xmemplan.traces.base import (
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "mooncake"
-DESCRIPTION = "Mooncake FAST'25 JSONL (timestamp ms, input_length, hash_ids of 512-token blocks)"
 HAS_SESSIONS = False
 BLOCK_TOKENS = 512
 

@@ -8,7 +8,7 @@ the recording proxy as `"\\n".join(chunks)` with chunks `SYSTEM:<system text>`,
 (research/traces.md section 1). The older `telemetry/<id>/vllm_traces.jsonl` layout (`ts`
 instead of `request_time`) reads the same way.
 
-Each chunk is parsed back and rendered like a request log (`xmemplan.text.render`), so the
+Each chunk is parsed back and rendered like a request log (`xmemplan.text.chat_template`), so the
 three text readers tokenize the same conversation alike; a chunk that does not parse is
 tokenized as it stands. `osl_text` gives the output length in tokens.
 
@@ -35,14 +35,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from xmemplan.text.chat_template import message_chunk, system_text, tools_text
 from xmemplan.text.encoder import ChunkEncoder, get_encoder
-from xmemplan.text.render import message_chunk, system_text, tools_text
 from xmemplan.traces._build import BatchBuilder
 from xmemplan.traces.base import ReadOptions, SkipLog, first_json_line, iter_json_lines
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "netpreme"
-DESCRIPTION = "Netpreme coding-agent runs (runs/<instance>/turn_traces.jsonl), tokenized"
 HAS_SESSIONS = True
 TOKEN_LEVEL = True
 

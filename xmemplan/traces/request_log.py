@@ -19,7 +19,7 @@ One request per line. The body is the line itself or sits under `request`, `body
   `cache_read_input_tokens` cached, or OpenAI `prompt_tokens` with
   `prompt_tokens_details.cached_tokens` cached, fill the API-reported figures.
 
-The prompt is rendered system, tools, then messages (`xmemplan.text.render`), with
+The prompt is rendered system, tools, then messages (`xmemplan.text.chat_template`), with
 `cache_control`, thinking signatures and Claude Code's billing header removed.
 """
 
@@ -35,14 +35,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from xmemplan.text.chat_template import message_chunk, system_text, tools_text
 from xmemplan.text.encoder import ChunkEncoder, get_encoder
-from xmemplan.text.render import message_chunk, system_text, tools_text
 from xmemplan.traces._build import BatchBuilder
 from xmemplan.traces.base import ReadOptions, SkipLog, first_json_line, iter_json_lines
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "request-log"
-DESCRIPTION = "Anthropic/OpenAI request-body JSONL (system, tools, messages), tokenized"
 HAS_SESSIONS = True
 TOKEN_LEVEL = True
 

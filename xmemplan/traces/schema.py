@@ -36,7 +36,6 @@ KEYS = "keys"
 # Result columns added by the matcher.
 HIT_TOKENS = "hit_tokens"
 HIT_RATIO = "hit_ratio"
-SOURCE = "source"
 
 NULL_INT = -1  # int columns use -1 for "not reported" in numpy; polars frames use null
 

@@ -27,7 +27,6 @@ from xmemplan.traces.fastjson import Extracted, extract
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "tokens"
-DESCRIPTION = "xmemplan token-id JSONL/Parquet (session_id, timestamp, input_ids)"
 HAS_SESSIONS = True
 _PARQUET_MAGIC = b"PAR1"
 
@@ -115,16 +114,3 @@ def _fast_ids(data: bytes) -> _ByLine | None:
         return None
     by_line = _ByLine(fast)
     return by_line if len(by_line.line_index) == len(fast) else None
-
-
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows in this format (used by the fixture generators)."""
-    import orjson
-
-    with path.open("wb") as f:
-        for row in rows:
-            f.write(orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-
-
-def as_int_array(values: list[int]) -> np.ndarray:
-    return np.asarray(values, dtype=np.int64)
