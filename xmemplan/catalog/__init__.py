@@ -7,9 +7,10 @@
 """
 
 from xmemplan.catalog.loader import Catalog, data_dir, load_catalog, shipped_files
-from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
+from xmemplan.catalog.specs import CalibrationSpec, GpuSpec, ModelSpec, TierSpec
 
 __all__ = [
+    "CalibrationSpec",
     "Catalog",
     "GpuSpec",
     "ModelSpec",

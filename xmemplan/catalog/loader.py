@@ -21,10 +21,10 @@ from types import MappingProxyType
 from typing import Any
 
 from xmemplan import units
-from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
+from xmemplan.catalog.specs import CalibrationSpec, GpuSpec, ModelSpec, TierSpec
 from xmemplan.errors import InputError, UsageError
 
-KINDS = ("model", "gpu", "tier")
+KINDS = ("model", "gpu", "tier", "calibration")
 
 
 def data_dir() -> Path:
@@ -106,6 +106,12 @@ def _list(reader: Callable[[Any], float]) -> Callable[[Any], tuple[float, ...]]:
     return read
 
 
+def _aliases_text(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+        raise ValueError("expected a list of texts")
+    return tuple(v)
+
+
 def _aliases(v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         raise ValueError("expected a list of names")
@@ -134,6 +140,10 @@ _MODEL_FIELDS = {
     "qk_rope_head_dim": (_int, False),
     "qk_nope_head_dim": (_int, False),
     "v_head_dim": (_int, False),
+    "experts": (_int, False),
+    "experts_per_token": (_int, False),
+    "expert_params": (_count, False),
+    "max_context": (_int, False),
 }
 _GPU_FIELDS = {
     **_COMMON,
@@ -146,11 +156,17 @@ _GPU_FIELDS = {
     "pcie_bandwidth": (_bw, True),
     "nvlink_bandwidth": (_bw, True),
     "gpus_per_server": (_int, True),
+    "host_link": (_choice("pcie", "c2c"), False),
+    "host_link_bandwidth": (_bw, False),
+    "gpus_per_host_uplink": (_int, False),
+    "host_uplink_bandwidth": (_bw, False),
+    "gpus_per_socket": (_int, False),
+    "socket_dram_bandwidth": (_bw, False),
 }
 _TIER_FIELDS = {
     **_COMMON,
     "kind": (_choice("hbm", "host", "xmem", "rdma", "nvme"), True),
-    "attach": (_choice("hbm", "pcie", "nvlink", "nic"), True),
+    "attach": (_choice("hbm", "pcie", "nvlink", "nic", "host"), True),
     "capacity": (_bytes, False),
     "capacity_scope": (_choice("gpu", "server", "node", "drive"), True),
     "bandwidth": (_bw, False),
@@ -163,8 +179,23 @@ _TIER_FIELDS = {
     "transfer_chunk": (_list(_bytes), False),
     "transfer_dma": (_list(_bw), False),
     "transfer_kernel": (_list(_bw), False),
+    "node_efficiency": (_float, False),
+    "sm_interference": (_float, False),
+    "unpublished": (_aliases_text, False),
 }
-_FIELDS = {"model": _MODEL_FIELDS, "gpu": _GPU_FIELDS, "tier": _TIER_FIELDS}
+# [calibration.ENGINE]: constants of the TTFT model fitted by `xmemplan calibrate`.
+_CALIBRATION_FIELDS: dict[str, tuple[Callable[[Any], Any], bool]] = {
+    **_COMMON,
+    "eta_linear": (_float, False),
+    "eta_attention": (_float, False),
+    "fixed_overhead": (_time, False),
+    "per_token_overhead": (_time, False),
+    "host_bandwidth": (_bw, False),
+    "xmem_bandwidth": (_bw, False),
+    "points": (_int, False),
+}
+_FIELDS = {"model": _MODEL_FIELDS, "gpu": _GPU_FIELDS, "tier": _TIER_FIELDS,
+           "calibration": _CALIBRATION_FIELDS}
 
 
 @dataclass
@@ -211,7 +242,8 @@ def _read_file(path: Path, raws: dict[str, dict[str, _Raw]], override: bool) -> 
         raise InputError(
             f"unknown table '[{unknown_top[0]}]'", path=path,
             line=_line_of(text, unknown_top[0], "", None),
-            hint="catalog files hold [model.NAME], [gpu.NAME] and [tier.NAME] tables",
+            hint="catalog files hold [model.NAME], [gpu.NAME], [tier.NAME] and "
+            "[calibration.ENGINE] tables",
         )
     for kind, entries in doc.items():
         if not isinstance(entries, dict):
@@ -284,6 +316,12 @@ def _build(kind: str, name: str, raw: _Raw) -> Any:
         origin=origin,
     )
     first = next(iter(raw.where.values()), (Path("?"), None))
+    if kind == "calibration":
+        return CalibrationSpec(
+            engine=name, source=values["source"], origin=origin,
+            values={k: float(v) for k, v in values.items()
+                    if k not in ("display_name", "source", "aliases")},
+        )
     if kind == "model":
         attention = values["attention"]
         need = ("kv_heads", "head_dim") if attention == "gqa" else (
@@ -310,6 +348,10 @@ def _build(kind: str, name: str, raw: _Raw) -> Any:
             qk_rope_head_dim=values.get("qk_rope_head_dim", 0),
             qk_nope_head_dim=values.get("qk_nope_head_dim", 0),
             v_head_dim=values.get("v_head_dim", 0),
+            experts=values.get("experts", 0),
+            experts_per_token=values.get("experts_per_token", 0),
+            expert_params=values.get("expert_params", 0),
+            max_context=values.get("max_context", 0),
         )
     if kind == "gpu":
         flops: dict[str, float] = {
@@ -324,6 +366,12 @@ def _build(kind: str, name: str, raw: _Raw) -> Any:
             pcie_bandwidth_bytes_per_s=values["pcie_bandwidth"],
             nvlink_bandwidth_bytes_per_s=values["nvlink_bandwidth"],
             gpus_per_server=values["gpus_per_server"],
+            host_link=values.get("host_link", "pcie"),
+            host_link_bandwidth_bytes_per_s=values.get("host_link_bandwidth"),
+            gpus_per_host_uplink=values.get("gpus_per_host_uplink", 1),
+            host_uplink_bandwidth_bytes_per_s=values.get("host_uplink_bandwidth"),
+            gpus_per_socket=values.get("gpus_per_socket", 0),
+            socket_dram_bandwidth_bytes_per_s=values.get("socket_dram_bandwidth"),
         )
     if values["kind"] != "hbm":
         for f in ("capacity", "bandwidth"):
@@ -354,6 +402,9 @@ def _build(kind: str, name: str, raw: _Raw) -> Any:
         transfer_chunk_bytes=curve[0],
         transfer_dma_bytes_per_s=curve[1],
         transfer_kernel_bytes_per_s=curve[2],
+        node_efficiency=values.get("node_efficiency"),
+        sm_interference=values.get("sm_interference", 0.0),
+        unpublished=values.get("unpublished", ()),
     )
 
 
@@ -366,10 +417,13 @@ class Catalog:
         gpus: Mapping[str, GpuSpec],
         tiers: Mapping[str, TierSpec],
         files: Iterable[Path] = (),
+        calibrations: Mapping[str, CalibrationSpec] | None = None,
     ) -> None:
         self.models: Mapping[str, ModelSpec] = MappingProxyType(dict(models))
         self.gpus: Mapping[str, GpuSpec] = MappingProxyType(dict(gpus))
         self.tiers: Mapping[str, TierSpec] = MappingProxyType(dict(tiers))
+        self.calibrations: Mapping[str, CalibrationSpec] = MappingProxyType(
+            dict(calibrations or {}))
         self.files = tuple(files)
 
     def model(self, name: str) -> ModelSpec:
@@ -409,7 +463,7 @@ def _load(files: tuple[Path, ...], n_shipped: int) -> Catalog:
     for i, path in enumerate(files):
         _read_file(path, raws, override=i >= n_shipped)
     built = {k: {n: _build(k, n, r) for n, r in raws[k].items()} for k in KINDS}
-    return Catalog(built["model"], built["gpu"], built["tier"], files)
+    return Catalog(built["model"], built["gpu"], built["tier"], files, built["calibration"])
 
 
 def load_catalog(extra: Iterable[Path | str] = ()) -> Catalog:

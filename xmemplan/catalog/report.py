@@ -35,6 +35,7 @@ def catalog_rows(cat: Catalog, kind: str) -> list[dict[str, Any]]:
                 "hbm_gb_per_s": g.hbm_bandwidth_bytes_per_s / 1e9,
                 "pcie_gb_per_s": g.pcie_bandwidth_bytes_per_s / 1e9,
                 "nvlink_gb_per_s": g.nvlink_bandwidth_bytes_per_s / 1e9,
+                "host_link": g.host_link,
                 "source": g.source,
                 "sources": g.sources,
             }
@@ -51,6 +52,7 @@ def catalog_rows(cat: Catalog, kind: str) -> list[dict[str, Any]]:
             "effective_gb_per_s": _gb(t.effective_bandwidth_bytes_per_s),
             "node_gb_per_s": _gb(t.node_bandwidth_bytes_per_s),
             "latency_us": t.latency_s * 1e6,
+            "not_published": list(t.unpublished),
             "source": t.source,
             "sources": t.sources,
         }

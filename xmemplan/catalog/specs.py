@@ -38,6 +38,12 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    # MoE: routed experts per MoE layer, experts each token is routed to, and the parameters
+    # of all routed experts together (what a forward pass reads only where tokens go).
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_params: int = 0
+    max_context: int = 0  # the model's maximum context in tokens (0: unknown)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     aliases: tuple[str, ...] = ()
     origin: str = ""
@@ -47,11 +53,20 @@ class ModelSpec:
         """K and V of every layer for one token (MLA: one latent + rope key per layer).
 
         GQA: 2 x layers x kv_heads x head_dim x dtype bytes; MLA: layers x (kv_lora_rank +
-        qk_rope_head_dim) x dtype bytes (research/perf-model.md section 2.1).
+        qk_rope_head_dim) x dtype bytes (research/perf-model.md section 2.1). MLA in FP8
+        (kv_dtype_bytes 1) uses the vLLM/SGLang layout of 656 B per layer: a 512-byte FP8
+        latent, 4 x 4 B scales and a 64 x 2 B BF16 rope key (research 2.1).
         """
         if self.attention == "mla":
+            if self.kv_dtype_bytes == 1:
+                return self.layers * (self.kv_lora_rank + 16 + 2 * self.qk_rope_head_dim)
             return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes
         return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
+
+    @property
+    def dense_params(self) -> int:
+        """Parameters every forward pass reads: all but the routed experts."""
+        return self.total_params - self.expert_params
 
     @property
     def kv_bytes_per_token_per_layer(self) -> int:
@@ -92,6 +107,16 @@ class GpuSpec:
     nvlink_bandwidth_bytes_per_s: float
     gpus_per_server: int
     source: str
+    # Host path topology. host_link: "pcie" (x86 servers) or "c2c" (Grace: NVLink-C2C).
+    # gpus_per_host_uplink: GPUs whose host traffic shares one uplink of host_uplink_bandwidth
+    # (a PCIe switch's x16 to the CPU, or one Grace's C2C); gpus_per_socket share one CPU
+    # socket's DRAM bandwidth (socket_dram_bandwidth). 0 / None: not modelled.
+    host_link: str = "pcie"
+    host_link_bandwidth_bytes_per_s: float | None = None
+    gpus_per_host_uplink: int = 1
+    host_uplink_bandwidth_bytes_per_s: float | None = None
+    gpus_per_socket: int = 0
+    socket_dram_bandwidth_bytes_per_s: float | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     aliases: tuple[str, ...] = ()
     origin: str = ""
@@ -106,6 +131,8 @@ class GpuSpec:
             return self.hbm_bandwidth_bytes_per_s
         if attach == "nvlink":
             return self.nvlink_bandwidth_bytes_per_s
+        if attach == "host":  # the GPU's link to its own host memory (PCIe or C2C)
+            return self.host_link_bandwidth_bytes_per_s or self.pcie_bandwidth_bytes_per_s
         return self.pcie_bandwidth_bytes_per_s  # pcie, nic (NICs sit behind a PCIe switch)
 
 
@@ -116,7 +143,7 @@ class TierSpec:
     name: str
     display_name: str
     kind: Literal["hbm", "host", "xmem", "rdma", "nvme"]
-    attach: Literal["hbm", "pcie", "nvlink", "nic"]
+    attach: Literal["hbm", "pcie", "nvlink", "nic", "host"]
     capacity_bytes: float | None
     capacity_scope: Literal["gpu", "server", "node", "drive"]
     bandwidth_bytes_per_s: float | None
@@ -130,6 +157,13 @@ class TierSpec:
     transfer_chunk_bytes: tuple[float, ...] = ()
     transfer_dma_bytes_per_s: tuple[float, ...] = ()
     transfer_kernel_bytes_per_s: tuple[float, ...] = ()
+    # Measured share of node_bandwidth that GPUs reach together (None: no published figure,
+    # the nominal node bandwidth is used and reports say so).
+    node_efficiency: float | None = None
+    # Share of prefill compute time lost while SM-kernel copies of this tier overlap it.
+    sm_interference: float = 0.0
+    # What the catalog could not source for this tier; shown with every prediction using it.
+    unpublished: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     aliases: tuple[str, ...] = ()
     origin: str = ""
@@ -145,3 +179,18 @@ class TierSpec:
 
     def source_of(self, field_name: str) -> str:
         return self.sources.get(field_name, self.source)
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    """A `[calibration.ENGINE]` table: fitted TTFT-model constants for one engine.
+
+    `values` keys (SI units): eta_linear, eta_attention, fixed_overhead (s),
+    per_token_overhead (s), host_bandwidth (B/s), xmem_bandwidth (B/s), points.
+    `xmemplan.sizing.model.calibration_for(catalog, engine)` applies them.
+    """
+
+    engine: str
+    source: str
+    values: dict[str, float] = field(default_factory=dict)
+    origin: str = ""

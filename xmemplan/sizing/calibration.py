@@ -1,27 +1,38 @@
-"""Fit the model's free constants to published measurements (research/perf-model.md s. 5).
+"""Fit the TTFT model's constants to measurements: the shipped fit and `xmemplan calibrate`.
 
-Global constants (properties of GPUs and links): eta_linear, eta_attention (H100/H200, and
-the default for other GPUs), an H20-specific eta_attention (its tensor cores are throttled,
-so attention gets closer to peak), and the effective host-DRAM bandwidth. Per published
-setup (engine build and host CPU): the fixed overhead t0, and for V13 a per-prompt-token
-host overhead (its GPU-hit TTFT grows from 42 to 111 ms with nothing to load). The shipped
-t0 of an engine is the median over its setups.
+Constants, in two groups fitted apart (each with the other held fixed, alternating until
+both settle):
 
-Loss: sum of squared log(predicted / measured) over the fit points, so that a 10 % miss
-counts the same at 30 ms and at 7 s. Gauss-Newton with damping, on the log of each
-constant (keeps them positive). Held-out points are predicted with the shipped defaults
-(`DEFAULT_CALIBRATION`) and are never fitted. A test re-runs `fit()` and fails when the
-shipped defaults drift from it; `docs/model.md` shows `fit_table()`.
+- load group, on full-hit (load-dominated, hit >= 90 % of the prompt) points and X-Mem/DRAM
+  ratios: the fixed overhead t0 of each engine, a per-prompt-token host overhead where
+  asked for, and the effective host-DRAM (and, for user data, X-Mem) bandwidth;
+- compute group, on miss and partial-hit points: eta_linear, eta_attention (and a per-GPU
+  eta_attention where asked for).
+
+So a 20-30 ms intercept that long cold prefills hide in their kernels is not charged to
+every request. Loss: sum of squared log(predicted / measured), so that a 10 % miss counts
+the same at 30 ms and at 7 s. Gauss-Newton with damping on the log of each constant.
+
+Public points: data/measurements/public.csv (one row per published figure, with its
+source). Rows marked `held-out` (at least a third) are never fitted and are reported
+apart. A test re-runs `fit()` and fails when `DEFAULT_CALIBRATION` drifts from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+import csv
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from xmemplan.catalog import Catalog, load_catalog
+from xmemplan.catalog.loader import data_dir
+from xmemplan.errors import InputError
 from xmemplan.sizing.model import (
     DEFAULT_CALIBRATION,
     SGLANG_HICACHE,
@@ -31,313 +42,536 @@ from xmemplan.sizing.model import (
 )
 
 K = 1024  # the benchmark scripts build prompts of k x 1024 tokens
-GLOBALS = ("eta_linear", "eta_attention", "eta_attention_h20", "host_bandwidth_bytes_per_s")
-# setup -> engine; each setup's t0 is fitted. SETUP_PER_TOKEN: setups with a per-token term.
-SETUPS = {"V1": "vllm", "V10": "vllm", "V13": "vllm", "V5": "sglang"}
-SETUP_PER_TOKEN = ("V13",)
-ENGINE_OF = {**SETUPS, "V11": "vllm", "V6": "sglang", "V12": "vllm"}
+FULL_HIT = 0.9  # hit / prompt at or above: a load-dominated point
+MISS = 0.1  # at or below: a compute-dominated point
+
+VLLM16 = Transfer(page_tokens=16, layout="page_first", io="dma")  # vLLM >= 0.12 blocks
+TRANSFERS: dict[str, Transfer] = {
+    "sglang64": SGLANG_HICACHE,
+    "vllm16": VLLM16,
+    "vllm16-kernel": Transfer(page_tokens=16, layout="page_first", io="kernel"),
+    "vllm128": Transfer(page_tokens=128, layout="page_first", io="dma"),
+}
+# engine -> (overlap rule, default transfer); an engine key may carry a setup suffix
+# ("vllm-kvc": vLLM in another harness) and then gets its own t0.
+ENGINE_RULES: dict[str, tuple[str, Transfer]] = {
+    "sglang": ("layer", SGLANG_HICACHE),
+    "vllm": ("sum", VLLM16),
+}
+# The shipped fit: engines with a per-token host overhead, GPUs with their own eta_attention.
+PUBLIC_PER_TOKEN = ("vllm-kvc",)
+PUBLIC_ETA_GPUS = ("h20",)
+COLUMNS = ("gpu", "model", "engine", "tier", "prompt_tokens", "hit_tokens", "concurrency",
+           "ttft_ms")
 
 
 @dataclass(frozen=True)
-class Point:
-    """One published measurement and how to predict it."""
+class Measurement:
+    """One measured point and how to predict it."""
 
     id: str
-    setup: str
-    quantity: str  # what `measured` is, with unit: "TTFT ms", "tokens/s", "ratio"
-    measured: float
-    role: str  # "fit" or "held-out"
-    source: str
-    predict: Callable[[Calibration, Catalog], float]
+    gpu: str
+    model: str
+    engine: str
+    tier: str  # "a/b" for ratios: TTFT on a over TTFT on b
+    prompt_tokens: float
+    hit_tokens: float
+    concurrency: int
+    value: float
+    quantity: str = "ttft_ms"  # ttft_ms | ratio | ratio_max
+    role: str = "fit"  # fit | held-out
+    transfer: str = ""
+    source: str = ""
+    where: str = ""  # file:line, for messages
 
     @property
-    def setup_key(self) -> str:
-        return self.id.split()[0]
+    def kind(self) -> str:
+        """full-hit, miss or partial (ratios count as full-hit: both sides load)."""
+        if self.quantity != "ttft_ms":
+            return "full-hit"
+        h = self.hit_tokens / self.prompt_tokens
+        return "full-hit" if h >= FULL_HIT else "miss" if h <= MISS else "partial"
 
+    @property
+    def base_engine(self) -> str:
+        return self.engine.split("-")[0]
+
+
+# --- reading --------------------------------------------------------------------------
+
+def _num(v: Any, what: str, path: Path, line: int | None, integer: bool = False) -> float:
+    try:
+        x = float(str(v).replace("_", "").replace(",", "")) if v is not None else math.nan
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or x < 0 or (integer and x != int(x)):
+        raise InputError(f"'{v}' is not a valid {what}", path=path, line=line, field=what,
+                         hint=f"write {what} as a {'whole ' if integer else ''}number")
+    return x
+
+
+def _row(d: dict[str, Any], path: Path, line: int | None, n: int) -> Measurement:
+    missing = [c for c in COLUMNS if c not in d and not (c == "ttft_ms" and "value" in d)
+               and c != "concurrency"]
+    if missing:
+        raise InputError(f"missing column '{missing[0]}'", path=path, line=line,
+                         field=missing[0], hint="columns: " + ", ".join(COLUMNS))
+    prompt = _num(d["prompt_tokens"], "prompt_tokens", path, line)
+    hit = _num(d["hit_tokens"], "hit_tokens", path, line)
+    if prompt < 1 or hit > prompt:
+        raise InputError("hit_tokens must be between 0 and prompt_tokens (at least 1)",
+                         path=path, line=line, field="hit_tokens")
+    value = _num(d.get("ttft_ms", d.get("value")), "ttft_ms", path, line)
+    if value <= 0:
+        raise InputError("ttft_ms must be positive", path=path, line=line, field="ttft_ms")
+    conc = _num(d.get("concurrency") or 1, "concurrency", path, line, integer=True)
+    engine = str(d["engine"]).strip().lower()
+    if engine.split("-")[0] not in ENGINE_RULES:
+        raise InputError(f"unknown engine '{engine}'", path=path, line=line, field="engine",
+                         hint="use sglang or vllm (a suffix such as vllm-myhost keeps a "
+                         "separate fixed overhead)")
+    transfer = str(d.get("transfer") or "")
+    if transfer and transfer not in TRANSFERS:
+        raise InputError(f"unknown transfer '{transfer}'", path=path, line=line,
+                         field="transfer", hint="use " + ", ".join(TRANSFERS))
+    quantity = str(d.get("quantity") or "ttft_ms")
+    if quantity not in ("ttft_ms", "ratio", "ratio_max"):
+        raise InputError(f"unknown quantity '{quantity}'", path=path, line=line,
+                         field="quantity", hint="use ttft_ms, ratio or ratio_max")
+    role = str(d.get("role") or "fit")
+    if role not in ("fit", "held-out"):
+        raise InputError(f"unknown role '{role}'", path=path, line=line, field="role",
+                         hint="use fit or held-out")
+    return Measurement(
+        id=str(d.get("id") or f"{path.name}:{line or n}"), gpu=str(d["gpu"]).strip(),
+        model=str(d["model"]).strip(), engine=engine, tier=str(d["tier"]).strip(),
+        prompt_tokens=prompt, hit_tokens=hit, concurrency=max(1, int(conc)), value=value,
+        quantity=quantity, role=role, transfer=transfer, source=str(d.get("source") or ""),
+        where=f"{path}:{line}" if line else str(path),
+    )
+
+
+def _from_validate(doc: dict[str, Any], path: Path) -> list[Measurement]:
+    """Rows of a `xmemplan validate --format json` result (SGLang HiCache, one at a time)."""
+    out = []
+    for i, r in enumerate(doc.get("requests") or []):
+        out.append(_row({
+            "id": f"{path.name} request {i + 1}", "gpu": doc.get("gpu"),
+            "model": doc.get("model"), "engine": "sglang", "tier": doc.get("tier"),
+            "prompt_tokens": r.get("prompt_tokens"), "hit_tokens": r.get("hit_tokens"),
+            "concurrency": 1, "ttft_ms": float(r.get("ttft_s", math.nan)) * 1e3,
+        }, path, None, i + 1))
+    if not out:
+        raise InputError("the validate result has no requests", path=path, field="requests")
+    return out
+
+
+def read_measurements(path: Path | str) -> list[Measurement]:
+    """Points of a CSV (header row with the COLUMNS) or JSON file (a list of objects, an
+    object with "points", or a `validate --format json` result)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise InputError("no such measurements file", path=p) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read measurements ({exc})", path=p) from exc
+    if p.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"not valid JSON ({exc.msg})", path=p, line=exc.lineno) from exc
+        if isinstance(doc, dict) and "requests" in doc and "classes" in doc:
+            return _from_validate(doc, p)
+        rows = doc.get("points") if isinstance(doc, dict) else doc
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise InputError("expected a list of point objects (or {\"points\": [...]})",
+                             path=p)
+        return [_row(r, p, None, i + 1) for i, r in enumerate(rows)]
+    reader = csv.DictReader(text.splitlines())
+    if not reader.fieldnames:
+        raise InputError("empty measurements file", path=p)
+    out = [_row(r, p, i + 2, i + 1) for i, r in enumerate(reader)]
+    if not out:
+        raise InputError("no data rows", path=p, line=2)
+    return out
+
+
+def public_path() -> Path:
+    return data_dir() / "measurements" / "public.csv"
+
+
+def public_points() -> list[Measurement]:
+    return read_measurements(public_path())
+
+
+# --- prediction -----------------------------------------------------------------------
+
+def _engine_cal(params: dict[str, float], engine: str, base: Calibration) -> Calibration:
+    c = base.for_engine(engine)
+    ch: dict[str, Any] = {}
+    if f"t0:{engine}" in params:
+        ch["fixed_overhead_s"] = params[f"t0:{engine}"]
+    ch["per_token_overhead_s"] = params.get(
+        f"per_token:{engine}", base.per_token_overhead_by_engine.get(engine, 0.0))
+    for k, attr in (("eta_linear", "eta_linear"), ("eta_attention", "eta_attention"),
+                    ("host_bw", "host_bandwidth_bytes_per_s"),
+                    ("xmem_bw", "xmem_bandwidth_bytes_per_s"),
+                    ("hbm_eff", "hbm_efficiency")):
+        if k in params:
+            ch[attr] = params[k]
+    by_gpu = dict(base.eta_attention_by_gpu)
+    for k, v in params.items():
+        if k.startswith("eta_attention:"):
+            by_gpu[k.split(":", 1)[1]] = v
+    ch["eta_attention_by_gpu"] = by_gpu
+    return replace(c, **ch)
+
+
+def _ttft_ms(m: Measurement, tier: str, prompt: Any, hit: Any, cal: Calibration,
+             cat: Catalog) -> Any:
+    overlap, transfer = ENGINE_RULES[m.base_engine]
+    if m.transfer:
+        transfer = TRANSFERS[m.transfer]
+    b = ttft(cat.model(m.model), cat.gpu(m.gpu), cat.tier(tier), prompt, hit,
+             concurrency=m.concurrency, overlap=overlap, transfer=transfer, calibration=cal)
+    return np.asarray(b.ttft_s) * 1e3
+
+
+def predict(m: Measurement, params: dict[str, float], cat: Catalog,
+            base: Calibration = DEFAULT_CALIBRATION) -> float:
+    cal = _engine_cal(params, m.engine, base)
+    if m.quantity == "ttft_ms":
+        return float(_ttft_ms(m, m.tier, m.prompt_tokens, m.hit_tokens, cal, cat))
+    a, b = m.tier.split("/")
+    if m.quantity == "ratio":
+        return float(_ttft_ms(m, a, m.prompt_tokens, m.hit_tokens, cal, cat)
+                     / _ttft_ms(m, b, m.prompt_tokens, m.hit_tokens, cal, cat))
+    # ratio_max: the largest ratio over prompts of 1K..S with the same recomputed tail.
+    tail = m.prompt_tokens - m.hit_tokens
+    prompts = np.arange(1, int(m.prompt_tokens // K) + 1) * float(K)
+    hits = np.maximum(prompts - tail, 0.0)
+    return float(np.max(_ttft_ms(m, a, prompts, hits, cal, cat)
+                        / _ttft_ms(m, b, prompts, hits, cal, cat)))
+
+
+# --- the fit --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class FitResult:
-    calibration: Calibration
-    setup_fixed_overhead_s: dict[str, float] = field(default_factory=dict)
-    setup_per_token_overhead_s: dict[str, float] = field(default_factory=dict)
-    fit_points: int = 0
-    constants: int = 0
+class Plan:
+    """Which constants a data set can pin down: load group and compute group."""
 
-    def for_point(self, p: Point) -> Calibration:
-        """Fit points use their setup's own overheads; held-out points the shipped ones."""
-        c = self.calibration.for_engine(ENGINE_OF.get(p.setup_key, "sglang"))
-        if p.role == "fit":
-            key = p.setup_key
-            if key in self.setup_fixed_overhead_s:
-                c = replace(c, fixed_overhead_s=self.setup_fixed_overhead_s[key])
-            c = replace(c, per_token_overhead_s=self.setup_per_token_overhead_s.get(key, 0.0))
-        return c
+    load: tuple[str, ...]
+    compute: tuple[str, ...]
 
 
-def _ms(model: str, gpu: str, tier: str, prompt: float, hit: float, overlap: str,
-        transfer: Transfer) -> Callable[[Calibration, Catalog], float]:
-    def f(c: Calibration, cat: Catalog) -> float:
-        b = ttft(cat.model(model), cat.gpu(gpu), cat.tier(tier), prompt, hit,
-                 overlap=overlap, transfer=transfer, calibration=c)
-        return float(b.ttft_s) * 1e3
-
-    return f
+def _tier_kind(cat: Catalog, name: str) -> str:
+    return str(cat.tier(name).kind) if "/" not in name else "ratio"
 
 
-VLLM = Transfer(page_tokens=16, layout="page_first", io="dma")  # vLLM >= 0.12 block layout
-VLLM_BLOCK128 = Transfer(page_tokens=128, layout="page_first", io="dma")
+def plan_constants(points: Sequence[Measurement], cat: Catalog, *,
+                   per_token: Iterable[str] = (), eta_gpus: Iterable[str] = (),
+                   fit_xmem: bool = True, fit_hbm: bool = False) -> Plan:
+    """The constants to fit, or InputError naming what the data lacks for each."""
+    missing: list[str] = []
+    load: list[str] = []
+    full = [p for p in points if p.kind == "full-hit"]
+    engines = sorted({p.engine for p in points})
+    for e in engines:
+        fe = [p for p in full if p.engine == e]
+        if fe:
+            load.append(f"t0:{e}")
+        else:
+            missing.append(f"t0 of engine {e}: no full-hit point (hit >= {FULL_HIT:.0%} of "
+                           f"the prompt) for {e}")
+    for e in per_token:
+        if e in engines:
+            load.append(f"per_token:{e}")
+    host_lengths = {p.prompt_tokens for p in full if p.quantity == "ttft_ms"
+                    and _tier_kind(cat, p.tier) == "host"}
+    if host_lengths:
+        load.append("host_bw")
+    xmem_lengths = {p.prompt_tokens for p in full if p.quantity == "ttft_ms"
+                    and _tier_kind(cat, p.tier) == "xmem"}
+    if xmem_lengths and fit_xmem:
+        load.append("xmem_bw")
+    n_bw = ("host_bw" in load) + ("xmem_bw" in load)
+    lengths = {p.prompt_tokens for p in full}
+    n_full_constants = len([x for x in load if x.startswith(("t0:", "per_token:"))]) + n_bw
+    if full and len(full) < n_full_constants + (1 if n_bw else 0):
+        missing.append(
+            f"{n_full_constants} load constants ({', '.join(load)}) from {len(full)} "
+            f"full-hit points: add full-hit points at more prompt lengths")
+    elif n_bw and len(lengths) < 2:
+        missing.append("t0 and bandwidth from full-hit points at one prompt length only: "
+                       "add full-hit points at a second prompt length (e.g. 1K and 64K)")
+    compute: list[str] = []
+    slow = [p for p in points if p.kind != "full-hit"]
+    if slow:
+        slow_lengths = {p.prompt_tokens for p in slow}
+        if len(slow) < 2 or len(slow_lengths) < 2:
+            missing.append("eta_linear and eta_attention: miss or partial-hit points at two "
+                           "or more prompt lengths (one short, one long: 1K and 32K)")
+        else:
+            compute += ["eta_linear", "eta_attention"]
+            if fit_hbm:
+                compute.append("hbm_eff")
+            for g in eta_gpus:
+                if sum(1 for p in slow if p.gpu == g) >= 1:
+                    compute.append(f"eta_attention:{g}")
+    if missing:
+        raise InputError(
+            "the fit is underdetermined: " + "; ".join(missing),
+            path=Path(points[0].where.split(":")[0]) if points else None,
+            hint="add the points named, or calibrate fewer constants",
+        )
+    return Plan(tuple(load), tuple(compute))
 
 
-def _v11(hit_ratio: float) -> Callable[[Calibration, Catalog], float]:
-    # 10,000 x 512-token prefills, throughput-bound: the fixed overhead is amortized over
-    # the batch; load and compute add per request (vLLM loads before scheduling).
-    def f(c: Calibration, cat: Catalog) -> float:
-        b = ttft(cat.model("llama-3.1-8b"), cat.gpu("h100-sxm"), cat.tier("host-dram-pcie5"),
-                 512, np.floor(512 * hit_ratio / 16) * 16, overlap="sum", transfer=VLLM,
-                 calibration=c)
-        return 512.0 / float(b.single_s - b.fixed_s)
-
-    return f
-
-
-def _ratio(model: str, gpu: str, prompt: float, hit: float, overlap: str,
-           transfer: Transfer) -> Callable[[Calibration, Catalog], float]:
-    def f(c: Calibration, cat: Catalog) -> float:
-        m, g = cat.model(model), cat.gpu(gpu)
-        dram = ttft(m, g, cat.tier("host-dram-pcie5"), prompt, hit, overlap=overlap,
-                    transfer=transfer, calibration=c)
-        xmem = ttft(m, g, cat.tier("xmem"), prompt, hit, overlap=overlap,
-                    transfer=transfer, calibration=c)
-        return float(dram.ttft_s / xmem.ttft_s)
-
-    return f
+def _start(name: str, base: Calibration) -> float:
+    if name.startswith("t0:"):
+        return max(1e-3, base.fixed_overhead_by_engine.get(name[3:], base.fixed_overhead_s))
+    if name.startswith("per_token:"):
+        return 1e-6
+    if name.startswith("eta_attention:"):
+        return base.eta_attention_by_gpu.get(name.split(":")[1], base.eta_attention)
+    return float({
+        "host_bw": base.host_bandwidth_bytes_per_s or 50e9,
+        "xmem_bw": base.xmem_bandwidth_bytes_per_s or 350e9,
+        "eta_linear": base.eta_linear, "eta_attention": base.eta_attention,
+        "hbm_eff": base.hbm_efficiency,
+    }[name])
 
 
-def v6_max_ratio(c: Calibration, cat: Catalog) -> float:
-    """'Up to ~6.7x': the largest X-Mem/DRAM ratio over a 1K..90K single-request sweep."""
-    prompts = np.arange(1, 91) * K
-    m, g = cat.model("qwen3-30b-a3b-fp8"), cat.gpu("h100-sxm")
-    hits = prompts - SGLANG_HICACHE.page_tokens
-    dram = ttft(m, g, cat.tier("host-dram-pcie5"), prompts, hits, calibration=c)
-    xmem = ttft(m, g, cat.tier("xmem"), prompts, hits, calibration=c)
-    return float(np.max(dram.ttft_s / xmem.ttft_s))
-
-
-VLLM_BLOG = "vLLM blog 2026-01-08 kv-offloading-connector"
-V1_SRC = "netpreme/vllm_xmem assets/ttft_plot.png (read from plot)"
-V13_SRC = "gitea.gahow.org/gahow/agentic-kvc v2/ README, exp_a"
-
-
-def points() -> list[Point]:
-    """The published points: 'fit' ones set the constants, 'held-out' ones check them."""
-    pts: list[Point] = []
-    for k, ms in ((1, 32), (10, 187), (20, 495)):
-        pts.append(Point(
-            f"V1 {k}K miss", "H200, Qwen3-30B-A3B BF16, vLLM fork, single request, recompute",
-            "TTFT ms", ms, "fit", V1_SRC,
-            _ms("qwen3-30b-a3b", "h200-sxm", "hbm", k * K, 0, "sum", VLLM_BLOCK128)))
-    for k, comp, load in ((10, 260, 40), (50, 2290, 160), (100, 6850, 310)):
-        pts.append(Point(
-            f"V10 {k}K miss", "H100, Llama-3.1-8B, vLLM, single request, recompute",
-            "TTFT ms", comp, "fit", VLLM_BLOG + " fig. 1",
-            _ms("llama-3.1-8b", "h100-sxm", "hbm", k * K, 0, "sum", VLLM)))
-        pts.append(Point(
-            f"V10 {k}K CPU hit", "H100, Llama-3.1-8B, vLLM OffloadingConnector, 100 % hit",
-            "TTFT ms", load, "fit", VLLM_BLOG + " fig. 1",
-            _ms("llama-3.1-8b", "h100-sxm", "host-dram-pcie5", k * K, k * K - 1, "sum", VLLM)))
-    for h, tps in ((0.0, 42e3), (0.5, 73e3), (0.8, 158e3), (0.9, 218e3), (1.0, 389e3)):
-        pts.append(Point(
-            f"V11 {h:.0%} hit", "H100, Llama-3.1-8B, vLLM, 10,000 x 512-token prefills",
-            "tokens/s", tps, "fit", VLLM_BLOG + " fig. 2", _v11(h)))
-    v13 = "H20, Qwen3-Coder-30B-A3B (96 KiB), vLLM 0.18.1, single request"
-    for k, gpu_ms, cpu_ms, miss_ms in ((1, 42, 57, 78), (64, 111, 272, 15200)):
-        S = k * K
-        pts.append(Point(f"V13 {k}K miss", v13, "TTFT ms", miss_ms, "fit", V13_SRC,
-                         _ms("qwen3-30b-a3b", "h20", "hbm", S, 0, "sum", VLLM)))
-        pts.append(Point(f"V13 {k}K CPU hit", v13, "TTFT ms", cpu_ms, "fit", V13_SRC,
-                         _ms("qwen3-30b-a3b", "h20", "host-dram-pcie5", S, S - 1, "sum", VLLM)))
-        pts.append(Point(f"V13 {k}K GPU hit", v13, "TTFT ms", gpu_ms, "fit", V13_SRC,
-                         _ms("qwen3-30b-a3b", "h20", "hbm", S, S - 1, "sum", VLLM)))
-    S = 80 * K
-    pts.append(Point(
-        "V5 80K X-Mem/DRAM", "H100, Qwen3-30B-A3B-FP8, SGLang HiCache page 64 layer_first "
-        "kernel IO, ~100 % hit", "ratio", 4.6, "fit", "netpreme/sglang_xmem README.md",
-        _ratio("qwen3-30b-a3b-fp8", "h100-sxm", S, S - 64, "layer", SGLANG_HICACHE)))
-    # Held out: never fitted, predicted with the shipped defaults.
-    pts.append(Point(
-        "V6 max X-Mem/DRAM", "H100-class, Qwen3-30B-A3B-FP8, SGLang, single request 1K-90K",
-        "ratio", 6.7, "held-out", "lm-sys/lm-sys.github.io blog/2026-06-27-netpreme-xmem.md",
-        v6_max_ratio))
-    S = 100 * K
-    for io, ms in (("dma", 119), ("kernel", 107)):
-        pts.append(Point(
-            f"V12 100K {io}", f"H100, Llama-3.2-1B, vLLM, 0.5 MB blocks, {io} copies, ~100 % hit",
-            "TTFT ms", ms, "held-out", VLLM_BLOG + " fig. 5",
-            _ms("llama-3.2-1b", "h100-sxm", "host-dram-pcie5", S, S - 1, "sum",
-                Transfer(page_tokens=16, layout="page_first", io=io))))  # type: ignore[arg-type]
-    return pts
-
-
-def _unpack(theta: np.ndarray) -> FitResult:
-    v = np.exp(theta)
-    g = dict(zip(GLOBALS, v[: len(GLOBALS)], strict=True))
-    t0 = dict(zip(SETUPS, v[len(GLOBALS): len(GLOBALS) + len(SETUPS)], strict=True))
-    per_tok = dict(zip(SETUP_PER_TOKEN, v[len(GLOBALS) + len(SETUPS):], strict=True))
-    by_engine = {
-        e: float(np.median([t0[s] for s, eng in SETUPS.items() if eng == e]))
-        for e in sorted(set(SETUPS.values()))
-    }
-    cal = replace(
-        DEFAULT_CALIBRATION,
-        eta_linear=float(g["eta_linear"]),
-        eta_attention=float(g["eta_attention"]),
-        eta_attention_by_gpu={"h20": float(g["eta_attention_h20"])},
-        host_bandwidth_bytes_per_s=float(g["host_bandwidth_bytes_per_s"]),
-        per_token_overhead_s=0.0,
-        fixed_overhead_s=by_engine["sglang"],
-        fixed_overhead_by_engine=by_engine,
-    )
-    return FitResult(
-        cal, {k: float(x) for k, x in t0.items()}, {k: float(x) for k, x in per_tok.items()},
-    )
-
-
-def _start() -> np.ndarray:
-    c = DEFAULT_CALIBRATION
-    return np.log([
-        c.eta_linear, c.eta_attention, c.eta_attention_by_gpu.get("h20", c.eta_attention),
-        c.host_bandwidth_bytes_per_s or 50e9,
-        *[c.fixed_overhead_by_engine.get(e, c.fixed_overhead_s) for e in SETUPS.values()],
-        *[1e-6 for _ in SETUP_PER_TOKEN],
-    ])
-
-
-def _residuals(theta: np.ndarray, pts: list[Point], cat: Catalog) -> np.ndarray:
-    res = _unpack(theta)
-    return np.array([np.log(p.predict(res.for_point(p), cat) / p.measured) for p in pts])
-
-
-def fit(catalog: Catalog | None = None, iterations: int = 100) -> FitResult:
-    """Least squares in log space on the 'fit' points."""
-    cat = catalog or load_catalog()
-    pts = [p for p in points() if p.role == "fit"]
-    theta = _start()
+def _gauss_newton(names: Sequence[str], start: np.ndarray,
+                  residuals: Callable[[np.ndarray], np.ndarray],
+                  iterations: int = 60) -> np.ndarray:
+    theta = np.log(start)
     lam = 1e-3
-    r = _residuals(theta, pts, cat)
+    r = residuals(theta)
     cost = float(r @ r)
     for _ in range(iterations):
-        jac = np.empty((len(pts), len(theta)))
+        jac = np.empty((len(r), len(theta)))
         for j in range(len(theta)):
             d = np.zeros_like(theta)
             d[j] = 1e-6
-            jac[:, j] = (_residuals(theta + d, pts, cat) - r) / 1e-6
+            jac[:, j] = (residuals(theta + d) - r) / 1e-6
         a = jac.T @ jac
         step = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -jac.T @ r)
-        step = np.clip(step, -1.0, 1.0)  # at most a factor e per iteration
+        step = np.clip(step, -1.0, 1.0)
         with np.errstate(all="ignore"):
-            try:
-                r_new = _residuals(theta + step, pts, cat)
-            except ZeroDivisionError:
-                r_new = np.full_like(r, np.inf)
+            r_new = residuals(theta + step)
         new_cost = float(r_new @ r_new) if np.all(np.isfinite(r_new)) else np.inf
         if new_cost < cost:
             theta, r, lam = theta + step, r_new, lam / 3
-            done = cost - new_cost < 1e-14
+            done = cost - new_cost < 1e-15
             cost = new_cost
             if done:
                 break
         else:
             lam *= 10
-    return replace(_unpack(theta), fit_points=len(pts), constants=len(theta))
+            if lam > 1e12:
+                break
+    return np.exp(theta)
+
+
+def fit_points(points: Sequence[Measurement], cat: Catalog, plan: Plan,
+               base: Calibration = DEFAULT_CALIBRATION, rounds: int = 4) -> dict[str, float]:
+    """Fit the plan's constants: load group on full-hit points, compute group on the rest,
+    alternating (`rounds`) so that each sees the other's current values."""
+    params = {n: _start(n, base) for n in (*plan.load, *plan.compute)}
+    groups = [(plan.load, [p for p in points if p.kind == "full-hit"]),
+              (plan.compute, [p for p in points if p.kind != "full-hit"])]
+    for _ in range(rounds):
+        for names, pts in groups:
+            if not names or not pts:
+                continue
+
+            def res(theta: np.ndarray, names: Sequence[str] = names,
+                    pts: Sequence[Measurement] = pts) -> np.ndarray:
+                trial = {**params, **dict(zip(names, np.exp(theta), strict=True))}
+                return np.array([math.log(predict(p, trial, cat, base) / p.value)
+                                 for p in pts])
+
+            got = _gauss_newton(names, np.array([params[n] for n in names]), res)
+            params.update(dict(zip(names, (float(x) for x in got), strict=True)))
+    return params
+
+
+def calibration_from(params: dict[str, float], base: Calibration = DEFAULT_CALIBRATION,
+                     default_engine: str = "sglang") -> Calibration:
+    """A Calibration carrying every engine's fitted t0 (and per-token overhead)."""
+    t0 = dict(base.fixed_overhead_by_engine)
+    t0.update({k[3:]: v for k, v in params.items() if k.startswith("t0:")})
+    per_tok = dict(base.per_token_overhead_by_engine)
+    per_tok.update({k[10:]: v for k, v in params.items() if k.startswith("per_token:")})
+    cal = _engine_cal(params, default_engine, base)
+    return replace(cal, fixed_overhead_by_engine=t0, per_token_overhead_by_engine=per_tok,
+                   fixed_overhead_s=t0.get(default_engine, cal.fixed_overhead_s),
+                   per_token_overhead_s=per_tok.get(default_engine, 0.0))
+
+
+@dataclass(frozen=True)
+class FitResult:
+    params: dict[str, float]
+    calibration: Calibration
+    plan: Plan
+    fit_points: int = 0
+    held_out_points: int = 0
+
+    @property
+    def constants(self) -> int:
+        return len(self.params)
+
+
+def fit(catalog: Catalog | None = None, points: Sequence[Measurement] | None = None
+        ) -> FitResult:
+    """The shipped fit: the `fit` rows of data/measurements/public.csv."""
+    cat = catalog or load_catalog()
+    allp = list(points) if points is not None else public_points()
+    pts = [p for p in allp if p.role == "fit"]
+    plan = plan_constants(pts, cat, per_token=PUBLIC_PER_TOKEN, eta_gpus=PUBLIC_ETA_GPUS,
+                          fit_xmem=False, fit_hbm=False)
+    params = fit_points(pts, cat, plan)
+    return FitResult(params, calibration_from(params), plan, len(pts),
+                     len(allp) - len(pts))
+
+
+def shipped_params() -> dict[str, float]:
+    """DEFAULT_CALIBRATION as fit parameters (for predicting held-out points)."""
+    c = DEFAULT_CALIBRATION
+    p: dict[str, float] = {f"t0:{e}": v for e, v in c.fixed_overhead_by_engine.items()}
+    p.update({f"per_token:{e}": v for e, v in c.per_token_overhead_by_engine.items()})
+    p.update(eta_linear=c.eta_linear, eta_attention=c.eta_attention,
+             host_bw=c.host_bandwidth_bytes_per_s or 50e9, hbm_eff=c.hbm_efficiency)
+    p.update({f"eta_attention:{g}": v for g, v in c.eta_attention_by_gpu.items()})
+    return p
 
 
 @dataclass(frozen=True)
 class FitRow:
     id: str
-    setup: str
+    kind: str
     quantity: str
     measured: float
     predicted: float
     role: str
     source: str
+    loo: float = math.nan  # leave-one-out prediction (nan: not computed / not possible)
 
     @property
     def error(self) -> float:
         """Relative error (predicted - measured) / measured."""
         return (self.predicted - self.measured) / self.measured
 
+    @property
+    def loo_error(self) -> float:
+        return (self.loo - self.measured) / self.measured
 
-def fit_table(result: FitResult | None = None, catalog: Catalog | None = None) -> list[FitRow]:
-    """Every point predicted: fit points with `result`, held-out ones with the defaults."""
+
+def fit_table(params: dict[str, float] | None = None, catalog: Catalog | None = None,
+              points: Sequence[Measurement] | None = None) -> list[FitRow]:
+    """Every public point predicted with `params` (default: the shipped constants)."""
     cat = catalog or load_catalog()
-    res = result or shipped_result()
-    rows = []
-    for p in points():
-        c = res.for_point(p) if p.role == "fit" else DEFAULT_CALIBRATION.for_engine(
-            ENGINE_OF[p.setup_key])
-        rows.append(FitRow(p.id, p.setup, p.quantity, p.measured, p.predict(c, cat), p.role,
-                           p.source))
-    return rows
+    prm = params if params is not None else shipped_params()
+    pts = list(points) if points is not None else public_points()
+    return [FitRow(p.id, p.kind, p.quantity, p.value, predict(p, prm, cat), p.role, p.source)
+            for p in pts]
 
 
-# The per-setup constants of the shipped fit (the engine defaults are in DEFAULT_CALIBRATION).
-SHIPPED_SETUP_FIXED_OVERHEAD_S: dict[str, float] = {
-    "V1": 0.0233, "V10": 0.0121, "V13": 0.0437, "V5": 0.0243,
-}
-SHIPPED_SETUP_PER_TOKEN_OVERHEAD_S: dict[str, float] = {"V13": 1.05e-6}
+def leave_one_out(points: Sequence[Measurement], cat: Catalog, plan: Plan,
+                  base: Calibration = DEFAULT_CALIBRATION) -> list[float]:
+    """For each point: its prediction by a fit on all the others (nan when the others
+    cannot pin the same constants)."""
+    out = []
+    for i, p in enumerate(points):
+        rest = [q for j, q in enumerate(points) if j != i]
+        try:
+            sub = plan_constants(rest, cat, per_token=[n[10:] for n in plan.load
+                                                       if n.startswith("per_token:")],
+                                 eta_gpus=[n[14:] for n in plan.compute
+                                           if n.startswith("eta_attention:")],
+                                 fit_xmem="xmem_bw" in plan.load,
+                                 fit_hbm="hbm_eff" in plan.compute)
+        except InputError:
+            out.append(math.nan)
+            continue
+        if set(sub.load) | set(sub.compute) != set(plan.load) | set(plan.compute):
+            out.append(math.nan)
+            continue
+        out.append(predict(p, fit_points(rest, cat, sub, base, rounds=2), cat, base))
+    return out
 
 
-def shipped_result() -> FitResult:
-    return FitResult(DEFAULT_CALIBRATION, dict(SHIPPED_SETUP_FIXED_OVERHEAD_S),
-                     dict(SHIPPED_SETUP_PER_TOKEN_OVERHEAD_S))
-
+# --- docs -----------------------------------------------------------------------------
 
 def _fmt(quantity: str, v: float) -> str:
-    if quantity == "ratio":
+    if quantity.startswith("ratio"):
         return f"{v:.2f}x"
-    if quantity == "tokens/s":
-        return f"{v / 1e3:,.1f}k"
     return f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
 
 
-def fit_markdown(result: FitResult | None = None) -> str:
-    """The fit table of docs/model.md (a test checks the doc carries this exact text)."""
-    rows = fit_table(result)
-    lines = [
-        "| point | setup | quantity | measured | predicted | error | role |",
-        "|---|---|---|---:|---:|---:|---|",
-    ]
+def fit_markdown(rows: Sequence[FitRow] | None = None) -> str:
+    """The point table of docs/model.md (a test checks the doc carries this exact text)."""
+    rows = list(rows) if rows is not None else fit_table()
+    lines = ["| point | kind | quantity | measured | predicted | error | role |",
+             "|---|---|---|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(
-            f"| {r.id} | {r.setup} | {r.quantity} | {_fmt(r.quantity, r.measured)} | "
-            f"{_fmt(r.quantity, r.predicted)} | {r.error:+.1%} | {r.role} |")
+        lines.append(f"| {r.id} | {r.kind} | {r.quantity} | {_fmt(r.quantity, r.measured)} "
+                     f"| {_fmt(r.quantity, r.predicted)} | {r.error:+.1%} | {r.role} |")
     return "\n".join(lines)
 
 
-def constants_markdown(result: FitResult | None = None) -> str:
-    res = result or shipped_result()
-    c = res.calibration
-    lines = [
-        "| constant | value |",
-        "|---|---:|",
-        f"| eta_linear (share of the weight dtype's dense peak) | {c.eta_linear:.3f} |",
-        f"| eta_attention (share of BF16 peak; H100, H200, default) | {c.eta_attention:.3f} |",
-        f"| eta_attention on H20 | {c.eta_attention_by_gpu.get('h20', c.eta_attention):.3f} |",
-        f"| host DRAM effective bandwidth, large transfers | "
-        f"{(c.host_bandwidth_bytes_per_s or 0) / 1e9:.1f} GB/s |",
-    ]
-    for s, t0 in res.setup_fixed_overhead_s.items():
-        lines.append(f"| t0 of setup {s} ({SETUPS[s]}) | {t0 * 1e3:.1f} ms |")
-    for s, v in res.setup_per_token_overhead_s.items():
-        lines.append(f"| per-token host overhead of setup {s} | {v * 1e6:.2f} us/token |")
-    for e, t0 in c.fixed_overhead_by_engine.items():
-        lines.append(f"| shipped t0, engine {e} | {t0 * 1e3:.1f} ms |")
+def _const_label(name: str) -> tuple[str, str]:
+    if name.startswith("t0:"):
+        return f"t0, engine {name[3:]} (full-hit points)", "ms"
+    if name.startswith("per_token:"):
+        return f"per-token host overhead, engine {name[10:]}", "us/token"
+    if name.startswith("eta_attention:"):
+        return f"eta_attention on {name.split(':')[1]}", ""
+    return {"eta_linear": ("eta_linear (share of the weight dtype's dense peak)", ""),
+            "eta_attention": ("eta_attention (share of BF16 peak; default)", ""),
+            "host_bw": ("host DRAM effective bandwidth over PCIe, large transfers", "GB/s"),
+            "xmem_bw": ("X-Mem effective bandwidth, large transfers", "GB/s"),
+            "hbm_eff": ("hbm_efficiency (share of HBM bandwidth reading weights and KV)",
+                        "")}[name]
+
+
+def format_constant(name: str, v: float) -> str:
+    _, unit = _const_label(name)
+    if unit == "ms":
+        return f"{v * 1e3:.1f} ms"
+    if unit == "us/token":
+        return f"{v * 1e6:.2f} us/token"
+    if unit == "GB/s":
+        return f"{v / 1e9:.1f} GB/s"
+    return f"{v:.3f}"
+
+
+def constants_markdown(params: dict[str, float] | None = None) -> str:
+    prm = params if params is not None else shipped_params()
+    lines = ["| constant | value |", "|---|---:|"]
+    for n in sorted(prm):
+        lines.append(f"| {_const_label(n)[0]} | {format_constant(n, prm[n])} |")
     return "\n".join(lines)
+
+
+def summary(rows: Sequence[FitRow]) -> dict[str, float]:
+    """Median absolute errors by role and kind (nan where no row)."""
+    def med(sel: list[FitRow]) -> float:
+        return float(np.median([abs(r.error) for r in sel])) if sel else math.nan
+
+    return {
+        "fit": med([r for r in rows if r.role == "fit"]),
+        "held-out": med([r for r in rows if r.role == "held-out"]),
+        "held-out full-hit ttft": med([r for r in rows if r.role == "held-out"
+                                       and r.kind == "full-hit" and r.quantity == "ttft_ms"]),
+    }
 
 
 if __name__ == "__main__":  # python -m xmemplan.sizing.calibration: refit and print
     res = fit()
-    print(res)
-    print(constants_markdown(res))
+    print({k: round(v, 6) if v < 1e6 else round(v / 1e9, 3) for k, v in res.params.items()})
+    print(constants_markdown(res.params))
     print()
-    print(fit_markdown())
+    print(fit_markdown(fit_table(res.params)))

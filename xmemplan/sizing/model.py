@@ -24,13 +24,14 @@ Units: tokens, bytes, seconds, bytes per second, FLOP.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
-from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
+from xmemplan.catalog.specs import DTYPE_BYTES, GpuSpec, ModelSpec, TierSpec
 from xmemplan.errors import UsageError
 
 Overlap = Literal["sum", "layer", "max"]
@@ -43,14 +44,16 @@ class Calibration:
     """The model's free constants, fitted to published measurements (docs/model.md).
 
     eta_linear: share of the dense peak reached by the linear/MoE GEMMs.
-    eta_attention: share of the BF16 peak reached by causal attention; per-GPU values in
-    `eta_attention_by_gpu` win (tensor-core-throttled GPUs such as H20 get closer to peak).
-    fixed_overhead_s: per-request scheduling and launch time (t0) of the engine in use;
-    `fixed_overhead_by_engine` keeps one per engine (`for_engine`).
-    per_token_overhead_s: host-side time per prompt token (prefix hashing and matching),
-    counted with t0, not with the load.
-    host_bandwidth_bytes_per_s: effective host-DRAM -> GPU bandwidth for large transfers,
-    replacing the catalog's figure for tiers of kind "host" when set.
+    eta_attention: share of the BF16 (or FP8, with FP8 attention) peak reached by causal
+    attention; per-GPU values in `eta_attention_by_gpu` win.
+    fixed_overhead_s: per-request time (t0) of the engine in use, fitted on full-hit
+    (load-dominated) points only, apart from the compute fit; `fixed_overhead_by_engine`
+    keeps one per engine (`for_engine`).
+    per_token_overhead_s: host-side time per prompt token (prefix hashing and matching).
+    host_bandwidth_bytes_per_s: effective host-DRAM -> GPU bandwidth over PCIe for large
+    transfers, replacing the catalog's figure for PCIe host tiers when set.
+    xmem_bandwidth_bytes_per_s: the same for X-Mem tiers (a user's own fit; None: catalog).
+    hbm_efficiency: share of HBM bandwidth reached reading weights and KV (memory roofline).
     """
 
     eta_linear: float
@@ -60,27 +63,94 @@ class Calibration:
     eta_attention_by_gpu: Mapping[str, float] = field(default_factory=dict)
     per_token_overhead_s: float = 0.0
     fixed_overhead_by_engine: Mapping[str, float] = field(default_factory=dict)
+    xmem_bandwidth_bytes_per_s: float | None = None
+    hbm_efficiency: float = 0.8
+    per_token_overhead_by_engine: Mapping[str, float] = field(default_factory=dict)
 
     def eta_attn(self, gpu: GpuSpec) -> float:
         return float(self.eta_attention_by_gpu.get(gpu.name, self.eta_attention))
 
     def for_engine(self, engine: str) -> Calibration:
-        """The same constants with `engine`'s fixed overhead (unknown engine: unchanged)."""
-        t0 = self.fixed_overhead_by_engine.get(engine, self.fixed_overhead_s)
-        return replace(self, fixed_overhead_s=t0)
+        """The same constants with `engine`'s fixed and per-token overheads (an unknown
+        engine, or "vllm-x" without its own entry, falls back to its base engine)."""
+        base = engine.split("-")[0]
+        t0 = self.fixed_overhead_by_engine.get(
+            engine, self.fixed_overhead_by_engine.get(base, self.fixed_overhead_s))
+        per_tok = self.per_token_overhead_by_engine.get(
+            engine, self.per_token_overhead_by_engine.get(base, self.per_token_overhead_s))
+        return replace(self, fixed_overhead_s=t0, per_token_overhead_s=per_tok)
 
 
-# Fitted by `xmemplan.sizing.calibration.fit()` on the points in docs/model.md; a test
-# re-runs the fit and fails if these drift from it.
+# Fitted by `xmemplan.sizing.calibration.fit()` on the fit points of
+# data/measurements/public.csv (docs/model.md); a test re-runs the fit and fails if these
+# drift from it. t0 per engine comes from full-hit points only.
 DEFAULT_CALIBRATION = Calibration(
-    eta_linear=0.687,
-    eta_attention=0.563,
-    eta_attention_by_gpu={"h20": 0.999},
-    host_bandwidth_bytes_per_s=50.8e9,
-    fixed_overhead_s=0.0243,
-    fixed_overhead_by_engine={"sglang": 0.0243, "vllm": 0.0233},
+    eta_linear=0.862,
+    eta_attention=0.479,
+    eta_attention_by_gpu={"h20": 0.936},
+    host_bandwidth_bytes_per_s=48.3e9,
+    fixed_overhead_s=0.0267,
+    fixed_overhead_by_engine={"sglang": 0.0267, "vllm": 0.00372, "vllm-kvc": 0.0446},
     per_token_overhead_s=0.0,
+    per_token_overhead_by_engine={"vllm-kvc": 9.20e-7},
+    hbm_efficiency=0.8,
 )
+
+
+def calibration_for(catalog: Any, engine: str,
+                    base: Calibration | None = None) -> Calibration:
+    """`base` (default: the shipped constants) for `engine`, with the catalog's
+    `[calibration.ENGINE]` overlay (written by `xmemplan calibrate`) applied on top."""
+    cal = (base or DEFAULT_CALIBRATION).for_engine(engine)
+    spec = getattr(catalog, "calibrations", {}).get(engine.lower())
+    if spec is None:
+        return cal
+    v = spec.values
+    changes: dict[str, Any] = {}
+    for key, attr in (("eta_linear", "eta_linear"), ("eta_attention", "eta_attention"),
+                      ("fixed_overhead", "fixed_overhead_s"),
+                      ("per_token_overhead", "per_token_overhead_s"),
+                      ("host_bandwidth", "host_bandwidth_bytes_per_s"),
+                      ("xmem_bandwidth", "xmem_bandwidth_bytes_per_s")):
+        if key in v:
+            changes[attr] = float(v[key])
+    if "eta_attention" in v:
+        changes["eta_attention_by_gpu"] = {}
+    return replace(cal, **changes)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How one replica is spread over GPUs (SGLang/vLLM flags --tp, --ep, --dp-attention).
+
+    tp: GPUs of the replica; linear layers and attention heads are split over them.
+    ep: expert-parallel ranks (MoE experts distributed over them; 1 = split like TP).
+    dp_attention: attention runs data-parallel (each rank attends its own requests with
+    a full copy of the attention weights and of each of its requests' KV).
+    """
+
+    tp: int = 1
+    ep: int = 1
+    dp_attention: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tp < 1 or self.ep < 1:
+            raise UsageError("--tp and --ep must be at least 1")
+        if self.tp % self.ep != 0 and self.ep % self.tp != 0:
+            raise UsageError(f"--ep {self.ep} must divide --tp {self.tp}",
+                             "use an EP size that divides the TP size (SGLang: ep <= tp)")
+
+    @property
+    def gpus(self) -> int:
+        return max(self.tp, self.ep)
+
+    @property
+    def label(self) -> str:
+        return f"tp{self.tp}" + (f" ep{self.ep}" if self.ep > 1 else "") + (
+            " dp-attention" if self.dp_attention else "")
+
+
+ONE_GPU = Shape()
 
 
 @dataclass(frozen=True)
@@ -112,7 +182,7 @@ VLLM_OFFLOAD = Transfer(page_tokens=16, layout="page_first", io="dma")
 class Breakdown:
     """One configuration's prediction (arrays when inputs are arrays). Seconds."""
 
-    compute_s: ArrayLike
+    compute_s: ArrayLike  # max(FLOP time, HBM byte time), SM interference included
     load_s: ArrayLike
     single_s: ArrayLike  # one request alone, fixed overhead included
     ttft_s: ArrayLike  # mean over the N positions in flight
@@ -123,6 +193,9 @@ class Breakdown:
     fixed_s: ArrayLike  # t0 + per-token overhead x prompt tokens
     concurrency: ArrayLike
     overlap: str
+    flop_s: ArrayLike = 0.0  # FLOPs / sustained rate
+    bytes_s: ArrayLike = 0.0  # weights and KV read from HBM / sustained HBM bandwidth
+    interference_s: ArrayLike = 0.0  # compute lost to SM-kernel copies overlapping it
 
 
 def _check_tokens(prompt_tokens: ArrayLike, hit_tokens: ArrayLike) -> tuple[Any, Any]:
@@ -135,6 +208,8 @@ def _check_tokens(prompt_tokens: ArrayLike, hit_tokens: ArrayLike) -> tuple[Any,
     return s, p
 
 
+# --- model-level quantities other modules call -------------------------------------------
+
 def prefill_flops(model: ModelSpec, prompt_tokens: ArrayLike, hit_tokens: ArrayLike
                   ) -> tuple[Any, Any]:
     """(linear, attention) FLOPs to prefill S - P new tokens after P cached ones."""
@@ -144,15 +219,183 @@ def prefill_flops(model: ModelSpec, prompt_tokens: ArrayLike, hit_tokens: ArrayL
     return linear, attention
 
 
+def request_flops(model: ModelSpec, prompt_tokens: ArrayLike, hit_tokens: ArrayLike) -> Any:
+    """Total prefill FLOPs of one request (linear + causal attention), whole replica."""
+    lin, attn = prefill_flops(model, prompt_tokens, hit_tokens)
+    return lin + attn
+
+
+def with_kv_dtype(model: ModelSpec, kv_dtype: str) -> ModelSpec:
+    """`model` with its KV cache stored in `kv_dtype` ("bf16", "fp16" or "fp8").
+
+    FP8 halves GQA KV bytes; MLA in FP8 uses the 656 B/layer vLLM/SGLang layout.
+    """
+    sizes = {"bf16": 2, "fp16": 2, "fp8": 1}
+    if kv_dtype not in sizes:
+        raise UsageError(f"unknown KV dtype '{kv_dtype}'", "use bf16 or fp8")
+    return replace(model, kv_dtype_bytes=sizes[kv_dtype])
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, shape: Shape = ONE_GPU) -> float:
+    """KV bytes one GPU stores (and loads) per token of a request under `shape`.
+
+    GQA under TP: each rank keeps ceil(kv_heads / tp) heads (heads are replicated when
+    tp > kv_heads). MLA: the latent is replicated on every rank. DP attention: the rank
+    serving the request keeps all of it.
+    """
+    if model.attention == "mla" or shape.dp_attention or shape.tp == 1:
+        return float(model.kv_bytes_per_token)
+    heads = math.ceil(model.kv_heads / shape.tp)
+    return float(2 * model.layers * heads * model.head_dim * model.kv_dtype_bytes)
+
+
+def weight_bytes_per_gpu(model: ModelSpec, shape: Shape = ONE_GPU) -> float:
+    """Weights one GPU stores: dense part over TP (replicated with DP attention), routed
+    experts over max(TP, EP)."""
+    b = DTYPE_BYTES.get(model.weight_dtype, 2)
+    dense = model.dense_params * b / (1 if shape.dp_attention else shape.tp)
+    return dense + model.expert_params * b / shape.gpus
+
+
+def expert_fraction_touched(model: ModelSpec, tokens: ArrayLike) -> Any:
+    """Expected share of routed experts a forward pass of `tokens` tokens reads.
+
+    Uniform routing of k of E experts per token: 1 - (1 - k/E)^tokens
+    (26 tokens of Qwen3-30B-A3B: 81 % of the experts; 128 tokens: all but 0.03 %).
+    """
+    t = np.asarray(tokens, dtype=np.float64)
+    if not model.experts or not model.experts_per_token:
+        return np.ones_like(t)
+    miss = 1.0 - model.experts_per_token / model.experts
+    return np.where(t > 0, 1.0 - miss ** t, 0.0)
+
+
+def active_weight_bytes(model: ModelSpec, tokens: ArrayLike, shape: Shape = ONE_GPU) -> Any:
+    """Weight bytes one GPU reads from HBM in one forward pass of `tokens` tokens:
+    its dense weights plus the share of its routed experts that the tokens go to."""
+    b = DTYPE_BYTES.get(model.weight_dtype, 2)
+    dense = model.dense_params * b / (1 if shape.dp_attention else shape.tp)
+    experts = model.expert_params * b / shape.gpus
+    return dense + experts * expert_fraction_touched(model, tokens)
+
+
+def default_chunk_tokens(gpu: GpuSpec) -> int:
+    """Chunked-prefill budget per forward pass: SGLang's default (server_args.py) is
+    8192 tokens for 35-160 GB GPUs and 16384 above."""
+    return 16384 if gpu.hbm_capacity_bytes >= 160e9 else 8192
+
+
+def forward_passes(new_tokens: ArrayLike, chunk_tokens: int) -> Any:
+    n = np.asarray(new_tokens, dtype=np.float64)
+    return np.ceil(n / max(1, chunk_tokens))
+
+
+def over_max_context(model: ModelSpec, prompt_tokens: ArrayLike) -> Any:
+    """Boolean mask: prompts longer than the model's maximum context (all False when the
+    catalog does not know it). Callers count these, report them and keep them out of
+    TTFT percentiles (the engine would reject them)."""
+    s = np.asarray(prompt_tokens, dtype=np.float64)
+    if not model.max_context:
+        return np.zeros(s.shape, dtype=bool)
+    return s > model.max_context
+
+
+def hbm_need_bytes(model: ModelSpec, shape: Shape, kv_tokens: float) -> float:
+    """Bytes one GPU must hold: its weights plus its share of `kv_tokens` of KV.
+
+    With DP attention each rank holds the KV of its own requests (kv_tokens / tp on
+    average); otherwise every rank holds its per-GPU share of every request.
+    """
+    per_tok = kv_bytes_per_token_per_gpu(model, shape)
+    tokens = kv_tokens / shape.tp if shape.dp_attention else kv_tokens
+    return weight_bytes_per_gpu(model, shape) + tokens * per_tok
+
+
+def shape_fits(model: ModelSpec, gpu: GpuSpec, shape: Shape, kv_tokens: float,
+               usable_fraction: float = 0.9) -> bool:
+    return hbm_need_bytes(model, shape, kv_tokens) <= gpu.hbm_capacity_bytes * usable_fraction
+
+
+def check_shape(model: ModelSpec, gpu: GpuSpec, shape: Shape, kv_tokens: float,
+                usable_fraction: float = 0.9) -> None:
+    """Raise UsageError when weights plus `kv_tokens` of KV do not fit `shape`'s HBM."""
+    if shape_fits(model, gpu, shape, kv_tokens, usable_fraction):
+        return
+    w = weight_bytes_per_gpu(model, shape)
+    need = hbm_need_bytes(model, shape, kv_tokens)
+    have = gpu.hbm_capacity_bytes * usable_fraction
+    better = smallest_shape(model, gpu, kv_tokens, usable_fraction=usable_fraction,
+                            dp_attention=shape.dp_attention, raise_if_none=False)
+    hint = (f"try {better.label}" if better is not None else
+            "no shape of up to 72 GPUs fits; use a larger GPU or fewer tokens in flight")
+    raise UsageError(
+        f"{model.name} does not fit on {gpu.name} with {shape.label}: each GPU needs "
+        f"{need / 1e9:,.1f} GB ({w / 1e9:,.1f} GB weights + {(need - w) / 1e9:,.1f} GB KV "
+        f"for {kv_tokens:,.0f} tokens) of {have / 1e9:,.1f} GB usable HBM", hint)
+
+
+def smallest_shape(model: ModelSpec, gpu: GpuSpec, kv_tokens: float, *,
+                   usable_fraction: float = 0.9, dp_attention: bool = False,
+                   max_gpus: int = 72, raise_if_none: bool = True) -> Shape | None:
+    """The smallest TP size (powers of two, then 72) whose HBM holds the weights and
+    `kv_tokens` of KV; MoE models use EP = TP. The default deployment shape."""
+    sizes = [t for t in (1, 2, 4, 8, 16, 32, 64, 72) if t <= max_gpus]
+    for tp in sizes:
+        ep = tp if model.expert_params else 1
+        shape = Shape(tp=tp, ep=ep, dp_attention=dp_attention and tp > 1)
+        if shape_fits(model, gpu, shape, kv_tokens, usable_fraction):
+            return shape
+    if raise_if_none:
+        raise UsageError(
+            f"{model.name} does not fit on up to {sizes[-1]} {gpu.name} GPUs with "
+            f"{kv_tokens:,.0f} tokens of KV", "use a larger GPU or fewer tokens in flight")
+    return None
+
+
+def compute_parts(
+    model: ModelSpec, gpu: GpuSpec, prompt_tokens: ArrayLike, hit_tokens: ArrayLike,
+    calibration: Calibration = DEFAULT_CALIBRATION, *, shape: Shape = ONE_GPU,
+    attention_dtype: str = "bf16", chunk_tokens: int | None = None,
+) -> tuple[Any, Any]:
+    """(FLOP-bound time, byte-bound time) of prefilling S - P tokens on one replica.
+
+    Two operator classes, each a roofline max(FLOP time, HBM byte time), summed:
+    - linear/MoE layers: linear FLOPs over TP ranks at eta_linear x peak[weight dtype]
+      against, per forward pass (chunked prefill), the active weights one GPU reads;
+    - attention: attention FLOPs over TP ranks (one rank with DP attention) at
+      eta_attention x peak[attention dtype] against, per pass, the context's KV bytes.
+    Byte rates are hbm_efficiency x HBM bandwidth. Returned: the FLOP and byte parts of
+    that sum (compute = their sum; each class contributes its larger term to one of them).
+    """
+    s, p = _check_tokens(prompt_tokens, hit_tokens)
+    linear, attention = prefill_flops(model, s, p)
+    lin_rate = calibration.eta_linear * gpu.peak_flops(model.weight_dtype) * shape.tp
+    attn_ranks = 1 if shape.dp_attention else shape.tp
+    attn_rate = calibration.eta_attn(gpu) * gpu.peak_flops(attention_dtype) * attn_ranks
+    new = s - p
+    chunk = chunk_tokens or default_chunk_tokens(gpu)
+    passes = forward_passes(new, chunk)
+    per_pass_tokens = np.minimum(new, chunk)
+    hbm = gpu.hbm_bandwidth_bytes_per_s * calibration.hbm_efficiency
+    w_s = passes * active_weight_bytes(model, per_pass_tokens, shape) / hbm
+    kv_s = passes * s * kv_bytes_per_token_per_gpu(model, shape) / hbm
+    lin_s, attn_s = linear / lin_rate, attention / attn_rate
+    flop_part = np.where(lin_s >= w_s, lin_s, 0.0) + np.where(attn_s >= kv_s, attn_s, 0.0)
+    byte_part = np.where(lin_s >= w_s, 0.0, w_s) + np.where(attn_s >= kv_s, 0.0, kv_s)
+    return flop_part, byte_part
+
+
 def compute_seconds(
     model: ModelSpec, gpu: GpuSpec, prompt_tokens: ArrayLike, hit_tokens: ArrayLike,
-    calibration: Calibration = DEFAULT_CALIBRATION,
+    calibration: Calibration = DEFAULT_CALIBRATION, *, shape: Shape = ONE_GPU,
+    attention_dtype: str = "bf16", chunk_tokens: int | None = None,
 ) -> Any:
-    """Roofline prefill compute time without the fixed overhead (seconds)."""
-    linear, attention = prefill_flops(model, prompt_tokens, hit_tokens)
-    lin_rate = calibration.eta_linear * gpu.peak_flops(model.weight_dtype)
-    attn_rate = calibration.eta_attn(gpu) * gpu.peak_flops("bf16")
-    return linear / lin_rate + attention / attn_rate
+    """Prefill compute time without the fixed overhead: per operator class the larger of
+    FLOP time and HBM byte time, summed (`compute_parts`)."""
+    flop_s, bytes_s = compute_parts(model, gpu, prompt_tokens, hit_tokens, calibration,
+                                    shape=shape, attention_dtype=attention_dtype,
+                                    chunk_tokens=chunk_tokens)
+    return flop_s + bytes_s
 
 
 def transfer_efficiency(tier: TierSpec, chunk_bytes: float, io: str = "kernel") -> float:
@@ -169,16 +412,66 @@ def transfer_efficiency(tier: TierSpec, chunk_bytes: float, io: str = "kernel") 
     return float(min(1.0, y / tier.effective_bandwidth_bytes_per_s))
 
 
+def _per_group(loaders: int, group: int, gpus: int) -> int:
+    """Loaders that share one of the server's groups of `group` GPUs, spread evenly."""
+    if group <= 1:
+        return 1
+    groups = max(1, gpus // group)
+    return int(min(group, max(1, math.ceil(loaders / groups))))
+
+
+def host_path_limit(gpu: GpuSpec, loaders: int = 1) -> float:
+    """Host-memory bytes per second one GPU gets when `loaders` GPUs of its server load
+    at once: its own link, its share of a shared uplink (PCIe switch or Grace C2C) and its
+    share of the CPU socket's DRAM bandwidth (all theoretical)."""
+    k = max(1, int(loaders))
+    g = gpu.gpus_per_server
+    limit = gpu.link_bandwidth("host")
+    if gpu.host_uplink_bandwidth_bytes_per_s:
+        limit = min(limit, gpu.host_uplink_bandwidth_bytes_per_s
+                    / _per_group(k, gpu.gpus_per_host_uplink, g))
+    if gpu.socket_dram_bandwidth_bytes_per_s and gpu.gpus_per_socket:
+        limit = min(limit, gpu.socket_dram_bandwidth_bytes_per_s
+                    / _per_group(k, gpu.gpus_per_socket, g))
+    return float(limit)
+
+
+def node_effective_bandwidth(tier: TierSpec) -> float | None:
+    """What one X-Mem-like node delivers to all its GPUs together: the nominal node
+    bandwidth x node_efficiency (1 when no measurement is published; see `notes`)."""
+    if not tier.node_bandwidth_bytes_per_s:
+        return None
+    eff = tier.node_efficiency if tier.node_efficiency is not None else 1.0
+    return tier.node_bandwidth_bytes_per_s * eff
+
+
 def effective_bandwidth(
     model: ModelSpec, gpu: GpuSpec, tier: TierSpec, *,
     nodes: ArrayLike = 1, gpus_loading: int = 1, transfer: Transfer = SGLANG_HICACHE,
-    calibration: Calibration = DEFAULT_CALIBRATION,
+    calibration: Calibration = DEFAULT_CALIBRATION, loaders: int | None = None,
 ) -> Any:
-    """Bytes per second one GPU pulls from `tier` (see the module docstring)."""
+    """Bytes per second one GPU pulls from `tier` (see the module docstring).
+
+    `gpus_loading` GPUs share the node bandwidth of an X-Mem-like tier; `loaders` GPUs
+    of one server load from host memory at once (default: `gpus_loading` capped at the
+    server size), sharing PCIe switch uplinks and the socket's DRAM bandwidth.
+    """
     if tier.kind == "hbm":
         eff = tier.efficiency if tier.efficiency is not None else 1.0
         return gpu.hbm_bandwidth_bytes_per_s * eff
-    limits: list[Any] = [gpu.link_bandwidth(tier.attach)]
+    link = gpu.link_bandwidth(tier.attach)
+    eff = tier.link_efficiency
+    if tier.kind == "host":
+        k = min(gpu.gpus_per_server, loaders if loaders is not None else gpus_loading)
+        link = min(link, host_path_limit(gpu, k)) if tier.attach == "host" else min(
+            link, _pcie_host_limit(gpu, k))
+        if tier.attach == "pcie" and calibration.host_bandwidth_bytes_per_s and \
+                tier.bandwidth_bytes_per_s:
+            eff = calibration.host_bandwidth_bytes_per_s / tier.bandwidth_bytes_per_s
+    if tier.kind == "xmem" and calibration.xmem_bandwidth_bytes_per_s and \
+            tier.bandwidth_bytes_per_s:
+        eff = calibration.xmem_bandwidth_bytes_per_s / tier.bandwidth_bytes_per_s
+    limits: list[Any] = [link]
     if tier.bandwidth_bytes_per_s:
         limits.append(tier.bandwidth_bytes_per_s)
     if tier.per_gpu_link_bytes_per_s:
@@ -186,38 +479,78 @@ def effective_bandwidth(
     raw = limits[0]
     for lim in limits[1:]:
         raw = np.minimum(raw, lim)
-    if tier.node_bandwidth_bytes_per_s:
-        share = tier.node_bandwidth_bytes_per_s * np.asarray(nodes, dtype=np.float64)
-        raw = np.minimum(raw, share / max(1, gpus_loading))
-    eff = tier.link_efficiency
-    if tier.kind == "host" and calibration.host_bandwidth_bytes_per_s and \
-            tier.bandwidth_bytes_per_s:
-        eff = calibration.host_bandwidth_bytes_per_s / tier.bandwidth_bytes_per_s
-    return raw * eff * transfer_efficiency(tier, transfer.chunk_bytes(model), transfer.io)
+    bw = raw * eff * transfer_efficiency(tier, transfer.chunk_bytes(model), transfer.io)
+    node = node_effective_bandwidth(tier)
+    if node:
+        share = node * np.asarray(nodes, dtype=np.float64) / max(1, gpus_loading)
+        bw = np.minimum(bw, share)
+    return bw
+
+
+def _pcie_host_limit(gpu: GpuSpec, loaders: int) -> float:
+    """PCIe path of x86 hosts: shared switch uplinks and socket DRAM (see host_path_limit)."""
+    if gpu.host_link != "pcie":
+        return float(gpu.pcie_bandwidth_bytes_per_s)
+    return host_path_limit(gpu, loaders)
+
+
+def load_bandwidth(
+    model: ModelSpec, gpu: GpuSpec, tier: TierSpec, loaders: ArrayLike = 1, *,
+    nodes: ArrayLike = 1, transfer: Transfer = SGLANG_HICACHE,
+    calibration: Calibration = DEFAULT_CALIBRATION,
+) -> Any:
+    """Effective bytes/s per GPU when `loaders` GPUs load from `tier` at once (k loaders
+    share host uplinks, socket DRAM and X-Mem node bandwidth). Vectorized over loaders."""
+    ks = np.atleast_1d(np.asarray(loaders, dtype=np.int64))
+    out = np.array([np.asarray(effective_bandwidth(
+        model, gpu, tier, nodes=nodes, gpus_loading=int(k), transfer=transfer,
+        calibration=calibration, loaders=int(k)), dtype=np.float64) for k in ks])
+    return out.reshape(np.shape(loaders)) if np.ndim(loaders) else float(out.ravel()[0])
+
+
+def host_tier_for(catalog: Any, gpu: GpuSpec, requested: str = "host-dram-pcie5") -> TierSpec:
+    """The host-DRAM tier a GPU really has: Grace GPUs (GB200/GB300) reach host memory
+    over NVLink-C2C, so a PCIe host tier is swapped for `host-dram-c2c`."""
+    tier: TierSpec = catalog.tier(requested)
+    if tier.kind == "host" and tier.attach == "pcie" and gpu.host_link == "c2c":
+        return catalog.tier("host-dram-c2c")
+    return tier
+
+
+def notes(gpu: GpuSpec, tier: TierSpec) -> list[str]:
+    """What a prediction with `tier` on `gpu` rests on that no published figure backs."""
+    out = [f"{tier.name}: not published: {u}" for u in tier.unpublished]
+    if tier.kind == "host" and tier.attach == "pcie" and gpu.host_link == "c2c":
+        out.append(f"{gpu.name} reaches host memory over NVLink-C2C, not PCIe: use tier "
+                   "host-dram-c2c")
+    return out
 
 
 def load_seconds(
     model: ModelSpec, hit_tokens: ArrayLike, bandwidth_bytes_per_s: ArrayLike,
-    latency_s: float = 0.0,
+    latency_s: float = 0.0, *, bytes_per_token: float | None = None,
 ) -> Any:
     """hit tokens x KV bytes per token / effective bandwidth + one operation's latency.
 
     The latency term counts once per request (pages after the first are pipelined); a
-    request with no hit loads nothing and pays nothing.
+    request with no hit loads nothing and pays nothing. `bytes_per_token`: per-GPU KV
+    bytes under a deployment shape (`kv_bytes_per_token_per_gpu`).
     """
     p = np.asarray(hit_tokens, dtype=np.float64)
-    return np.where(p > 0, p * model.kv_bytes_per_token / bandwidth_bytes_per_s + latency_s, 0.0)
+    b = model.kv_bytes_per_token if bytes_per_token is None else bytes_per_token
+    return np.where(p > 0, p * b / bandwidth_bytes_per_s + latency_s, 0.0)
 
 
 def tier_load_seconds(
     model: ModelSpec, gpu: GpuSpec, tier: TierSpec, hit_tokens: ArrayLike, *,
     nodes: ArrayLike = 1, gpus_loading: int = 1, transfer: Transfer = SGLANG_HICACHE,
-    calibration: Calibration = DEFAULT_CALIBRATION,
+    calibration: Calibration = DEFAULT_CALIBRATION, shape: Shape = ONE_GPU,
 ) -> Any:
     """`load_seconds` with the effective bandwidth and latency of `tier` on `gpu`."""
     bw = effective_bandwidth(model, gpu, tier, nodes=nodes, gpus_loading=gpus_loading,
                              transfer=transfer, calibration=calibration)
-    return load_seconds(model, hit_tokens, bw, tier.latency_s)
+    return load_seconds(model, hit_tokens, bw, tier.latency_s,
+                        bytes_per_token=kv_bytes_per_token_per_gpu(model, shape))
 
 
 def combine(load_s: ArrayLike, compute_s: ArrayLike, overlap: str, layers: int) -> Any:
@@ -232,31 +565,49 @@ def combine(load_s: ArrayLike, compute_s: ArrayLike, overlap: str, layers: int) 
     raise UsageError(f"unknown overlap '{overlap}'", "use sum, layer or max")
 
 
+def sm_interference_seconds(load_s: ArrayLike, compute_s: ArrayLike, tier: TierSpec,
+                            transfer: Transfer, overlap: str) -> Any:
+    """Compute time lost to SM-kernel copies running alongside it: the tier's fraction x
+    the overlapped time min(load, compute). Zero for DMA copies or the `sum` rule."""
+    if transfer.io != "kernel" or overlap == "sum" or not tier.sm_interference:
+        return np.zeros_like(np.asarray(compute_s, dtype=np.float64))
+    return tier.sm_interference * np.minimum(load_s, compute_s)
+
+
 def ttft(
     model: ModelSpec, gpu: GpuSpec, tier: TierSpec,
     prompt_tokens: ArrayLike, hit_tokens: ArrayLike, *,
     concurrency: ArrayLike = 1, overlap: str = "layer", nodes: ArrayLike = 1,
     gpus_loading: int = 1,
     transfer: Transfer = SGLANG_HICACHE, calibration: Calibration = DEFAULT_CALIBRATION,
-    bandwidth_bytes_per_s: ArrayLike | None = None,
+    bandwidth_bytes_per_s: ArrayLike | None = None, shape: Shape = ONE_GPU,
+    attention_dtype: str = "bf16", chunk_tokens: int | None = None,
+    loaders: int | None = None,
 ) -> Breakdown:
     """Predicted TTFT of prefilling `prompt_tokens` with `hit_tokens` loaded from `tier`.
 
     `bandwidth_bytes_per_s` replaces the computed effective bandwidth (sweeps over tier
     bandwidth); prompt, hit, bandwidth, nodes and concurrency broadcast against each other
     (numpy rules), so one call evaluates a whole grid. With `concurrency` N, `ttft_s` is the
-    mean over the N positions in flight and `ttft_last_s` the N-th.
+    mean over the N positions in flight and `ttft_last_s` the N-th. `shape` spreads the
+    replica over GPUs (each loads its own KV share over its own link).
     """
     if overlap not in OVERLAPS:
         raise UsageError(f"unknown overlap '{overlap}'", "use sum, layer or max")
     if np.any(np.asarray(concurrency) < 1):
         raise UsageError("concurrency must be at least 1")
     linear, attention = prefill_flops(model, prompt_tokens, hit_tokens)
-    comp = compute_seconds(model, gpu, prompt_tokens, hit_tokens, calibration)
+    flop_s, bytes_s = compute_parts(model, gpu, prompt_tokens, hit_tokens, calibration,
+                                    shape=shape, attention_dtype=attention_dtype,
+                                    chunk_tokens=chunk_tokens)
+    comp = flop_s + bytes_s
     bw = (effective_bandwidth(model, gpu, tier, nodes=nodes, gpus_loading=gpus_loading,
-                              transfer=transfer, calibration=calibration)
+                              transfer=transfer, calibration=calibration, loaders=loaders)
           if bandwidth_bytes_per_s is None else np.asarray(bandwidth_bytes_per_s, np.float64))
-    load = load_seconds(model, hit_tokens, bw, tier.latency_s)
+    load = load_seconds(model, hit_tokens, bw, tier.latency_s,
+                        bytes_per_token=kv_bytes_per_token_per_gpu(model, shape))
+    extra = sm_interference_seconds(load, comp, tier, transfer, overlap)
+    comp = comp + extra
     t0 = calibration.fixed_overhead_s + calibration.per_token_overhead_s * np.asarray(
         prompt_tokens, dtype=np.float64)
     single = t0 + combine(load, comp, overlap, model.layers)
@@ -273,4 +624,7 @@ def ttft(
         fixed_s=t0,
         concurrency=concurrency,
         overlap=overlap,
+        flop_s=flop_s,
+        bytes_s=bytes_s,
+        interference_s=extra,
     )
