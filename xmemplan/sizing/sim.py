@@ -20,10 +20,12 @@ Scheduling (per replica, one iteration at a time, SGLang's prefill-first FCFS):
   token to the batch and uses one token of the budget.
 - else if requests decode: one decode step, every running request gains one token;
 - else idle.
-- batch time = max(FLOP time, HBM byte time) + fixed overhead;
-  FLOP time = lin x new tokens + attn x sum((s0 + k)^2 - s0^2) over the batch's pieces
+- batch time = max(linear FLOP time, weight byte time) + max(attention FLOP time, KV
+  byte time) + fixed overhead (a roofline per operator class, as model.compute_parts);
+  linear = lin x tokens, attention = attn x sum((s0 + k)^2 - s0^2) over the batch's pieces
   (s0 = tokens already in KV, k = tokens computed now; a decode is k = 1);
-  byte time = (D + E x (1 - m^T) + KV bytes of every piece's context) / HBM bandwidth
+  weight bytes = D + E x (1 - m^T), KV bytes = every piece's context x KV bytes/token,
+  both over the HBM bandwidth
   (D dense weights, E routed-expert weights, m = 1 - k/E_n the chance a token misses an
   expert, T tokens in the batch: a MoE reads more experts as the batch grows; the same
   rule as model.active_weight_bytes); fixed overhead = t0 per prefill batch + per-token
@@ -440,7 +442,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
             stats[S_BATCHES] += 1
             rbstart[r] = now
             tokens = 0.0
-            flops_t = 0.0
+            lin_t = 0.0
+            attn_t = 0.0
             kv_read = 0.0
             fixed = 0.0
             dram_b = 0.0
@@ -461,7 +464,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                     take = need if need < budget else budget
                     budget -= take
                     s0 = prompt[i] - new_total[i] + done_tok[i]
-                    flops_t += lin * take + attn * ((s0 + take) * (s0 + take) - s0 * s0)
+                    lin_t += lin * take
+                    attn_t += attn * ((s0 + take) * (s0 + take) - s0 * s0)
                     kv_read += (s0 + take) * kvb
                     tokens += take
                     if done_tok[i] == 0 and t_start[i] == INF:
@@ -486,11 +490,13 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
             if rdecode[r] == 1:
                 nd = dcount[r]
                 tokens += nd
-                flops_t += lin * nd + attn * (2.0 * dctx[r] + nd)
+                lin_t += lin * nd
+                attn_t += attn * (2.0 * dctx[r] + nd)
                 kv_read += dctx[r] * kvb
             wb = wdense + wexp * (1.0 - miss ** tokens) if tokens > 0 else 0.0
-            byte_t = (wb + kv_read) / hbm
-            comp = flops_t if flops_t > byte_t else byte_t
+            w_t = wb / hbm
+            kv_t = kv_read / hbm
+            comp = (lin_t if lin_t >= w_t else w_t) + (attn_t if attn_t >= kv_t else kv_t)
             rcomp[r] = comp
             rfixed[r] = fixed
             nb = 0

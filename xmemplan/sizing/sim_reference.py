@@ -246,7 +246,7 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
                 continue
             batches += 1
             rp.start = now
-            tokens = flops_t = kv_read = fixed = dram_b = xmem_b = 0.0
+            tokens = lin_t = attn_t = kv_read = fixed = dram_b = xmem_b = 0.0
             if rp.queue:
                 budget = float(e.chunk_tokens)
                 if e.mixed and rp.running:
@@ -259,8 +259,8 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
                     take = need if need < budget else budget
                     budget -= take
                     s0 = float(t.prompt[i]) - new_total[i] + done_tok[i]
-                    flops_t += (e.lin_s_per_token * take
-                                + e.attn_s_per_unit * ((s0 + take) * (s0 + take) - s0 * s0))
+                    lin_t += e.lin_s_per_token * take
+                    attn_t += e.attn_s_per_unit * ((s0 + take) * (s0 + take) - s0 * s0)
                     kv_read += (s0 + take) * e.kv_bytes_per_token
                     tokens += take
                     if done_tok[i] == 0 and t_start[i] == INF:
@@ -280,12 +280,14 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
             if rp.decode:
                 nd = len(rp.running)
                 tokens += nd
-                flops_t += e.lin_s_per_token * nd + e.attn_s_per_unit * (2.0 * rp.ctx + nd)
+                lin_t += e.lin_s_per_token * nd
+                attn_t += e.attn_s_per_unit * (2.0 * rp.ctx + nd)
                 kv_read += rp.ctx * e.kv_bytes_per_token
             wb = (e.dense_weight_bytes + e.expert_weight_bytes * (1.0 - e.expert_miss ** tokens)
                   if tokens > 0 else 0.0)
-            byte_t = (wb + kv_read) / e.hbm_bandwidth
-            rp.compute = max(flops_t, byte_t)
+            w_t = wb / e.hbm_bandwidth
+            kv_t = kv_read / e.hbm_bandwidth
+            rp.compute = max(lin_t, w_t) + max(attn_t, kv_t)
             rp.fixed = fixed
             nb = 0
             for tier, b in ((0, dram_b), (1, xmem_b)):
