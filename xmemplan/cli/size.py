@@ -74,7 +74,7 @@ def size(
     )
     result = plan(req)
     if plot is not None:
-        from xmemplan.sizing.plot import plot_ttft
+        from xmemplan.cli.views.size_plot import plot_ttft
 
         plot_ttft(req, result, plot)
     for note in notes:

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xmemplan.errors import NotAvailableError, UsageError
+
+if TYPE_CHECKING:
+    from xmemplan.hitrate.capacity import CapacityResult
+    from xmemplan.hitrate.pipeline import HitrateResult
 
 
 def _pyplot() -> Any:
@@ -27,6 +31,17 @@ def _pyplot() -> Any:
     return plt
 
 
+def save_figure(fig: Any, path: Path, flag: str) -> None:
+    """Save a figure through the one safe writer (temporary file, then rename)."""
+    import io
+
+    from xmemplan.jsonio import write_output
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", dpi=120)
+    write_output(Path(path), buf.getvalue(), flag)
+
+
 def check_available() -> None:
     """NotAvailableError now, rather than after a long replay, when matplotlib is missing."""
     import importlib.util
@@ -35,7 +50,7 @@ def check_available() -> None:
         _pyplot()  # raises the error with its hint
 
 
-def write_plots(result: Any, directory: Path) -> list[Path]:
+def write_plots(result: HitrateResult, directory: Path) -> list[Path]:
     """Write the charts that the result has data for; returns their paths."""
     plt = _pyplot()
     directory = Path(directory)
@@ -59,7 +74,7 @@ def _finite(v: Any) -> float:
     return float(v) if v is not None and math.isfinite(v) else math.nan
 
 
-def _by_round(plt: Any, result: Any, path: Path) -> Path:
+def _by_round(plt: Any, result: HitrateResult, path: Path) -> Path:
     rows = result.summary["by_round"]
     labels = [r["round"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -77,13 +92,13 @@ def _by_round(plt: Any, result: Any, path: Path) -> Path:
     ax.set_title(f"Prefix-cache hit ratio by round ({result.scope} scope)")
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, "--plot")
     plt.close(fig)
     return path
 
 
-def _curve(plt: Any, cap: Any, path: Path) -> Path:
-    pts = cap.curve
+def _curve(plt: Any, cap: CapacityResult, path: Path) -> Path:
+    pts = cap.curve or []
     fig, ax = plt.subplots(figsize=(7, 4))
     xs = [p["capacity_tokens"] for p in pts]
     ax.plot(xs, [_finite(p["token_hit_ratio"]) for p in pts], marker="o", label="token hit ratio")
@@ -107,14 +122,16 @@ def _curve(plt: Any, cap: Any, path: Path) -> Path:
                                                    lambda b: b * 1e9 / bpt))
         top.set_xlabel(f"GB of KV ({cap.model})")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, "--plot")
     plt.close(fig)
     return path
 
 
-def _working_set(plt: Any, cap: Any, path: Path) -> Path:
+def _working_set(plt: Any, cap: CapacityResult, path: Path) -> Path:
     s = cap.working_series
     ws = cap.working_set
+    if s is None or ws is None:  # write_plots only asks when both exist
+        return path
     fig, ax = plt.subplots(figsize=(7, 4))
     t0 = float(s.times[0])
     hours = (s.times[-1] - t0) > 3 * 3600
@@ -134,6 +151,6 @@ def _working_set(plt: Any, cap: Any, path: Path) -> Path:
     ax.set_title("Working set over time" + (f" (idle timeout {idle:g} s)" if idle else ""))
     ax.legend(loc="lower center")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, "--plot")
     plt.close(fig)
     return path

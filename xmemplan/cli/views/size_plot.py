@@ -6,21 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
-from xmemplan.errors import NotAvailableError
+from xmemplan.cli.views.plots import _pyplot, save_figure
 from xmemplan.sizing.planner import SizeRequest, SizeResult, ttft_percentiles
 
 
 def plot_ttft(req: SizeRequest, result: SizeResult, path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise NotAvailableError(
-            "--plot needs matplotlib, which is not installed",
-            "pip install 'xmemplan[plot]' (or pip install matplotlib)",
-        ) from exc
+    plt = _pyplot()
     s = float(result.sensitivity["prompt_tokens"])
     hit_rates = np.linspace(0.90, 1.0, 41)
     nodes = result.recommended_nodes or result.nodes_for_capacity
@@ -52,8 +43,6 @@ def plot_ttft(req: SizeRequest, result: SizeResult, path: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     try:
-        fig.savefig(path)
-    except OSError as exc:
-        raise NotAvailableError(f"cannot write {path} ({exc})") from exc
+        save_figure(fig, path, "--plot")
     finally:
         plt.close(fig)
