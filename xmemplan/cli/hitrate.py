@@ -177,8 +177,6 @@ def _skip_text(result: HitrateResult) -> str:
     return ", ".join(parts)
 
 
-
-
 def _warn_skips(result: HitrateResult) -> None:
     """Notes and skips go to stderr whatever the output format: nothing is dropped silently."""
     from xmemplan.cli.views import render
@@ -198,8 +196,13 @@ def _report(result: HitrateResult, fmt: str) -> None:
     from xmemplan.cli.views import render
     from xmemplan.hitrate.metrics import METRIC_LABELS
 
-    _warn_skips(result)
     s = result.summary
+    if fmt == "table":  # the answer first, then what it rests on
+        render.line(
+            f"Token hit ratio {render.fmt(s['token_hit_ratio'])} ({s['requests']:,} requests, "
+            f"{s['sessions']:,} sessions, infinite cache)"
+        )
+    _warn_skips(result)
     if fmt == "json":
         payload = {
             **{k: v for k, v in s.items()},

@@ -129,6 +129,12 @@ def fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def _is_value(cell: str) -> bool:
+    """A cell that must never be cut: a number, a quantity with its unit, or '-'."""
+    head = cell.lstrip("-+~<>=(").replace(",", "")
+    return cell == "-" or (bool(head) and (head[0].isdigit() or head[:3] in ("inf", "nan")))
+
+
 def table(
     columns: Sequence[str],
     rows: Sequence[Sequence[Any]],
@@ -136,13 +142,59 @@ def table(
     caption: str | None = None,
     right_align_from: int = 1,
 ) -> None:
-    """Print a table to stdout. Columns from `right_align_from` on are right-aligned."""
+    """Print a table to stdout. Columns from `right_align_from` on are right-aligned.
+
+    Values are never cut: every column is at least as wide as its widest number, headers
+    and text wrap instead. When even that does not fit the terminal, each row is printed
+    as its own two-column table (field, value), which fits any width a value fits.
+    """
+    cells = [[fmt(v) for v in row] for row in rows]
+    # Values (and the first column, which names the row) keep their full width; other
+    # text may wrap, down to 8 characters.
+    need = [
+        max([len(r[i]) for r in cells if i < len(r) and (i == 0 or _is_value(r[i]))]
+            + [min(8, max([len(r[i]) for r in cells if i < len(r)] + [1]))])
+        for i in range(len(columns))
+    ]
+    columns = [c.replace("_", " ") for c in columns]
+    width = out_console().width
+    if sum(need) + 3 * len(columns) + 1 > width and len(columns) > 2:
+        _transposed(columns, cells, title, caption, width)
+        return
     t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
     for i, name in enumerate(columns):
-        t.add_column(name, justify="right" if i >= right_align_from else "left")
-    for row in rows:
-        t.add_row(*(fmt(v) for v in row))
+        t.add_column(name, justify="right" if i >= right_align_from else "left",
+                     min_width=need[i], overflow="fold")
+    for row in cells:
+        t.add_row(*row)
     out_console().print(t)
+
+
+def _transposed(columns: Sequence[str], cells: list[list[str]], title: str | None,
+                caption: str | None, width: int) -> None:
+    """Rows become columns, in as many side-by-side groups as the width needs."""
+    field_w = max(len(c) for c in columns[1:]) + 3
+    groups: list[list[list[str]]] = [[]]
+    used = field_w + 1
+    for r in cells:
+        w = min(max(len(x) for x in r), width // 2) + 3
+        if groups[-1] and used + w > width:
+            groups.append([])
+            used = field_w + 1
+        groups[-1].append(r)
+        used += w
+    for k, group in enumerate(groups):
+        part = f" ({k + 1}/{len(groups)})" if len(groups) > 1 else ""
+        t = Table(title=(title or "") + part, title_justify="left")
+        t.add_column(columns[0], overflow="fold")
+        for r in group:
+            t.add_column(r[0], justify="right", overflow="fold",
+                         min_width=max([len(x) for x in r[1:] if _is_value(x)] + [1]))
+        for i, name in enumerate(columns[1:], start=1):
+            t.add_row(name, *(r[i] if i < len(r) else "" for r in group))
+        out_console().print(t)
+    if caption:
+        line(caption)
 
 
 def line(text: str = "") -> None:
