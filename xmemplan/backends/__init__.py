@@ -84,14 +84,20 @@ def backend_class(name: str) -> type:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def create_backend(name: str = "xmem", config: Any = None, **overrides: Any) -> Any:
-    """Build backend `name` from an `XMemConfig` (or its fields as keyword arguments)."""
+def create_backend(name: str = "xmem", config: Any = None, *, node: Any = None,
+                   **overrides: Any) -> Any:
+    """Build backend `name` from an `XMemConfig` (or its fields as keyword arguments).
+
+    `node`: an emulated device node (`xmemplan.backends.device.EmulatedNode`) that times
+    this backend's copies, shared by every backend built with it (simulated GPUs)."""
     from xmemplan.backends.config import XMemConfig
 
     if config is None:
         config = XMemConfig(**overrides)
     elif overrides:
         config = config.replace(**overrides)
+    if node is not None:
+        return backend_class(name)(config=config, node=node)
     return backend_class(name)(config=config)
 
 

@@ -288,13 +288,23 @@ class Shaper:
         self._node_free = {"read": 0.0, "write": 0.0}
         self._link_free = 0.0
 
+    per_page = False  # one reservation per batch (see backends.device for per page)
+
     @property
     def active(self) -> bool:
         return any(x is not None for x in (self.read_bps, self.write_bps, self.bank_bps,
                                            self.link_bps)) or self.latency > 0
 
-    def reserve(self, direction: str, bytes_by_bank: dict[int, int], now: float) -> float:
-        """Reserve the tier for one batch; returns the deadline (perf_counter seconds)."""
+    def batch_latency(self) -> float:
+        return 0.0  # included in the batch's deadline
+
+    def reserve(self, direction: str, pages: Sequence[tuple[int, Sequence[int]]],
+                now: float) -> float:
+        """Reserve the tier for one batch of pages [(bank, copy sizes)]; the deadline
+        (perf_counter seconds)."""
+        bytes_by_bank: dict[int, int] = {}
+        for bank, parts in pages:
+            bytes_by_bank[bank] = bytes_by_bank.get(bank, 0) + sum(parts)
         total = sum(bytes_by_bank.values())
         node_bps = self.read_bps if direction == "read" else self.write_bps
         end = now

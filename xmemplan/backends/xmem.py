@@ -72,11 +72,16 @@ def resolve_mode(mode: str) -> str:
     return "real" if xmem_installed() else "emulate"
 
 
+def _sizes(parts: Sequence[np.ndarray] | None, entry: Entry) -> list[int]:
+    """Copy sizes of one page (its destination parts; the whole entry when unknown)."""
+    return [p.shape[0] for p in parts] if parts else [entry.nbytes]
+
+
 class XMemHiCacheStorage(HiCacheStorageBase):
     """HiCache storage backend: pages in X-Mem banks, an emulated tier, or host DRAM."""
 
     def __init__(self, storage_config: Any = None, kwargs: Any = None, *,
-                 config: XMemConfig | None = None) -> None:
+                 config: XMemConfig | None = None, node: Any = None) -> None:
         # SGLang's factory calls cls(storage_config, {}); the library passes config=.
         self.config = config if config is not None else XMemConfig.from_sglang(storage_config)
         self.storage_config = storage_config
@@ -102,7 +107,10 @@ class XMemHiCacheStorage(HiCacheStorageBase):
         self._rng = random.Random(self.config.fault_seed)
         c = self.config
         shaped = c.shaping and self.mode != "real"
-        self._shaper = Shaper(
+        # `node`: an emulated device node (xmemplan.backends.device.EmulatedNode) shared with
+        # other backends (simulated GPUs); it times this backend's copies instead of the
+        # config's shaping figures.
+        self._shaper: Any = node.client() if node is not None and shaped else Shaper(
             banks=c.banks,
             read_bytes_per_s=c.read_bytes_per_s if shaped else None,
             write_bytes_per_s=c.write_bytes_per_s if shaped else None,
@@ -214,14 +222,19 @@ class XMemHiCacheStorage(HiCacheStorageBase):
                 assert isinstance(got, Entry)
                 todo.append((got, parts))
                 results.append(True)
-        by_bank: dict[int, int] = {}
-        for entry, _ in todo:
-            bank = entry.slot % medium.banks
-            by_bank[bank] = by_bank.get(bank, 0) + entry.nbytes
-        deadline = self._shaper.reserve("write", by_bank, t0) if todo else t0
+        shaper = self._shaper
+        deadline = t0
+        if todo and not shaper.per_page:
+            deadline = shaper.reserve("write", [(e.slot % medium.banks, [p.shape[0] for p in ps])
+                                                for e, ps in todo], t0)
         written = 0
         failed: set[int] = set()
         for entry, parts in todo:
+            page_deadline = 0.0
+            if shaper.per_page:
+                page_deadline = shaper.reserve(
+                    "write", [(entry.slot % medium.banks, [p.shape[0] for p in parts])],
+                    time.perf_counter())
             try:
                 self._fault()
                 hasher = self._hasher()
@@ -234,7 +247,11 @@ class XMemHiCacheStorage(HiCacheStorageBase):
                 logger.warning("write of %s failed: %s", entry.key, exc)
                 index.abort(entry)
                 failed.add(id(entry))
-        self._shaper.wait_until(deadline)
+            finally:
+                shaper.wait_until(page_deadline)
+        if todo:
+            deadline = max(deadline, time.perf_counter() + shaper.batch_latency())
+        shaper.wait_until(deadline)
         if failed:
             # Map failures back to the keys they belong to.
             failed_keys = {e.key for e, _ in todo if id(e) in failed}
@@ -266,12 +283,12 @@ class XMemHiCacheStorage(HiCacheStorageBase):
             pinned.append(entry)
             if entry is None and stop_at_miss:
                 break
-        by_bank: dict[int, int] = {}
-        for entry in pinned:
-            if entry is not None:
-                bank = entry.slot % medium.banks
-                by_bank[bank] = by_bank.get(bank, 0) + entry.nbytes
-        deadline = self._shaper.reserve("read", by_bank, t0) if by_bank else t0
+        shaper = self._shaper
+        deadline = t0
+        live = [(i, e) for i, e in enumerate(pinned) if e is not None]
+        if live and not shaper.per_page:
+            deadline = shaper.reserve("read", [(e.slot % medium.banks, _sizes(pages[i], e))
+                                               for i, e in live], t0)
         results = [False] * len(keys)
         nread = misses = corrupt = failed = 0
         stopped = False
@@ -291,6 +308,11 @@ class XMemHiCacheStorage(HiCacheStorageBase):
                     failed += 1
                     stopped = stop_at_miss
                     continue
+                page_deadline = 0.0
+                if shaper.per_page:
+                    page_deadline = shaper.reserve(
+                        "read", [(entry.slot % medium.banks, [p.shape[0] for p in parts])],
+                        time.perf_counter())
                 try:
                     self._fault()
                     hasher = self._hasher()
@@ -300,6 +322,8 @@ class XMemHiCacheStorage(HiCacheStorageBase):
                     failed += 1
                     stopped = stop_at_miss
                     continue
+                finally:
+                    shaper.wait_until(page_deadline)
                 if hasher is not None and hasher.intdigest() != entry.checksum:
                     index.drop(entry)
                     corrupt += 1
@@ -315,7 +339,9 @@ class XMemHiCacheStorage(HiCacheStorageBase):
                 if entry is not None:
                     index.unpin(entry)
         misses += len(keys) - len(pinned)
-        self._shaper.wait_until(deadline)
+        if live:
+            deadline = max(deadline, time.perf_counter() + shaper.batch_latency())
+        shaper.wait_until(deadline)
         elapsed = time.perf_counter() - t0
         with self._lock:
             s = self._stats
