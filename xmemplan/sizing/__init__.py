@@ -1,7 +1,8 @@
 """TTFT model, calibration and the planner behind `xmemplan size`.
 
-    from xmemplan.sizing import plan, SizeRequest
-    from xmemplan.sizing.model import ttft, load_seconds
+    from xmemplan.sizing import ttft, load_seconds
+    from xmemplan.sizing.planner import plan
+    from xmemplan.sizing.request import build_request
 """
 
 from xmemplan.sizing.model import (
