@@ -158,6 +158,7 @@ def _case(draw: st.DrawFn) -> tuple[Traffic, Engine]:
         dram_latency_s=draw(st.floats(0, 1e-4)), xmem_bandwidth=draw(st.floats(1e10, 5e11)),
         node_bandwidth=draw(st.sampled_from([math.inf, 1e11, 4e12])),
         xmem_latency_s=draw(st.floats(0, 1e-4)),
+        kv_capacity_tokens=draw(st.sampled_from([math.inf, 2000.0, 5000.0])),
     )
     return tr, e
 
@@ -212,3 +213,17 @@ def test_bad_traffic(bad: dict[str, np.ndarray]) -> None:
     n = len(bad["prompt"])
     with pytest.raises(UsageError):
         Traffic(np.zeros(n), **bad)
+
+
+def test_kv_capacity_holds_back_new_prefills_while_decoding() -> None:
+    # Two requests of 1,000 tokens with long decodes on one replica: with room for one,
+    # the second starts only after the first has finished decoding.
+    e = Engine(lin_s_per_token=1e-5, attn_s_per_unit=0.0, hbm_bandwidth=1e12,
+               dense_weight_bytes=1e9, decode_fixed_s=1e-3)
+    tr = Traffic(np.array([0.0, 0.001]), np.array([1000.0, 1000.0]),
+                 output=np.array([50, 50]))
+    free = simulate(tr, e)
+    tight = simulate(tr, e.replace(kv_capacity_tokens=1500.0))
+    assert free.start[1] < free.done[0]
+    assert tight.start[1] >= tight.done[0]
+    _little_ok(tight)

@@ -29,7 +29,13 @@ Scheduling (per replica, one iteration at a time, SGLang's prefill-first FCFS):
   (D dense weights, E routed-expert weights, m = 1 - k/E_n the chance a token misses an
   expert, T tokens in the batch: a MoE reads more experts as the batch grows; the same
   rule as model.active_weight_bytes); fixed overhead = t0 per prefill batch + per-token
-  overhead x prompt of requests starting, t_dec per decode step.
+  overhead x prompt of requests starting, t_dec per decode step. t0 is paid by a prefill
+  batch in which at least one request starts (a continuation chunk pays none), so one
+  chunked request pays it once, as in the single-request model.
+- HBM KV capacity: a request starts its prefill only if its prompt fits in
+  `kv_capacity_tokens` next to the prompts being prefilled and the contexts decoding
+  (always when the replica holds nothing else); otherwise the replica decodes, which
+  frees capacity as requests finish (SGLang's admission by free KV memory, simplified).
 - KV loads: `overlap` 0 = sum (vLLM: a request's load starts on arrival and it joins the
   queue when loaded), 1 = layer (SGLang HiCache: the batch's loads start with the batch and
   run under its compute, end = t0 + max(compute, load) + min(compute, load) / layers),
@@ -61,8 +67,8 @@ INF = np.inf
 # fpar indices
 F_LIN, F_ATTN, F_WFULL, F_WTOK, F_HBM, F_KVB, F_T0, F_TOK_OVH, F_DEC_OVH = range(9)
 F_DRAM_CAP, F_SWITCH_BW, F_DRAM_LAT, F_XMEM_CAP, F_NODE_BW, F_XMEM_LAT = range(9, 15)
-F_MISS, F_INTERF = 15, 16
-N_FPAR = 17
+F_MISS, F_INTERF, F_KVCAP = 15, 16, 17
+N_FPAR = 18
 # ipar indices
 I_REPLICAS, I_CHUNK, I_MAXB, I_OVERLAP, I_LAYERS, I_MIXED, I_PER_SWITCH = range(7)
 N_IPAR = 7
@@ -127,6 +133,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
     wexp = fpar[F_WTOK]
     miss = fpar[F_MISS]
     interf = fpar[F_INTERF]
+    kvcap = fpar[F_KVCAP]
     hbm = fpar[F_HBM]
     kvb = fpar[F_KVB]
     t0 = fpar[F_T0]
@@ -183,6 +190,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
     dcount = np.zeros(R, np.int64)
     dctx = np.zeros(R)
     outstanding = np.zeros(R, np.int64)
+    held = np.zeros(R)  # prompt tokens of started, unfinished prefills (KV in HBM)
 
     # replica state: 0 idle, 1 running (ends at rend), 2 waiting for its batch's loads
     rstate = np.zeros(R, np.int64)
@@ -318,6 +326,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                     t_first[i] = now
                     n_sys -= 1
                     outstanding[r] -= 1
+                    held[r] -= prompt[i]
                     if output[i] > 1:
                         remaining[i] = output[i] - 1
                         # join the decode set at the front
@@ -439,6 +448,13 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                 continue
             if qhead[r] < 0 and dcount[r] == 0:
                 continue
+            # KV capacity: a new request starts only if its prompt fits next to what the
+            # replica holds (always when it holds nothing); else decodes run and free it.
+            h = qhead[r]
+            prefill = h >= 0
+            if prefill and t_start[h] == INF and dcount[r] > 0 and \
+                    held[r] + dctx[r] + prompt[h] > kvcap:
+                prefill = False
             stats[S_BATCHES] += 1
             rbstart[r] = now
             tokens = 0.0
@@ -446,20 +462,23 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
             attn_t = 0.0
             kv_read = 0.0
             fixed = 0.0
+            first = False
             dram_b = 0.0
             xmem_b = 0.0
-            if qhead[r] >= 0:
+            if prefill:
                 budget = float(chunk)
                 if mixed == 1 and dcount[r] > 0:
                     budget -= dcount[r]
                     if budget < 1.0:
                         budget = 1.0
-                fixed = t0
                 i = qhead[r]
                 k = 0
                 while i >= 0 and k < bmax:
                     need = new_total[i] - done_tok[i]
                     if need > 0 and budget <= 0:
+                        break
+                    if t_start[i] == INF and k > 0 and \
+                            held[r] + dctx[r] + prompt[i] > kvcap:
                         break
                     take = need if need < budget else budget
                     budget -= take
@@ -468,9 +487,11 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                     attn_t += attn * ((s0 + take) * (s0 + take) - s0 * s0)
                     kv_read += (s0 + take) * kvb
                     tokens += take
-                    if done_tok[i] == 0 and t_start[i] == INF:
+                    if t_start[i] == INF:
                         t_start[i] = now
                         fixed += tok_ovh * prompt[i]
+                        held[r] += prompt[i]
+                        first = True
                     if loaded[i] == 0:
                         loaded[i] = 1
                         dram_b += hit_dram[i] * kvb
@@ -482,6 +503,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         break
                     i = qnext[i]
                 bcount[r] = k
+                if first:
+                    fixed += t0
                 if mixed == 1 and dcount[r] > 0:
                     rdecode[r] = 1
             else:
@@ -535,7 +558,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
             else:
                 rstate[r] = 1
                 rend[r] = now + fixed + comp
-            if rdecode[r] == 1 and qhead[r] < 0:
+            if rdecode[r] == 1 and not prefill:
                 stats[S_DECODE_STEPS] += 1
 
     stats[S_AREA] = area
@@ -643,6 +666,7 @@ class Engine:
     xmem_bandwidth: float = 1.0
     node_bandwidth: float = INF
     xmem_latency_s: float = 0.0
+    kv_capacity_tokens: float = INF
 
     def replace(self, **kw: float) -> Engine:
         return replace(self, **kw)  # type: ignore[arg-type]
@@ -657,6 +681,7 @@ class Engine:
         f[F_WTOK] = self.expert_weight_bytes
         f[F_MISS] = self.expert_miss
         f[F_INTERF] = self.sm_interference
+        f[F_KVCAP] = self.kv_capacity_tokens
         f[F_HBM] = self.hbm_bandwidth
         f[F_KVB] = self.kv_bytes_per_token
         f[F_T0] = self.fixed_s

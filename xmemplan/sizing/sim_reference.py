@@ -42,6 +42,7 @@ class _Replica:
     running: list[int] = field(default_factory=list)  # decoding, newest first
     ctx: float = 0.0
     outstanding: int = 0
+    held: float = 0.0
     busy: float = 0.0
 
 
@@ -185,6 +186,7 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
                     t_first[i] = now
                     n_sys -= 1
                     rp.outstanding -= 1
+                    rp.held -= float(t.prompt[i])
                     if t.output[i] > 1:
                         remaining[i] = int(t.output[i]) - 1
                         rp.running.insert(0, i)
@@ -244,17 +246,26 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
         for r, rp in enumerate(reps):
             if rp.state != 0 or (not rp.queue and not rp.running):
                 continue
+            def fits(i: int, rp: _Replica = rp) -> bool:
+                return rp.held + rp.ctx + float(t.prompt[i]) <= e.kv_capacity_tokens
+
+            prefill = bool(rp.queue)
+            if prefill and t_start[rp.queue[0]] == INF and rp.running and \
+                    not fits(rp.queue[0]):
+                prefill = False
             batches += 1
             rp.start = now
             tokens = lin_t = attn_t = kv_read = fixed = dram_b = xmem_b = 0.0
-            if rp.queue:
+            first = False
+            if prefill:
                 budget = float(e.chunk_tokens)
                 if e.mixed and rp.running:
                     budget = max(1.0, budget - len(rp.running))
-                fixed = e.fixed_s
-                for i in rp.queue[: int(e.max_batch)]:
+                for k, i in enumerate(rp.queue[: int(e.max_batch)]):
                     need = new_total[i] - done_tok[i]
                     if need > 0 and budget <= 0:
+                        break
+                    if t_start[i] == INF and k > 0 and not fits(i):
                         break
                     take = need if need < budget else budget
                     budget -= take
@@ -263,9 +274,11 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
                     attn_t += e.attn_s_per_unit * ((s0 + take) * (s0 + take) - s0 * s0)
                     kv_read += (s0 + take) * e.kv_bytes_per_token
                     tokens += take
-                    if done_tok[i] == 0 and t_start[i] == INF:
+                    if t_start[i] == INF:
                         t_start[i] = now
                         fixed += e.per_token_s * float(t.prompt[i])
+                        rp.held += float(t.prompt[i])
+                        first = True
                     if not loaded[i]:
                         loaded[i] = True
                         dram_b += float(t.hit_dram[i]) * e.kv_bytes_per_token
@@ -273,6 +286,8 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
                     rp.batch.append((i, take))
                     if take < need:
                         break
+                if first:
+                    fixed += e.fixed_s
                 rp.decode = bool(e.mixed and rp.running)
             else:
                 rp.decode = True
@@ -298,7 +313,7 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
                 rp.flows, rp.load_end, rp.state = nb, now, 2
             else:
                 rp.state, rp.end = 1, now + fixed + rp.compute
-            if rp.decode and not rp.queue:
+            if rp.decode and not prefill:
                 decode_steps += 1
 
     stats = np.array([area, span_start, now, batches, decode_steps], dtype=np.float64)

@@ -21,6 +21,7 @@ from xmemplan.sizing import model as M
 from xmemplan.sizing.sim import LAYER, MAX, SUM, Engine
 
 OVERLAP_CODES = {"sum": SUM, "layer": LAYER, "max": MAX}
+HBM_USABLE = 0.9  # share of HBM for weights + KV (as model.shape_fits' usable_fraction)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
                                            transfer=s.transfer, calibration=cal))
     node = M.node_effective_bandwidth(s.xmem)
     node_bw = math.inf if not node else node * nodes / shape.gpus
+    # KV that fits in HBM next to the weights (SGLang --mem-fraction-static ~0.9).
+    kv_cap = max(0.0, g.hbm_capacity_bytes * HBM_USABLE - M.weight_bytes_per_gpu(m, shape)) / kvb
     tier = s.host if load_tier == "host" else s.xmem
     interf = (tier.sm_interference if s.transfer.io == "kernel" and s.overlap != "sum"
               else 0.0)
@@ -103,6 +106,7 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         xmem_bandwidth=xmem_cap,
         node_bandwidth=node_bw,
         xmem_latency_s=s.xmem.latency_s,
+        kv_capacity_tokens=kv_cap,
     )
 
 
