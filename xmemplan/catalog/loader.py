@@ -192,6 +192,7 @@ _CALIBRATION_FIELDS: dict[str, tuple[Callable[[Any], Any], bool]] = {
     "per_token_overhead": (_time, False),
     "host_bandwidth": (_bw, False),
     "xmem_bandwidth": (_bw, False),
+    "hbm_efficiency": (_float, False),
     "points": (_int, False),
 }
 _FIELDS = {"model": _MODEL_FIELDS, "gpu": _GPU_FIELDS, "tier": _TIER_FIELDS,

@@ -8,7 +8,7 @@ import typer
 from typer.exceptions import TyperException
 
 from xmemplan import __version__
-from xmemplan.cli import catalog, hitrate, size, validate
+from xmemplan.cli import calibrate, catalog, hitrate, size, validate
 
 app = typer.Typer(
     name="xmemplan",
@@ -48,7 +48,7 @@ def _main(
     render.set_quiet(quiet)
 
 
-for _module in (hitrate, size, validate, catalog):
+for _module in (hitrate, size, validate, catalog, calibrate):
     _module.register(app)
 
 

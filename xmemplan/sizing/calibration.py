@@ -255,6 +255,17 @@ def predict(m: Measurement, params: dict[str, float], cat: Catalog,
                         / _ttft_ms(m, b, prompts, hits, cal, cat)))
 
 
+def v6_max_ratio(c: Calibration, cat: Catalog) -> float:
+    """'Up to ~6.7x': the largest X-Mem/DRAM ratio of a 1K..90K SGLang single-request
+    sweep on H100 (research V6), with calibration `c` (kept for callers of the old API)."""
+    prompts = np.arange(1, 91) * float(K)
+    m, g = cat.model("qwen3-30b-a3b-fp8"), cat.gpu("h100-sxm")
+    hits = prompts - SGLANG_HICACHE.page_tokens
+    dram = ttft(m, g, cat.tier("host-dram-pcie5"), prompts, hits, calibration=c)
+    xmem = ttft(m, g, cat.tier("xmem"), prompts, hits, calibration=c)
+    return float(np.max(np.asarray(dram.ttft_s) / np.asarray(xmem.ttft_s)))
+
+
 # --- the fit --------------------------------------------------------------------------
 
 @dataclass(frozen=True)

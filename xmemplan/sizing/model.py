@@ -111,7 +111,8 @@ def calibration_for(catalog: Any, engine: str,
                       ("fixed_overhead", "fixed_overhead_s"),
                       ("per_token_overhead", "per_token_overhead_s"),
                       ("host_bandwidth", "host_bandwidth_bytes_per_s"),
-                      ("xmem_bandwidth", "xmem_bandwidth_bytes_per_s")):
+                      ("xmem_bandwidth", "xmem_bandwidth_bytes_per_s"),
+                      ("hbm_efficiency", "hbm_efficiency")):
         if key in v:
             changes[attr] = float(v[key])
     if "eta_attention" in v:

@@ -1,0 +1,142 @@
+"""`xmemplan calibrate` and the shipped fit: round trip, refusals, held-out accuracy."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from xmemplan.catalog import load_catalog
+from xmemplan.cli.main import run
+from xmemplan.sizing import calibration as calib
+from xmemplan.sizing.model import DEFAULT_CALIBRATION, calibration_for, ttft
+
+ROOT = Path(__file__).resolve().parent.parent
+CAT = load_catalog()
+TRUE = replace(DEFAULT_CALIBRATION, eta_linear=0.5, eta_attention=0.6,
+               fixed_overhead_by_engine={"vllm": 0.012}, host_bandwidth_bytes_per_s=45e9,
+               xmem_bandwidth_bytes_per_s=300e9).for_engine("vllm")
+
+
+def _write_points(path: Path) -> None:
+    m, g = CAT.model("qwen3-30b-a3b-fp8"), CAT.gpu("h100-sxm")
+    rows = []
+    for tier in ("host-dram-pcie5", "xmem"):
+        for s in (1024, 8192, 32768, 100_000):
+            rows.append((tier, s, s - 1))
+    for s in (1024, 8192, 32768, 65536):
+        rows.append(("hbm", s, 0))
+    rows.append(("host-dram-pcie5", 32768, 16384))  # one partial hit
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(calib.COLUMNS)
+        for tier, s, h in rows:
+            b = ttft(m, g, CAT.tier(tier), s, h, overlap="sum", transfer=calib.VLLM16,
+                     calibration=TRUE)
+            w.writerow(["h100-sxm", m.name, "vllm", tier, s, h, 1, float(b.ttft_s) * 1e3])
+
+
+def test_round_trip_recovers_the_constants(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    pts, out = tmp_path / "p.csv", tmp_path / "overlay.toml"
+    _write_points(pts)
+    assert run(["calibrate", str(pts), "-o", str(out), "-f", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    c = doc["constants"]
+    assert c["t0:vllm"] == pytest.approx(0.012, rel=0.01)
+    assert c["host_bw"] == pytest.approx(45e9, rel=0.01)
+    assert c["xmem_bw"] == pytest.approx(300e9, rel=0.01)
+    assert c["eta_linear"] == pytest.approx(0.5, rel=0.01)
+    assert c["eta_attention"] == pytest.approx(0.6, rel=0.01)
+    assert doc["median_abs_error"] < 0.01 and doc["median_abs_loo_error"] < 0.01
+    # The overlay is a catalog file: size/validate --catalog read it.
+    cal = calibration_for(load_catalog([out]), "vllm")
+    assert cal.fixed_overhead_s == pytest.approx(0.012, rel=0.01)
+    assert cal.xmem_bandwidth_bytes_per_s == pytest.approx(300e9, rel=0.01)
+
+
+def test_table_output_answers_first(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    pts = tmp_path / "p.csv"
+    _write_points(pts)
+    assert run(["calibrate", str(pts), "-o", str(tmp_path / "o.toml")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("Fitted 5 constants on 13 points")
+
+
+def test_underdetermined_fit_is_refused_naming_what_is_missing(tmp_path: Path,
+                                                               capsys) -> None:  # type: ignore[no-untyped-def]
+    pts = tmp_path / "p.csv"
+    _write_points(pts)
+    lines = pts.read_text().splitlines()
+    one_length = tmp_path / "one.csv"  # full-hit host points at a single prompt length
+    one_length.write_text("\n".join([lines[0], lines[3]]) + "\n")
+    assert run(["calibrate", str(one_length), "-o", str(tmp_path / "o.toml")]) == 3
+    assert "prompt length" in capsys.readouterr().err
+    misses = tmp_path / "miss.csv"  # full hits plus a single miss point
+    misses.write_text("\n".join(lines[:5] + [lines[9]]) + "\n")
+    assert run(["calibrate", str(misses), "-o", str(tmp_path / "o.toml")]) == 3
+    assert "eta_linear and eta_attention" in capsys.readouterr().err
+    no_full = tmp_path / "nofull.csv"
+    no_full.write_text("\n".join([lines[0]] + lines[9:13]) + "\n")
+    assert run(["calibrate", str(no_full), "-o", str(tmp_path / "o.toml")]) == 3
+    assert "no full-hit point" in capsys.readouterr().err
+
+
+def test_bad_rows_name_file_line_and_field(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    f = tmp_path / "bad.csv"
+    f.write_text(",".join(calib.COLUMNS) + "\nh100-sxm,qwen3-30b-a3b,vllm,xmem,1000,2000,1,9\n")
+    assert run(["calibrate", str(f)]) == 3
+    err = capsys.readouterr().err
+    assert "bad.csv" in err and "2" in err and "hit_tokens" in err
+    f.write_text(",".join(calib.COLUMNS) + "\nh100-sxm,qwen3-30b-a3b,tgi,xmem,1000,900,1,9\n")
+    assert run(["calibrate", str(f)]) == 3
+    assert "engine" in capsys.readouterr().err
+
+
+def test_validate_json_is_read(tmp_path: Path) -> None:
+    f = tmp_path / "v.json"
+    f.write_text(json.dumps({
+        "model": "qwen3-30b-a3b", "gpu": "h100-sxm", "tier": "xmem", "classes": [],
+        "requests": [{"prompt_tokens": 8192, "hit_tokens": 8128, "ttft_s": 0.05}]}))
+    (p,) = calib.read_measurements(f)
+    assert p.engine == "sglang" and p.value == pytest.approx(50.0) and p.kind == "full-hit"
+
+
+# --- the shipped fit on public points ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fitted() -> calib.FitResult:
+    return calib.fit()
+
+
+def test_shipped_defaults_are_the_fit_of_the_public_points(fitted: calib.FitResult) -> None:
+    shipped = calib.shipped_params()
+    for name, v in fitted.params.items():
+        assert v == pytest.approx(shipped[name], rel=0.01), name
+    assert fitted.fit_points == 12 and fitted.held_out_points == 7
+
+
+def test_a_third_of_the_public_points_are_held_out() -> None:
+    pts = calib.public_points()
+    held = [p for p in pts if p.role == "held-out"]
+    assert len(held) * 3 >= len(pts)
+    assert all(p.source for p in pts)
+
+
+def test_held_out_full_hit_error(fitted: calib.FitResult) -> None:
+    rows = calib.fit_table(fitted.params)
+    held = [r for r in rows if r.role == "held-out" and r.kind == "full-hit"
+            and r.quantity == "ttft_ms"]
+    assert len(held) == 4
+    assert statistics.median(abs(r.error) for r in held) <= 0.15
+    fit_rows = [abs(r.error) for r in rows if r.role == "fit"]
+    assert statistics.median(fit_rows) < 0.10
+
+
+def test_docs_show_the_current_fit_table() -> None:
+    doc = (ROOT / "docs" / "model.md").read_text()
+    assert calib.fit_markdown() in doc, "regenerate: python -m xmemplan.sizing.calibration"
+    assert calib.constants_markdown() in doc

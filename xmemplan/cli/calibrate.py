@@ -1,0 +1,160 @@
+"""`xmemplan calibrate`: fit the TTFT model's constants to your own measurements."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate)
+
+
+def calibrate(
+    files: list[Path] = typer.Argument(
+        ..., help="CSV or JSON of (gpu, model, engine, tier, prompt_tokens, hit_tokens, "
+        "concurrency, ttft_ms), or 'validate --format json' results."),
+    extra: list[Path] = typer.Option(
+        [], "--catalog", help="A TOML file that adds or overrides entries (repeatable)."),
+    out: Path = typer.Option(
+        Path("xmemplan-calibration.toml"), "--out", "-o",
+        help="Where to write the catalog overlay (give it to size/validate --catalog)."),
+    per_token: list[str] = typer.Option(
+        [], "--per-token", help="Also fit a per-prompt-token host overhead for ENGINE."),
+    fit_hbm: bool = typer.Option(
+        False, "--fit-hbm", help="Also fit the HBM efficiency of the memory roofline."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+) -> None:
+    """Fit t0, bandwidths and efficiencies to measured TTFTs; write a catalog overlay.
+
+    Full-hit points (hit >= 90 % of the prompt) fit each engine's fixed overhead and the
+    tier bandwidths; miss and partial-hit points fit the compute efficiencies. Prints every
+    point's error and its leave-one-out error, and refuses a fit the points cannot pin.
+    """
+    from xmemplan.catalog import load_catalog
+    from xmemplan.cli.views import render
+    from xmemplan.errors import InputError, UsageError
+    from xmemplan.sizing import calibration as cal
+
+    if fmt not in ("table", "json"):
+        raise UsageError(f"unknown output format '{fmt}'", "use table or json")
+    cat = load_catalog(extra)
+    points = [p for f in files for p in cal.read_measurements(f)]
+    for p in points:
+        for what, look in (("gpu", cat.gpu), ("model", cat.model)):
+            try:
+                look(getattr(p, what))
+            except UsageError as exc:
+                path, _, line = p.where.rpartition(":")
+                raise InputError(exc.message, path=Path(path or p.where),
+                                 line=int(line) if line.isdigit() else None, field=what,
+                                 hint=exc.hint) from None
+        for t in p.tier.split("/"):
+            try:
+                cat.tier(t)
+            except UsageError as exc:
+                path, _, line = p.where.rpartition(":")
+                raise InputError(exc.message, path=Path(path or p.where),
+                                 line=int(line) if line.isdigit() else None, field="tier",
+                                 hint=exc.hint) from None
+    plan = cal.plan_constants(points, cat, per_token=[e.lower() for e in per_token],
+                              fit_hbm=fit_hbm)
+    n_const = len(plan.load) + len(plan.compute)
+    if len(points) <= n_const:
+        raise InputError(
+            f"the fit is underdetermined: {len(points)} points for {n_const} constants "
+            f"({', '.join((*plan.load, *plan.compute))})", path=files[0],
+            hint=f"add at least {n_const + 1 - len(points)} more points (leave-one-out "
+            "needs one more than the constants)")
+    params = cal.fit_points(points, cat, plan)
+    loo = cal.leave_one_out(points, cat, plan)
+    rows = [(p, cal.predict(p, params, cat), lo) for p, lo in zip(points, loo, strict=True)]
+    errs = [abs(pr - p.value) / p.value for p, pr, _ in rows]
+    loo_errs = [abs(lo - p.value) / p.value for p, _, lo in rows if math.isfinite(lo)]
+    med = float(sorted(errs)[len(errs) // 2]) if errs else math.nan
+    med_loo = float(sorted(loo_errs)[len(loo_errs) // 2]) if loo_errs else math.nan
+    kept = [n for n in ("eta_linear", "eta_attention", "host_bw", "xmem_bw")
+            if n not in plan.load + plan.compute]
+    notes = [f"not fitted (no points for it), shipped value kept: {n}" for n in kept]
+    for t in sorted({t for p in points for t in p.tier.split("/")}):
+        notes += [f"{t}: not published: {u}" for u in cat.tier(t).unpublished]
+    _write_overlay(out, params, points, files)
+    doc: dict[str, Any] = {
+        "points": len(points), "constants": {n: params[n] for n in sorted(params)},
+        "median_abs_error": med, "median_abs_loo_error": med_loo,
+        "overlay": str(out),
+        "rows": [{"id": p.id, "engine": p.engine, "tier": p.tier, "kind": p.kind,
+                  "prompt_tokens": p.prompt_tokens, "hit_tokens": p.hit_tokens,
+                  "measured_ms": p.value, "predicted_ms": pr,
+                  "error": (pr - p.value) / p.value,
+                  "loo_predicted_ms": lo if math.isfinite(lo) else None,
+                  "loo_error": (lo - p.value) / p.value if math.isfinite(lo) else None}
+                 for p, pr, lo in rows],
+        "notes": notes,
+    }
+    if fmt == "json":
+        render.emit_json(doc)
+        return
+    loo_txt = f"{med_loo:.1%}" if math.isfinite(med_loo) else "n/a (too few points)"
+    render.line(f"Fitted {len(params)} constants on {len(points)} points: median |error| "
+                f"{med:.1%}, leave-one-out {loo_txt}.")
+    render.line(f"Overlay written to {out} (pass it to size/validate --catalog).")
+    render.table(["constant", "value"],
+                 [[cal._const_label(n)[0], cal.format_constant(n, params[n])]
+                  for n in sorted(params)], title="Fitted constants")
+    render.table(
+        ["point", "kind", "measured", "predicted", "error", "LOO error"],
+        [[p.id, p.kind, _v(p.quantity, p.value), _v(p.quantity, pr),
+          f"{(pr - p.value) / p.value:+.1%}",
+          f"{(lo - p.value) / p.value:+.1%}" if math.isfinite(lo) else "n/a"]
+         for p, pr, lo in rows],
+        title="Per point: TTFT in ms (ratios: x); LOO = fitted without that point")
+    for n in notes:
+        render.line(f"note: {n}")
+
+
+def _write_overlay(out: Path, params: dict[str, float], points: list[Any],
+                   files: list[Path]) -> None:
+    from xmemplan.errors import InputError
+
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    src = (f"xmemplan calibrate on {', '.join(str(f) for f in files)} "
+           f"({len(points)} points, {stamp})")
+    glob: list[str] = []
+    for key, name, fmt in (("eta_linear", "eta_linear", "{:.4f}"),
+                           ("eta_attention", "eta_attention", "{:.4f}"),
+                           ("host_bw", "host_bandwidth", '"{:.4f}GB/s"'),
+                           ("xmem_bw", "xmem_bandwidth", '"{:.4f}GB/s"'),
+                           ("hbm_eff", "hbm_efficiency", "{:.4f}")):
+        if key in params:
+            v = params[key] / 1e9 if key.endswith("_bw") else params[key]
+            glob.append(f"{name} = {fmt.format(v)}")
+    lines = ["# TTFT-model constants fitted by `xmemplan calibrate`; pass this file to",
+             "# `xmemplan size --catalog` or `xmemplan validate --catalog`.", ""]
+    for e in sorted({p.engine for p in points}):
+        lines.append(f"[calibration.{e}]")
+        lines.append(f"source = {_toml_str(src)}")
+        if f"t0:{e}" in params:
+            lines.append(f'fixed_overhead = "{params[f"t0:{e}"] * 1e3:.4f}ms"')
+        if f"per_token:{e}" in params:
+            lines.append(f'per_token_overhead = "{params[f"per_token:{e}"] * 1e6:.5f}us"')
+        lines += glob
+        lines.append(f"points = {sum(1 for p in points if p.engine == e)}")
+        lines.append("")
+    try:
+        out.write_text("\n".join(lines), encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write the overlay ({exc.strerror})", path=out,
+                         hint="pass a writable path to --out") from exc
+
+
+def _v(quantity: str, v: float) -> str:
+    return f"{v:.2f}x" if quantity != "ttft_ms" else f"{v:,.1f}"
+
+
+def _toml_str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
