@@ -64,7 +64,8 @@ def run(argv: list[str] | None = None) -> int:
         return int(result) if isinstance(result, int) else errors.ExitCode.OK
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):
+        render.error("interrupted: no output was written (outputs are replaced only whole)")
         return errors.ExitCode.INTERRUPTED
     except TyperException as exc:  # bad flags: typer prints usage and the problem
         show = getattr(exc, "show", None)
@@ -73,8 +74,6 @@ def run(argv: list[str] | None = None) -> int:
         else:
             render.error(exc.format_message())
         return errors.ExitCode.USAGE
-    except KeyboardInterrupt:
-        return errors.ExitCode.INTERRUPTED
     except errors.XmemplanError as exc:
         if _state["debug"]:
             raise

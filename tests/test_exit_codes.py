@@ -1,0 +1,88 @@
+"""Every documented exit code (xmemplan.errors.ExitCode, the table docs/cli.md is made from)
+is what the command really returns in the situation the table describes."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from xmemplan.errors import EXIT_MEANINGS, ExitCode
+from xmemplan.traces import synth
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    p = tmp_path / "m.jsonl"
+    synth.write_mooncake(p, synth.agent_sessions(n_sessions=2, turns=3, seed=1))
+    return p
+
+
+def _boom(exc: BaseException):
+    def raise_it(*_a, **_k):
+        raise exc
+    return raise_it
+
+
+def case_ok(cli, trace, monkeypatch):
+    return cli("hitrate", trace)
+
+
+def case_internal(cli, trace, monkeypatch):
+    monkeypatch.setattr("xmemplan.hitrate.analyze", _boom(RuntimeError("a bug")))
+    return cli("hitrate", trace)
+
+
+def case_usage(cli, trace, monkeypatch):
+    return cli("hitrate", trace, "--format", "xml")
+
+
+def case_input(cli, trace, monkeypatch):
+    return cli("hitrate", trace.with_name("missing.jsonl"))
+
+
+def case_not_available(cli, trace, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
+    return cli("hitrate", trace, "--plot", trace.parent / "charts")
+
+
+def case_check_failed(cli, trace, monkeypatch):
+    # Predicting a tier 100x faster than the emulated one must fail the check.
+    return cli("validate", "--emulate", "--sessions", "1", "--rounds", "2", "--prompt-tokens",
+               "2048", "--growth-tokens", "512", "--predict-bandwidth", "40TB/s")
+
+
+def case_interrupted(cli, trace, monkeypatch):
+    monkeypatch.setattr("xmemplan.hitrate.analyze", _boom(KeyboardInterrupt()))
+    return cli("hitrate", trace)
+
+
+CASES = {
+    ExitCode.OK: case_ok,
+    ExitCode.INTERNAL: case_internal,
+    ExitCode.USAGE: case_usage,
+    ExitCode.INPUT: case_input,
+    ExitCode.NOT_AVAILABLE: case_not_available,
+    ExitCode.CHECK_FAILED: case_check_failed,
+    ExitCode.INTERRUPTED: case_interrupted,
+}
+
+
+def test_every_code_is_documented_and_tested():
+    assert set(CASES) == set(ExitCode) == set(EXIT_MEANINGS)
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    for code, meaning in EXIT_MEANINGS.items():
+        assert f"| {int(code)} | {meaning} |" in doc
+
+
+@pytest.mark.parametrize("code", list(ExitCode), ids=[c.name for c in ExitCode])
+def test_code_is_returned(code, cli, trace, monkeypatch):
+    r = CASES[code](cli, trace, monkeypatch)
+    assert r.code == code, (r.code, r.err[-800:])
+    assert "Traceback" not in r.err or code == ExitCode.INTERNAL
+    if code not in (ExitCode.OK, ExitCode.CHECK_FAILED):
+        assert r.err.strip(), "a failure says why on stderr"
