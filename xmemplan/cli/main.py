@@ -52,6 +52,9 @@ for _module in (hitrate, size, validate, catalog, calibrate):
     _module.register(app)
 
 
+_INTERRUPTED = "interrupted. Outputs are replaced only whole: no file was left half-written"
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (see `xmemplan.errors` for the table)."""
     from xmemplan import errors
@@ -62,10 +65,12 @@ def run(argv: list[str] | None = None) -> int:
     try:
         result = app(args=args, prog_name="xmemplan", standalone_mode=False)
         return int(result) if isinstance(result, int) else errors.ExitCode.OK
-    except typer.Exit as exc:
+    except typer.Exit as exc:  # typer turns Ctrl-C into Exit(130)
+        if exc.exit_code == errors.ExitCode.INTERRUPTED:
+            render.error(_INTERRUPTED)
         return int(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        render.error("interrupted: no output was written (outputs are replaced only whole)")
+        render.error(_INTERRUPTED)
         return errors.ExitCode.INTERRUPTED
     except TyperException as exc:  # bad flags: typer prints usage and the problem
         show = getattr(exc, "show", None)
