@@ -64,7 +64,10 @@ def run(argv: list[str] | None = None) -> int:
     _state["debug"] = "--debug" in args
     try:
         result = app(args=args, prog_name="xmemplan", standalone_mode=False)
-        return int(result) if isinstance(result, int) else errors.ExitCode.OK
+        code = int(result) if isinstance(result, int) else errors.ExitCode.OK
+        if code == errors.ExitCode.INTERRUPTED:  # click returns Ctrl-C's Exit(130) here
+            render.error(_INTERRUPTED)
+        return code
     except typer.Exit as exc:  # typer turns Ctrl-C into Exit(130)
         if exc.exit_code == errors.ExitCode.INTERRUPTED:
             render.error(_INTERRUPTED)
