@@ -28,8 +28,6 @@ CASES = [
     ("float_ids", GOOD_TOKENS + '{"session_id": "s", "input_ids": [1.5, 2]}\n', "64-bit integers",
      "input_ids"),
     ("missing", GOOD_TOKENS + '{"session_id": "s"}\n', "missing field", "input_ids"),
-    ("bad_ts", GOOD_TOKENS + '{"session_id": "s", "timestamp": "noon", "input_ids": [1]}\n',
-     "number of seconds", "timestamp"),
     ("not_object", GOOD_TOKENS + "[1, 2, 3]\n", "expected a JSON object", None),
     ("truncated", GOOD_TOKENS + '{"session_id": "s", "input_ids": [1, 2', "truncated", None),
 ]

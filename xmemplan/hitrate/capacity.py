@@ -23,6 +23,7 @@ any other tier move their KV bytes to the GPU.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,14 @@ import numpy as np
 
 from xmemplan.errors import UsageError
 from xmemplan.hitrate.metrics import METRIC_LABELS
-from xmemplan.units import format_bytes, format_count, is_byte_quantity, parse_bytes, parse_count
+from xmemplan.units import (
+    MAX_CACHE_TOKENS,
+    format_bytes,
+    format_count,
+    is_byte_quantity,
+    parse_bytes,
+    parse_count,
+)
 
 if TYPE_CHECKING:
     from xmemplan.hitrate.pipeline import Replayed
@@ -108,14 +116,20 @@ def parse_capacity(text: str, bpt: int | None, what: str = "capacity") -> Capaci
             )
         size = parse_bytes(text, what)
         tokens = int(size // bpt)
+        if tokens > MAX_CACHE_TOKENS:
+            raise UsageError(
+                f"{what} '{text}' is {tokens:,} tokens of KV, more than any cache holds",
+                f"allowed: up to {format_count(MAX_CACHE_TOKENS)} tokens "
+                f"({format_bytes(MAX_CACHE_TOKENS * bpt)} at {bpt:,} bytes per token)",
+            )
         if tokens <= 0:
             raise UsageError(
                 f"{what} '{text}' holds no token of KV ({format_bytes(bpt)} per token)",
                 f"use at least {format_bytes(bpt)}",
             )
         return Capacity(text, tokens, size)
-    tokens = parse_count(text, what)
-    if tokens <= 0:
+    tokens = parse_count(text, what, lo=0, hi=MAX_CACHE_TOKENS)
+    if tokens == 0:
         raise UsageError(f"{what} '{text}' is zero", f"write a positive size, {example}")
     return Capacity(text, tokens, None if bpt is None else float(tokens) * bpt)
 
@@ -131,12 +145,9 @@ def _curve(text: str, bpt: int | None) -> tuple[list[Capacity], bool]:
                 f"cannot read --capacity-curve '{text}'",
                 "write LOW:HIGH:POINTS like 1M:100M:20, a list like 1M,3M,10M, or auto",
             )
-        lo = parse_capacity(parts[0], bpt, "curve start")
-        hi = parse_capacity(parts[1], bpt, "curve end")
-        try:
-            n = int(parts[2])
-        except ValueError:
-            n = 0
+        lo = parse_capacity(parts[0], bpt, "--capacity-curve start")
+        hi = parse_capacity(parts[1], bpt, "--capacity-curve end")
+        n = int(parts[2].strip()) if re.fullmatch(r"\s*[0-9]{1,5}\s*", parts[2]) else 0
         if n < 2 or n > 1000:
             raise UsageError(
                 f"--capacity-curve points '{parts[2]}' is not a number from 2 to 1000",
@@ -149,7 +160,8 @@ def _curve(text: str, bpt: int | None) -> tuple[list[Capacity], bool]:
             )
         grid = np.unique(np.geomspace(lo.tokens, hi.tokens, n).round().astype(np.int64))
         return [_tokens_capacity(int(t), bpt) for t in grid], False
-    return [parse_capacity(p, bpt, "curve point") for p in text.split(",") if p.strip()], False
+    return [parse_capacity(p, bpt, "--capacity-curve point")
+            for p in text.split(",") if p.strip()], False
 
 
 def _tokens_capacity(tokens: int, bpt: int | None) -> Capacity:
@@ -167,7 +179,7 @@ def _tiers(text: str, bpt: int | None) -> list[Tier]:
                 f"cannot read tier '{part.strip()}'",
                 "write --tiers NAME=SIZE,... fastest first, like HBM=60GB,DRAM=1TB,XMEM=24TB",
             )
-        tier = Tier(name.strip(), parse_capacity(size, bpt, f"tier {name.strip()} size"))
+        tier = Tier(name.strip(), parse_capacity(size, bpt, f"--tiers {name.strip()} size"))
         if tiers and tier.capacity.tokens <= tiers[-1].capacity.tokens:
             raise UsageError(
                 f"tier {tier.name} ({tier.capacity.label}) is not larger than tier "
@@ -198,12 +210,13 @@ def build_spec(
     `want_curve` adds the auto curve when none is given (a profile or plots need one);
     `kv_bytes` overrides the catalog's KV bytes per token of `model`.
     """
-    from xmemplan.units import parse_duration
+    from xmemplan.units import MAX_PAGE_TOKENS, check_int, parse_duration
 
+    check_int(page_size, "--page-size", 1, MAX_PAGE_TOKENS, "tokens")
     bpt = kv_bytes if kv_bytes is not None else (kv_bytes_per_token(model) if model else None)
     spec = CapacitySpec(model=model, kv_bytes_per_token=bpt, page_size=page_size)
     if capacity is not None:
-        spec.capacities = [parse_capacity(p, bpt) for p in capacity.split(",")]
+        spec.capacities = [parse_capacity(p, bpt, "--capacity") for p in capacity.split(",")]
     if curve is not None:
         spec.curve, spec.curve_auto = _curve(curve, bpt)
     elif want_curve:
@@ -211,9 +224,7 @@ def build_spec(
     if tiers is not None:
         spec.tiers = _tiers(tiers, bpt)
     if idle is not None:
-        spec.idle_s = parse_duration(idle, "--idle")
-        if spec.idle_s <= 0:
-            raise UsageError(f"--idle '{idle}' is not positive", "write it like 5m or 30s")
+        spec.idle_s = parse_duration(idle, "--idle", lo_open=True)
     for c in spec.capacities + [t.capacity for t in spec.tiers]:
         _check_page(c, page_size)
     return spec

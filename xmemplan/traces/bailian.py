@@ -19,18 +19,21 @@ import numpy as np
 
 from xmemplan.traces._build import BatchBuilder
 from xmemplan.traces.base import (
+    FileTime,
     ReadOptions,
     SkipLog,
     block_row,
     check_int,
     first_json_line,
     iter_json_lines,
+    read_input,
 )
 from xmemplan.traces.keys import chain
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "bailian"
 HAS_SESSIONS = True
+READS_COMPRESSED = True
 BLOCK_TOKENS = 16
 
 
@@ -41,7 +44,8 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBatch]:
     rows: list[tuple[int, int, float | None, int, int | None, np.ndarray]] = []
-    for line, obj in iter_json_lines(path, path.read_bytes(), skips):
+    clock = FileTime(path, skips, "seconds")
+    for line, obj in iter_json_lines(path, read_input(path), skips):
         chat = check_int(obj.get("chat_id"), path, line, "chat_id", skips, lo=0, hi=2**62)
         if chat is None:
             continue
@@ -54,7 +58,10 @@ def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBa
         if row is None:
             continue
         ts, n, out, ids = row
-        rows.append((chat, parent, ts, n, out, ids))
+        rows.append((chat, parent, clock(ts, line), n, out, ids))
+    times = [np.nan if r[2] is None else r[2] for r in rows]
+    clock.finish(times)
+    rows = [(c, p, t, n, o, i) for (c, p, _, n, o, i), t in zip(rows, times)]
 
     # Sessions: follow parent links to the root (iteratively; a parent that never appears
     # roots its own tree, a cycle is cut where it is found).

@@ -7,24 +7,57 @@ A reader is a module with:
 - `read(path, options, skips) -> Iterator[RequestBatch]`.
 
 Readers never skip silently: every dropped line goes through `SkipLog.skip`, which counts it
-by reason, keeps the first examples for the report, and raises instead under `--strict`.
+by reason, keeps the first examples for the report, and raises instead under `--strict`. A
+line that is kept but read with a caveat (an unreadable timestamp placed in file order) goes
+through `SkipLog.warn`, counted apart.
+
+Files are read through `read_input` (whole file, gzip/xz/bzip2 and, with the `zstandard`
+package, zstd decompressed transparently, a UTF-8 byte-order mark dropped) and sniffed on
+`head_bytes` (at least 64 KiB and always the whole first record, whatever its size). A reader
+that reads through them sets `READS_COMPRESSED = True`; the registry refuses compressed files
+for the others with a clear message.
 """
 
 from __future__ import annotations
 
+import bz2
+import contextlib
+import gzip
+import io
+import lzma
+import math
+import os
+import resource
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import orjson
 
 from xmemplan.errors import InputError, Skip
+from xmemplan.units import MAX_PROMPT_TOKENS
 
-# Anything longer is "absurd" for one request: 100M tokens is ~50x the longest context windows.
-MAX_PROMPT_TOKENS = 100_000_000
+__all__ = ["MAX_PROMPT_TOKENS"]  # re-exported: readers check prompt lengths against it
+
+BOM = b"\xef\xbb\xbf"
+SNIFF_BYTES = 64 * 1024
+_CHUNK = 16 << 20
+
+# Leading bytes of the compressed formats traces are shipped in (RFC 1952 gzip; xz file
+# format 1.1.0 section 2.1.1.1; bzip2 "BZh" + block size; RFC 8878 zstd frame) and of archives
+# that hold several files (zip local file header).
+COMPRESSION_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x1f\x8b", "gzip"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"BZh", "bzip2"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"PK\x03\x04", "zip"),
+)
+_UNPACK = {"gzip": "gunzip -k", "xz": "unxz -k", "bzip2": "bunzip2 -k", "zstd": "zstd -d",
+           "zip": "unzip"}
 
 
 @dataclass
@@ -36,16 +69,139 @@ class ReadOptions:
     tokenizer: str | None = None
     session_field: str | None = None
     timestamp_field: str | None = None
+    hidden_prefix: str | None = None  # transcripts: auto, none or N tokens (text/hidden_prefix)
+    tokens: str | None = None  # transcripts: "calibrated" scales to the API's token counts
+
+
+def compression(path: Path) -> str | None:
+    """'gzip', 'xz', 'bzip2', 'zstd' or 'zip' when the file starts with that magic, else None."""
+    with path.open("rb") as f:
+        magic = f.read(6)
+    for sig, name in COMPRESSION_MAGIC:
+        if magic.startswith(sig):
+            if name == "bzip2" and (len(magic) < 4 or magic[3:4] not in b"123456789"):
+                continue
+            return name
+    return None
+
+
+def memory_limit() -> int:
+    """Bytes a decompressed file may take: half the machine's memory or of the process limit."""
+    limits = []
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft > 0:
+        limits.append(soft)
+    return max(1 << 28, min(limits) // 2) if limits else 1 << 34
+
+
+def _open_compressed(path: Path, kind: str) -> BinaryIO:
+    if kind == "gzip":
+        return cast(BinaryIO, gzip.open(path, "rb"))
+    if kind == "xz":
+        return cast(BinaryIO, lzma.open(path, "rb"))
+    if kind == "bzip2":
+        return cast(BinaryIO, bz2.open(path, "rb"))
+    if kind == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            raise InputError(
+                "compressed with zstd", path=path,
+                hint=f"decompress it first ({_UNPACK[kind]} {path}), or pip install zstandard",
+            ) from None
+        return cast(BinaryIO, zstandard.ZstdDecompressor().stream_reader(path.open("rb")))
+    raise InputError(
+        f"a {kind} archive (several files in one)", path=path,
+        hint=f"unpack it first ({_UNPACK[kind]} {path}) and pass the folder",
+    )
+
+
+def open_input(path: Path) -> BinaryIO:
+    """A binary stream of the file's content, decompressed when it is compressed."""
+    kind = compression(path)
+    return path.open("rb") if kind is None else _open_compressed(path, kind)
+
+
+def _corrupt(path: Path, exc: Exception) -> InputError:
+    return InputError(
+        f"compressed data is corrupt or cut short ({exc})", path=path,
+        hint="check the download, or decompress it yourself to see where it breaks",
+    )
+
+
+def head_bytes(path: Path, minimum: int = SNIFF_BYTES) -> bytes:
+    """The first bytes of `path` (decompressed, no BOM): at least `minimum` and always the whole
+    first non-blank line, however long, so sniffers see one complete record."""
+    limit = memory_limit()
+    try:
+        with open_input(path) as f:
+            buf = bytearray(f.read(minimum))
+            while True:
+                body = buf[3:] if buf.startswith(BOM) else buf
+                start = len(body) - len(body.lstrip())
+                if start < len(body) and body.find(b"\n", start) >= 0:
+                    break
+                chunk = f.read(max(minimum, len(buf)))
+                if not chunk:
+                    break
+                buf += chunk
+                if len(buf) > limit:
+                    raise InputError(
+                        f"first line is longer than {limit / 1e9:.3g} GB", path=path,
+                        hint="a trace holds one record per line; is this a trace?")
+    except (EOFError, OSError, lzma.LZMAError) as exc:
+        if isinstance(exc, PermissionError):
+            raise InputError("permission denied", path=path) from exc
+        raise _corrupt(path, exc) from exc
+    data = bytes(buf)
+    return data[3:] if data.startswith(BOM) else data
+
+
+def read_input(path: Path) -> bytes:
+    """The whole file as bytes: decompressed when compressed (bounded by `memory_limit`),
+    without a UTF-8 byte-order mark. InputError naming the file on corrupt data."""
+    kind = compression(path)
+    if kind is None:
+        data = path.read_bytes()
+    else:
+        limit = memory_limit()
+        out = io.BytesIO()
+        try:
+            with _open_compressed(path, kind) as f:
+                while True:
+                    chunk = f.read(_CHUNK)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    if out.tell() > limit:
+                        raise InputError(
+                            f"decompresses to more than {limit / 1e9:.3g} GB, half this "
+                            "machine's memory", path=path,
+                            hint=f"decompress it yourself ({_UNPACK[kind]}) and split it",
+                        )
+        except (EOFError, OSError, lzma.LZMAError) as exc:
+            raise _corrupt(path, exc) from exc
+        data = out.getvalue()
+    return data[3:] if data.startswith(BOM) else data
 
 
 @dataclass
 class SkipLog:
-    """Counts skipped input by reason; `strict` turns the first skip into an InputError."""
+    """Counts skipped input by reason; `strict` turns the first skip into an InputError.
+
+    `warn` counts lines that are kept but read with a caveat (apart from the skips); under
+    `strict` it raises too.
+    """
 
     strict: bool = False
     counts: Counter[str] = field(default_factory=Counter)
     examples: list[Skip] = field(default_factory=list)
     max_examples: int = 20
+    files: int = 0  # skips of a whole file (no line)
+    warned: Counter[str] = field(default_factory=Counter)
+    warn_examples: list[Skip] = field(default_factory=list)
 
     def skip(
         self, path: str | Path, line: int | None, reason: str, field_name: str | None = None
@@ -57,17 +213,90 @@ class SkipLog:
             )
         key = reason if field_name is None else f"{reason} ({field_name})"
         self.counts[key] += 1
+        if line is None:
+            self.files += 1
         if len(self.examples) < self.max_examples:
             self.examples.append(Skip(str(path), line, key))
+
+    def warn(
+        self, path: str | Path, line: int | None, reason: str, field_name: str | None = None
+    ) -> None:
+        """A line kept but read with a caveat: counted apart from skips; `strict` raises."""
+        if self.strict:
+            raise InputError(
+                reason, path=path, line=line, field=field_name,
+                hint="fix the input, or drop --strict to read it with a counted warning",
+            )
+        key = reason if field_name is None else f"{reason} ({field_name})"
+        self.warned[key] += 1
+        if len(self.warn_examples) < self.max_examples:
+            self.warn_examples.append(Skip(str(path), line, key))
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
+    @property
+    def total_warned(self) -> int:
+        return sum(self.warned.values())
+
     def merge(self, other: SkipLog) -> None:
         self.counts.update(other.counts)
         room = self.max_examples - len(self.examples)
         self.examples.extend(other.examples[: max(room, 0)])
+        self.files += other.files
+        self.warned.update(other.warned)
+        room = self.max_examples - len(self.warn_examples)
+        self.warn_examples.extend(other.warn_examples[: max(room, 0)])
+
+
+class FileTime:
+    """Timestamps of one file in file order: a missing or unreadable one is placed right after
+    the request before it (its time carried forward), counted with a warning, so the replay
+    keeps file order instead of moving the request to the end (or before its own past)."""
+
+    def __init__(self, path: Path, skips: SkipLog, unit: str, scale: float = 1.0) -> None:
+        self.path = path
+        self.skips = skips
+        self.unit = unit
+        self.scale = scale
+        self.last: float | None = None
+        self.any_valid = False
+        self.pending: list[int] = []  # rows before the first readable time
+
+    def __call__(self, value: Any, line: int | None, field_name: str = "timestamp"
+                 ) -> float | None:
+        """Seconds for this row (None only while no row so far had a readable time)."""
+        if value is None:
+            if self.any_valid:
+                self.skips.warn(self.path, line, "missing timestamp: kept in file order",
+                                field_name)
+            return self.last
+        ok = not isinstance(value, bool) and isinstance(value, int | float)
+        if ok and isinstance(value, float) and not math.isfinite(value):
+            ok = False
+        if not ok:
+            self.skips.warn(
+                self.path, line, f"not a number of {self.unit}: kept in file order", field_name)
+            return self.last
+        t = float(value) * self.scale
+        self.last = t
+        self.any_valid = True
+        return t
+
+    def finish(self, times: list[float]) -> None:
+        """Give rows before the first readable time (NaN at the head of `times`, in file
+        order) that first time, so they stay first; each is counted with a warning."""
+        if not self.any_valid:
+            return  # no row has a time: file order throughout, nothing to say
+        for i, t in enumerate(times):
+            if t == t:  # the first readable time
+                for j in range(i):
+                    times[j] = t
+                if i:
+                    self.skips.warn(self.path, None, f"{i} requests before the first "
+                                    "timestamp: kept first, in file order", "timestamp")
+                return
 
 
 def iter_json_lines(
@@ -77,6 +306,8 @@ def iter_json_lines(
 
     A last line without a newline that does not parse is reported as a truncated file.
     """
+    if data.startswith(BOM):
+        data = data[3:]
     lines = data.split(b"\n")
     last = len(lines) - 1
     for i, raw in enumerate(lines):
@@ -101,16 +332,26 @@ def iter_json_lines(
         yield i + 1, obj
 
 
+_first_memo: list[Any] = [None, None]  # (head, parsed): every sniffer asks for the same head
+
+
 def first_json_line(head: bytes) -> dict[str, Any] | None:
     """Parse the first non-blank line of `head` as a JSON object, or None."""
-    for raw in head.split(b"\n"):
-        if raw.strip():
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                return None
-            return obj if isinstance(obj, dict) else None
-    return None
+    if _first_memo[0] is head:
+        return _first_memo[1]
+    obj: Any = None
+    body = head[3:] if head.startswith(BOM) else head
+    start = len(body) - len(body.lstrip())
+    end = body.find(b"\n", start)
+    raw = body[start:] if end < 0 else body[start:end]
+    if raw.strip():
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            obj = None
+    result = obj if isinstance(obj, dict) else None
+    _first_memo[0], _first_memo[1] = head, result
+    return result
 
 
 def check_int(
@@ -157,16 +398,14 @@ def int_array(
 
 def block_row(
     obj: dict[str, Any], path: Path, line: int, skips: SkipLog, block: int, ts_unit: str
-) -> tuple[float | None, int, int | None, np.ndarray] | None:
+) -> tuple[Any, int, int | None, np.ndarray] | None:
     """The fields Mooncake and Qwen-Bailian rows share, checked; None if the row is skipped.
 
-    Returns (timestamp as written, input_length, output_length, hash_ids); `hash_ids` must
-    hold ceil(input_length / block) ids (the last block partial).
+    Returns (timestamp as written, unchecked: the caller's `FileTime` reads it, input_length,
+    output_length, hash_ids); `hash_ids` must hold ceil(input_length / block) ids (the last
+    block partial).
     """
     ts = obj.get("timestamp")
-    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)):
-        skips.skip(path, line, f"expected a number of {ts_unit}", "timestamp")
-        return None
     n = check_int(obj.get("input_length"), path, line, "input_length", skips)
     if n is None:
         return None
@@ -175,7 +414,10 @@ def block_row(
         out = check_int(out, path, line, "output_length", skips)
         if out is None:
             return None
-    ids = int_array(obj.get("hash_ids"), path, line, "hash_ids", skips)
+    if "hash_ids" not in obj or obj["hash_ids"] is None:
+        skips.skip(path, line, "missing field", "hash_ids")
+        return None
+    ids = int_array(obj["hash_ids"], path, line, "hash_ids", skips)
     if ids is None:
         return None
     expected = -(-n // block)

@@ -6,8 +6,9 @@ object per file (or one per line for `traces.jsonl` releases):
                 {type: "subagent", t, agent_id, requests: [...]}], totals}
 
 `hash_ids` are chained ids of FULL 64-token blocks (`len == in // 64`), local to the file:
-they are namespaced per session so that a global cache cannot match across sessions (a naive
-shared cache reports a false 99.8% hit; research/traces.md section 2). Sub-agent requests
+they are namespaced per file and session so that a global cache cannot match across sessions
+(a naive shared cache reports a false 99.8% hit; research/traces.md section 2), not even two
+files that carry the same session `id`. Sub-agent requests
 (`--subagents`) join the parent's session and namespace; their `t` is relative to the
 sub-agent entry's `t`, and they are merged with the parent's requests by absolute time.
 """
@@ -22,13 +23,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from xmemplan.traces.base import ReadOptions, SkipLog, check_int, int_array
+from xmemplan.traces.base import ReadOptions, SkipLog, check_int, int_array, read_input
 from xmemplan.traces.fastjson import Extracted, extract
 from xmemplan.traces.keys import namespace
 from xmemplan.traces.schema import NULL_INT, RequestBatch
 
 NAME = "claude-blocks"
 HAS_SESSIONS = True
+READS_COMPRESSED = True
 
 _SNIFF = re.compile(rb'"(hash_id_scope|block_size)"\s*:')
 
@@ -57,7 +59,9 @@ class _Ids:
             for req in reqs:
                 if isinstance(req, dict):
                     for key, value in req.items():
-                        if key == "hash_ids":
+                        # Only a list the scan emptied (`[]`) is this request's: a null
+                        # stays null (missing), never a list found in a nested field.
+                        if key == "hash_ids" and value == []:
                             self.index[id(req)] = len(self.index)
                         elif key == "requests" and isinstance(value, list):
                             walk(value)
@@ -72,7 +76,7 @@ class _Ids:
         self.aligned = len(self.index) == len(fast) and -1 not in self.index.values()
 
     def take(self, req: dict[str, Any], path: Path, line: int | None, skips: SkipLog):
-        if self.fast is not None:
+        if self.fast is not None and id(req) in self.index:
             return self.fast.array(self.index[id(req)])
         return int_array(req.get("hash_ids"), path, line, "hash_ids", skips)
 
@@ -107,6 +111,9 @@ def _session(
         skips.skip(path, line, "missing or not a list", "requests")
         return None
     session = str(doc.get("id") or path.stem)
+    # Local ids are namespaced by file and session: the same `id` in two files (two users'
+    # sessions, or a copy) must not share cache entries under --scope global.
+    space = f"{path.resolve()}\0{session}"
     local = doc.get("hash_id_scope", "local") != "global"
     rows: list[tuple[float, int, int, int | None, np.ndarray]] = []
     excluded = 0
@@ -170,7 +177,7 @@ def _session(
             (NULL_INT if r[3] is None else r[3] for r in rows), dtype=np.int64, count=count
         ),
         block_tokens=np.full(count, block, dtype=np.int64),
-        keys=namespace(ids, session) if local else ids,
+        keys=namespace(ids, space) if local else ids,
         key_offsets=offsets,
         complete_sessions=True,
     )
@@ -206,7 +213,7 @@ def _docs(data: bytes, path: Path, skips: SkipLog) -> list[tuple[int | None, Any
 
 
 def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBatch]:
-    raw = path.read_bytes()
+    raw = read_input(path)
     fast = extract(raw, "hash_ids")
     id_source: _Ids | None = None
     if fast is not None:

@@ -16,18 +16,21 @@ from xmemplan.errors import InputError
 from xmemplan.traces._build import BatchBuilder
 from xmemplan.traces.base import (
     MAX_PROMPT_TOKENS,
+    FileTime,
     ReadOptions,
     SkipLog,
     check_int,
     first_json_line,
     int_array,
     iter_json_lines,
+    read_input,
 )
 from xmemplan.traces.fastjson import Extracted, extract
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "tokens"
 HAS_SESSIONS = True
+READS_COMPRESSED = True
 _PARQUET_MAGIC = b"PAR1"
 
 
@@ -46,15 +49,11 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def _row(
     builder: BatchBuilder, path: Path, line: int | None, obj: dict[str, Any], skips: SkipLog,
-    ids: np.ndarray | None = None,
+    clock: FileTime, ids: np.ndarray | None = None,
 ) -> None:
     session = obj.get("session_id")
     if not isinstance(session, str | int) or isinstance(session, bool):
         skips.skip(path, line, "missing or not a string/integer", "session_id")
-        return
-    ts = obj.get("timestamp")
-    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)):
-        skips.skip(path, line, "expected a number of seconds", "timestamp")
         return
     if ids is None:
         ids = int_array(obj.get("input_ids"), path, line, "input_ids", skips)
@@ -68,30 +67,38 @@ def _row(
         out = check_int(out, path, line, "output_tokens", skips)
         if out is None:
             return
+    ts = clock(obj.get("timestamp"), line)
     builder.add(str(session), ts, int(ids.shape[0]), ids, output_tokens=out)
 
 
 def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBatch]:
     builder = BatchBuilder(str(path), block_tokens=1)
-    if path.suffix == ".parquet" or path.read_bytes()[:4] == _PARQUET_MAGIC:
+    clock = FileTime(path, skips, "seconds")
+    data = read_input(path)
+    if data[:4] == _PARQUET_MAGIC:
+        import io
+
         import polars as pl
 
         try:
-            frame = pl.read_parquet(path)
+            frame = pl.read_parquet(io.BytesIO(data))
         except Exception as exc:
             raise InputError(f"cannot read Parquet ({exc})", path=path) from exc
+        del data
         for i, row in enumerate(frame.iter_rows(named=True)):
-            _row(builder, path, i + 1, row, skips)
+            _row(builder, path, i + 1, row, skips, clock)
     else:
-        data = path.read_bytes()
         by_line = _fast_ids(data)
         text = by_line.text if by_line is not None else data
         for line, obj in iter_json_lines(path, text, skips):
             ids = None
-            if by_line is not None and "input_ids" in obj:
+            # The scan emptied this line's list (`[]`); a null or a string here is the row's
+            # own value, never a list the scan found in another field of the line.
+            if by_line is not None and obj.get("input_ids") == []:
                 k = by_line.line_index.get(line)
                 ids = by_line.array(k) if k is not None else None
-            _row(builder, path, line, obj, skips, ids)
+            _row(builder, path, line, obj, skips, clock, ids)
+    clock.finish(builder.timestamp_s)
     if len(builder):
         yield builder.build()
 
