@@ -11,7 +11,7 @@ think[i]) (prev = -1: open loop; else the request it follows in its session, so 
 users and a trace's think times are the same mechanism).
 
 Routing. route[i] >= 0 pins a replica; -1 joins the replica with the fewest unfinished
-prefills (lowest index on ties); -2 follows prev's replica (session affinity).
+requests (prefilling or decoding; lowest index on ties); -2 follows prev's replica (session affinity).
 
 Scheduling (per replica, one iteration at a time, SGLang's prefill-first FCFS):
 - if prefills wait: a batch takes the queue in order, up to `chunk` new tokens and
@@ -325,7 +325,6 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         qtail[r] = -1
                     t_first[i] = now
                     n_sys -= 1
-                    outstanding[r] -= 1
                     held[r] -= prompt[i]
                     if output[i] > 1:
                         remaining[i] = output[i] - 1
@@ -340,6 +339,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         dctx[r] += prompt[i]
                     else:
                         t_done[i] = now
+                        outstanding[r] -= 1
                         finished += 1
                         j = dep[i]
                         if j >= 0:
@@ -365,6 +365,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         dcount[r] -= 1
                         dctx[r] -= prompt[i] + output[i] - 1
                         t_done[i] = now
+                        outstanding[r] -= 1
                         finished += 1
                         j = dep[i]
                         if j >= 0:

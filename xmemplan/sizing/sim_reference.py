@@ -185,7 +185,6 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
                     rp.queue.pop(0)
                     t_first[i] = now
                     n_sys -= 1
-                    rp.outstanding -= 1
                     rp.held -= float(t.prompt[i])
                     if t.output[i] > 1:
                         remaining[i] = int(t.output[i]) - 1
@@ -193,6 +192,7 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
                         rp.ctx += float(t.prompt[i])
                     else:
                         t_done[i] = now
+                        rp.outstanding -= 1
                         if dep[i] >= 0:
                             arrive_next(dep[i])
             rp.batch = []
@@ -205,6 +205,7 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
                     if remaining[i] == 0:
                         rp.ctx -= float(t.prompt[i]) + int(t.output[i]) - 1
                         t_done[i] = now
+                        rp.outstanding -= 1
                         if dep[i] >= 0:
                             arrive_next(dep[i])
                     else:

@@ -54,7 +54,8 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     """The simulator's Engine for `replicas` replicas of shape `s.shape` and `nodes` X-Mem
     nodes. `load_tier` ("host" or "xmem") names the tier whose SM interference applies."""
     m, g, cal, shape = s.model, s.gpu, s.calibration, s.shape
-    lin_rate = cal.eta_linear * g.peak_flops(m.weight_dtype) * shape.tp
+    eta_lin = cal.eta_lin(m.weight_dtype) if hasattr(cal, "eta_lin") else cal.eta_linear
+    lin_rate = eta_lin * g.peak_flops(m.weight_dtype) * shape.tp
     attn_rate = cal.eta_attn(g) * g.peak_flops("bf16") * (1 if shape.dp_attention else shape.tp)
     wb = DTYPE_BYTES.get(m.weight_dtype, 2)
     dense = m.dense_params * wb / (1 if shape.dp_attention else shape.tp)
