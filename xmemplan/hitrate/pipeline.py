@@ -29,6 +29,7 @@ import numpy as np
 from xmemplan.errors import UsageError
 from xmemplan.hitrate.reported import reported_vs_reconstructed
 from xmemplan.traces import schema as S
+from xmemplan.traces._build import TextBatch, concat_text
 from xmemplan.traces.base import ReadOptions, SkipLog
 from xmemplan.traces.registry import Discovery, discover
 
@@ -53,6 +54,8 @@ class HitrateOptions:
     timestamp_field: str | None = None
     # Finite caches, curve and tiers; None = infinite only.
     capacity: CapacitySpec | None = None
+    hidden_prefix: str | None = None  # transcripts: auto, none or N (text/hidden_prefix.py)
+    tokens: str | None = None  # transcripts: "calibrated"
 
     def read_options(self) -> ReadOptions:
         return ReadOptions(
@@ -61,6 +64,8 @@ class HitrateOptions:
             tokenizer=self.tokenizer,
             session_field=self.session_field,
             timestamp_field=self.timestamp_field,
+            hidden_prefix=self.hidden_prefix,
+            tokens=self.tokens,
         )
 
 
@@ -195,8 +200,6 @@ def replay(
     batch: S.RequestBatch, scope: str, page_size: int, capacity: CapacitySpec | None = None
 ) -> Replayed:
     """Match one batch (all of it is one cache universe under `scope`)."""
-    from xmemplan.prefix.matcher import match
-
     n = len(batch)
     out = Replayed()
     if n == 0:
@@ -210,12 +213,22 @@ def replay(
     else:
         resets = np.ones(n, dtype=bool)
         resets[1:] = codes[1:] != codes[:-1]
-    keys, offsets = _take(batch, order)
     prompt = batch.prompt_tokens[order]
-    if capacity is None:
+    if capacity is None and isinstance(batch, TextBatch):
+        # text prompts stay interned messages: matched without materialising a prompt
+        from xmemplan.prefix.chunks import match_prompts
+
+        matched = match_prompts(batch.prompts, batch.nodes[order], resets)
+        hit = _hits(matched, batch.block_tokens[order], prompt, page_size)
+    elif capacity is None:
+        from xmemplan.prefix.matcher import match
+
+        keys, offsets = _take(batch, order)
         matched = match(keys, offsets, resets)
         hit = _hits(matched, batch.block_tokens[order], prompt, page_size)
-    else:  # one LRU pass also gives the infinite cache's hits (tests check they agree)
+    else:
+        # one LRU pass also gives the infinite cache's hits (tests check they agree)
+        keys, offsets = _take(batch, order)
         from xmemplan.hitrate.capacity import replay_capacity
 
         part = replay_capacity(
@@ -330,9 +343,10 @@ def analyze(
     options = options or HitrateOptions()
     if options.page_size < 1:
         raise UsageError(f"page size {options.page_size} is below 1", "use --page-size 1 or more")
-    found = discover(paths, options.format_name)
+    found = discover(paths, options.format_name, strict=options.strict)
     scope = _resolve_scope(options.scope, found)
     skips = SkipLog(strict=options.strict)
+    skips.merge(found.skips)  # folder entries that could not be read, counted
     replayed = Replayed()
     pending: list[S.RequestBatch] = []
     extras: dict[str, float] = {}
@@ -349,10 +363,10 @@ def analyze(
             on_progress(done_bytes, total)
     if pending:
         replayed.extend(
-            replay(S.concat_batches(pending), scope, options.page_size, options.capacity)
+            replay(_concat(pending), scope, options.page_size, options.capacity)
         )
 
-    notes = []
+    notes = list(found.notes)  # files named twice (read once), links, hidden files
     if options.page_size > 1 and any(
         r.NAME not in ("tokens",) and not getattr(r, "TOKEN_LEVEL", False) for _, r in found.files
     ):
@@ -399,6 +413,14 @@ def analyze(
         reported=reported_vs_reconstructed(codes, replayed, hit, prompt),
         capacity=_capacity(replayed, codes, options, scope),
     )
+
+
+def _concat(batches: list[S.RequestBatch]) -> S.RequestBatch:
+    """One batch of all; text batches keep their prompts interned (never materialised)."""
+    text = [b for b in batches if isinstance(b, TextBatch)]
+    if len(text) == len(batches) and len(text) > 1:
+        return concat_text(text)
+    return S.concat_batches(batches)
 
 
 def _capacity(

@@ -1,10 +1,241 @@
-"""A small builder that readers append rows to, producing one RequestBatch."""
+"""A small builder that readers append rows to, producing one RequestBatch.
+
+Block and token-id readers pass each request's keys as one array; they are stored flat.
+
+Text readers pass a prompt as its list of message token arrays (the encoder's cached
+chunks). Those are not concatenated: every distinct chunk is stored once and each prompt
+becomes a node of an interned message-level trie (`PromptSet`), whose node `(parent, chunk)`
+stands for the parent's tokens followed by the chunk's. An agent resends the whole
+conversation every call, so flat keys grow with calls x prompt length (a 1,000-call session
+is 440 M keys); the trie grows with the distinct messages. The matcher walks it without
+materialising a prompt (`xmemplan.prefix.chunks`); `keys` are built only if something asks
+for them (`TextBatch.keys`).
+
+Consecutive prompts of a file share most of their message list, usually the very same
+array objects, so `add` finds the shared lead by comparing object ids in numpy against the
+previous prompt and interns only the messages after it: the Python work per request is the
+number of new messages, not the prompt length.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
+import xxhash
 
 from xmemplan.traces.schema import NULL_INT, RequestBatch
+
+
+@dataclass
+class PromptSet:
+    """Prompts as paths of a trie of interned token chunks (messages); node 0 is empty.
+
+    `tokens` holds every distinct chunk once, chunk c being
+    `tokens[chunk_start[c] : chunk_start[c] + chunk_len[c]]`. Node n > 0 is its parent's
+    prompt followed by chunk `chunk[n]`; `depth[n]` is its length in tokens.
+    """
+
+    tokens: np.ndarray  # int64
+    chunk_start: np.ndarray  # int64 (C,)
+    chunk_len: np.ndarray  # int64 (C,)
+    parent: np.ndarray  # int64 (P,), -1 for the root
+    chunk: np.ndarray  # int64 (P,), -1 for the root
+    depth: np.ndarray  # int64 (P,), tokens from the root to the node
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.tokens, self.chunk_start, self.chunk_len,
+                                      self.parent, self.chunk, self.depth))
+
+    def materialize(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat token keys and offsets of the prompts ending at `nodes` (what flat readers give)."""
+        from xmemplan.traces.keys import prompt_tokens
+
+        nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+        offsets = np.zeros(nodes.shape[0] + 1, dtype=np.int64)
+        np.cumsum(self.depth[nodes], out=offsets[1:])
+        out = np.empty(int(offsets[-1]), dtype=np.int64)
+        prompt_tokens(self.tokens, self.chunk_start, self.chunk_len, self.parent, self.chunk,
+                      nodes, offsets, out)
+        return out, offsets
+
+    @staticmethod
+    def merge(sets: list[PromptSet]) -> tuple[PromptSet, list[int]]:
+        """One set holding all of `sets`, and the node offset of each (its root maps to 0).
+
+        Chunks are not deduplicated across sets: the matcher's figures do not depend on it
+        (it compares tokens; equal chunk ids only let it skip a compare).
+        """
+        tok_base = np.cumsum([0] + [s.tokens.shape[0] for s in sets])
+        chunk_base = np.cumsum([0] + [s.chunk_len.shape[0] for s in sets])
+        node_base = np.cumsum([1] + [s.parent.shape[0] - 1 for s in sets])
+        parents = [np.array([-1], dtype=np.int64)]
+        chunks = [np.array([-1], dtype=np.int64)]
+        depths = [np.zeros(1, dtype=np.int64)]
+        for s, nb, cb in zip(sets, node_base, chunk_base):
+            p = s.parent[1:]
+            # node n of set s becomes nb + n - 1; its root (0) becomes the merged root
+            parents.append(np.where(p == 0, 0, p + nb - 1))
+            chunks.append(s.chunk[1:] + cb)
+            depths.append(s.depth[1:])
+        merged = PromptSet(
+            tokens=np.concatenate([s.tokens for s in sets]),
+            chunk_start=np.concatenate(
+                [s.chunk_start + tb for s, tb in zip(sets, tok_base)]).astype(np.int64),
+            chunk_len=np.concatenate([s.chunk_len for s in sets]).astype(np.int64),
+            parent=np.concatenate(parents).astype(np.int64),
+            chunk=np.concatenate(chunks).astype(np.int64),
+            depth=np.concatenate(depths).astype(np.int64),
+        )
+        return merged, [int(b) - 1 for b in node_base[:-1]]
+
+
+class TextBatch(RequestBatch):
+    """A RequestBatch whose prompts are `prompts` paths (`nodes[r]` for row r).
+
+    `keys` and `key_offsets` are the flat token keys, built on first access only (tests
+    and the finite-capacity replay use them; the infinite-cache replay does not).
+    """
+
+    def __init__(self, prompts: PromptSet, nodes: np.ndarray, **fields: Any) -> None:
+        self.prompts = prompts
+        self.nodes = nodes
+        self._keys: np.ndarray | None = None
+        self._key_offsets: np.ndarray | None = None
+        super().__init__(keys=None, key_offsets=None, **fields)  # type: ignore[arg-type]
+
+    def _flat(self) -> None:
+        self._keys, self._key_offsets = self.prompts.materialize(self.nodes)
+
+    @property
+    def keys(self) -> np.ndarray:
+        if self._keys is None:
+            self._flat()
+        assert self._keys is not None
+        return self._keys
+
+    @keys.setter
+    def keys(self, value: np.ndarray | None) -> None:
+        self._keys = value
+
+    @property
+    def key_offsets(self) -> np.ndarray:
+        if self._key_offsets is None:
+            self._flat()
+        assert self._key_offsets is not None
+        return self._key_offsets
+
+    @key_offsets.setter
+    def key_offsets(self, value: np.ndarray | None) -> None:
+        self._key_offsets = value
+
+
+def concat_text(batches: list[TextBatch]) -> TextBatch:
+    """Concatenate text batches without materialising their prompts."""
+    from xmemplan.traces.schema import concat_batches
+
+    prompts, bases = PromptSet.merge([b.prompts for b in batches])
+    nodes = np.concatenate(
+        [np.where(b.nodes == 0, 0, b.nodes + base) for b, base in zip(batches, bases)]
+    ).astype(np.int64)
+    # the scalar columns as schema concatenates them (its keys are the empty placeholders)
+    shells = [
+        RequestBatch(
+            source=b.source, session_id=b.session_id, timestamp_s=b.timestamp_s,
+            prompt_tokens=b.prompt_tokens, output_tokens=b.output_tokens,
+            block_tokens=b.block_tokens, keys=np.empty(0, dtype=np.int64),
+            key_offsets=np.zeros(len(b) + 1, dtype=np.int64),
+            reported_cached_tokens=b.reported_cached_tokens,
+            reported_prompt_tokens=b.reported_prompt_tokens,
+            complete_sessions=b.complete_sessions, extras=b.extras,
+        )
+        for b in batches
+    ]
+    flat = concat_batches(shells)
+    return TextBatch(
+        prompts, nodes, source=flat.source, session_id=flat.session_id,
+        timestamp_s=flat.timestamp_s, prompt_tokens=flat.prompt_tokens,
+        output_tokens=flat.output_tokens, block_tokens=flat.block_tokens,
+        reported_cached_tokens=flat.reported_cached_tokens,
+        reported_prompt_tokens=flat.reported_prompt_tokens,
+        complete_sessions=flat.complete_sessions,
+    )
+
+
+class _Interner:
+    """Builds a PromptSet one prompt (list of token arrays) at a time."""
+
+    def __init__(self) -> None:
+        self.by_object: dict[int, int] = {}  # id(array) -> chunk (the array is kept alive)
+        self.by_content: dict[int, int] = {}  # xxh3-128 of the tokens -> chunk
+        self.arrays: list[np.ndarray] = []  # chunk -> tokens
+        self.held: list[Any] = []  # every array seen, so that its id() is never reused
+        self.children: dict[tuple[int, int], int] = {}  # (node, chunk) -> node
+        self.parent: list[int] = [-1]
+        self.chunk: list[int] = [-1]
+        self.depth: list[int] = [0]
+        self.prev_ids = np.empty(0, dtype=np.int64)
+        self.prev_path = np.zeros(1, dtype=np.int64)
+        self.prev_parts: list[Any] = []
+
+    def _chunk_of(self, part: Any) -> int:
+        c = self.by_object.get(id(part))
+        if c is not None:
+            return c
+        arr = np.ascontiguousarray(part, dtype=np.int64)
+        h = xxhash.xxh3_128_intdigest(arr.data)
+        c = self.by_content.get(h)
+        if c is None:
+            c = len(self.arrays)
+            self.by_content[h] = c
+            self.arrays.append(arr)
+        self.by_object[id(part)] = c
+        self.held.append(part)
+        return c
+
+    def add(self, parts: list[Any]) -> tuple[int, int]:
+        """(node, tokens) of the prompt made of `parts`, in order."""
+        n = len(parts)
+        ids = np.fromiter(map(id, parts), dtype=np.int64, count=n)
+        m = min(n, self.prev_ids.shape[0])
+        same = ids[:m] == self.prev_ids[:m]
+        k = m if same.all() else int(np.argmin(same))
+        node = int(self.prev_path[k])
+        path = [node]
+        for part in parts[k:]:
+            c = self._chunk_of(part)
+            length = self.arrays[c].shape[0]
+            if length:
+                child = self.children.get((node, c))
+                if child is None:
+                    child = len(self.parent)
+                    self.children[(node, c)] = child
+                    self.parent.append(node)
+                    self.chunk.append(c)
+                    self.depth.append(self.depth[node] + length)
+                node = child
+            path.append(node)
+        self.prev_path = np.concatenate([self.prev_path[: k + 1], path[1:]]).astype(np.int64)
+        self.prev_ids = ids
+        self.prev_parts = parts  # keeps the ids compared against alive
+        return node, self.depth[node]
+
+    def build(self) -> PromptSet:
+        lengths = np.array([a.shape[0] for a in self.arrays], dtype=np.int64)
+        starts = np.zeros(lengths.shape[0], dtype=np.int64)
+        if lengths.shape[0] > 1:
+            np.cumsum(lengths[:-1], out=starts[1:])
+        tokens = np.concatenate(self.arrays) if self.arrays else np.empty(0, dtype=np.int64)
+        return PromptSet(
+            tokens=tokens.astype(np.int64, copy=False),
+            chunk_start=starts,
+            chunk_len=lengths,
+            parent=np.array(self.parent, dtype=np.int64),
+            chunk=np.array(self.chunk, dtype=np.int64),
+            depth=np.array(self.depth, dtype=np.int64),
+        )
 
 
 class BatchBuilder:
@@ -17,8 +248,10 @@ class BatchBuilder:
         self.output_tokens: list[int] = []
         self.reported_cached: list[int] = []
         self.reported_prompt: list[int] = []
-        self.keys: list[np.ndarray] = []  # parts, in order; a request may have several
+        self.keys: list[np.ndarray] = []  # flat rows (one array per request)
         self.key_counts: list[int] = []
+        self.nodes: list[int] = []  # prompt rows: node in the interned trie (-1: a flat row)
+        self._interner: _Interner | None = None
         self._any_reported = False
 
     def add(
@@ -31,6 +264,8 @@ class BatchBuilder:
         reported_cached_tokens: int | None = None,
         reported_prompt_tokens: int | None = None,
     ) -> None:
+        """Add one request; `keys` is its key array, or (text readers) its list of message
+        token arrays, which are interned instead of concatenated."""
         self.session_id.append(session_id)
         self.timestamp_s.append(np.nan if timestamp_s is None else float(timestamp_s))
         self.prompt_tokens.append(prompt_tokens)
@@ -43,30 +278,29 @@ class BatchBuilder:
         )
         if reported_cached_tokens is not None:
             self._any_reported = True
-        # Text readers pass a prompt as its list of cached per-message arrays: they are
-        # concatenated once, in build(), instead of once per request and again there.
-        parts = keys if isinstance(keys, list) else [keys]
-        self.keys.extend(parts)
-        self.key_counts.append(sum(part.shape[0] for part in parts))
+        if isinstance(keys, list):
+            if self._interner is None:
+                self._interner = _Interner()
+            node, n_tokens = self._interner.add(keys)
+            self.nodes.append(node)
+            self.key_counts.append(n_tokens)
+        else:
+            self.keys.append(keys)
+            self.nodes.append(-1)
+            self.key_counts.append(int(keys.shape[0]))
 
     def __len__(self) -> int:
         return len(self.session_id)
 
     def build(self, complete_sessions: bool = False) -> RequestBatch:
         n = len(self.session_id)
-        lengths = np.array(self.key_counts, dtype=np.int64)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        keys = np.concatenate(self.keys) if self.keys else np.empty(0, dtype=np.int64)
-        return RequestBatch(
+        fields: dict[str, Any] = dict(
             source=self.source,
             session_id=self.session_id,
             timestamp_s=np.array(self.timestamp_s, dtype=np.float64),
             prompt_tokens=np.array(self.prompt_tokens, dtype=np.int64),
             output_tokens=np.array(self.output_tokens, dtype=np.int64),
             block_tokens=np.full(n, self.block_tokens, dtype=np.int64),
-            keys=keys.astype(np.int64, copy=False),
-            key_offsets=offsets,
             reported_cached_tokens=(
                 np.array(self.reported_cached, dtype=np.int64) if self._any_reported else None
             ),
@@ -75,3 +309,22 @@ class BatchBuilder:
             ),
             complete_sessions=complete_sessions,
         )
+        nodes = np.array(self.nodes, dtype=np.int64)
+        if self._interner is not None and not self.keys:
+            return TextBatch(self._interner.build(), nodes, **fields)
+        lengths = np.array(self.key_counts, dtype=np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if self._interner is not None:  # both kinds of rows (no reader does this): flatten
+            prompts = self._interner.build()
+            it = iter(self.keys)
+            parts = [
+                prompts.materialize(nodes[r : r + 1])[0] if nodes[r] >= 0 else next(it)
+                for r in range(n)
+            ]
+            keys = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        else:
+            keys = np.concatenate(self.keys) if self.keys else np.empty(0, dtype=np.int64)
+        return RequestBatch(keys=keys.astype(np.int64, copy=False), key_offsets=offsets,
+                            **fields)
+

@@ -1,5 +1,6 @@
 """Every cache key is built here: namespaced block ids, chained per-block hashes, page keys
-of token ids, and the SGLang-style string keys a HiCache backend stores pages under.
+of token ids, the token ids of interned text prompts, and the SGLang-style string keys a
+HiCache backend stores pages under.
 
 All use the splitmix64 finalizer (Steele et al., "Fast splittable pseudorandom number
 generators", OOPSLA 2014) as a 64-bit mixer: collisions between distinct inputs happen with
@@ -114,6 +115,32 @@ def page_keys(
             out[w] = np.int64(h)
             w += 1
         out_offsets[r + 1] = w
+
+
+@njit(cache=True)
+def prompt_tokens(
+    tokens: np.ndarray,  # int64, distinct chunks back to back
+    chunk_start: np.ndarray,  # int64 (C,)
+    chunk_len: np.ndarray,  # int64 (C,)
+    parent: np.ndarray,  # int64 (P,): prompt-trie parent, -1 for the root (node 0)
+    chunk: np.ndarray,  # int64 (P,): the chunk a node appends to its parent
+    nodes: np.ndarray,  # int64 (n,): the prompts to write
+    offsets: np.ndarray,  # int64 (n + 1,): where each prompt goes in `out`
+    out: np.ndarray,  # int64 (offsets[-1],)
+) -> None:
+    """Write the token ids of interned prompts (`xmemplan.traces._build.PromptSet`) flat,
+    each from its end back to the root."""
+    for r in range(nodes.shape[0]):
+        end = offsets[r + 1]
+        p = nodes[r]
+        while p > 0:
+            c = chunk[p]
+            n = chunk_len[c]
+            s = chunk_start[c]
+            end -= n
+            for i in range(n):
+                out[end + i] = tokens[s + i]
+            p = parent[p]
 
 
 def sglang_style_keys(page_ids: np.ndarray) -> list[str]:

@@ -1,0 +1,159 @@
+"""Text prompts kept as interned messages: token-exact against the token-level oracle, and
+memory that grows with the distinct content, not with calls x prompt length."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xmemplan.hitrate.pipeline import replay
+from xmemplan.prefix.chunks import match_prompts
+from xmemplan.prefix.matcher import match
+from xmemplan.prefix.reference import reference_match
+from xmemplan.traces._build import BatchBuilder, PromptSet, TextBatch, concat_text
+from xmemplan.traces.schema import RequestBatch
+
+# A message: a short run of tokens from a tiny alphabet, so that distinct messages share
+# leading tokens and a match often ends inside a message.
+message = st.lists(st.integers(0, 3), min_size=0, max_size=6)
+
+# One step of a conversation, applied to the message list the previous request sent.
+step = st.one_of(
+    st.tuples(st.just("append"), message),  # the agent's usual call: one more message
+    st.tuples(st.just("edit"), st.integers(0, 50), message),  # a message changed mid-way
+    st.tuples(st.just("compact"), st.integers(0, 50), message),  # summary + the recent tail
+    st.tuples(st.just("copy"), st.just(0)),  # same content in fresh arrays (a new chunk id)
+    st.tuples(st.just("split"), st.integers(0, 50)),  # same tokens, cut into other messages
+    st.tuples(st.just("fork"), st.integers(0, 50)),  # back to an earlier point
+)
+
+
+def _conversations(draw_steps: list[tuple], sessions: list[int]) -> list[tuple[int, list]]:
+    """(session, message list) per request; arrays are shared between requests, as the
+    readers' cached chunks are, except where a step makes new ones."""
+    convs: dict[int, list[np.ndarray]] = {}
+    out = []
+    for s, st_ in zip(sessions, draw_steps):
+        conv = list(convs.get(s, []))
+        kind = st_[0]
+        if kind == "append":
+            conv.append(np.array(st_[1], dtype=np.int64))
+        elif kind == "edit" and conv:
+            i = st_[1] % len(conv)
+            conv[i] = np.array(st_[2], dtype=np.int64)
+        elif kind == "compact":
+            keep = conv[len(conv) - st_[1] % (len(conv) + 1):] if conv else []
+            conv = [np.array(st_[2], dtype=np.int64), *keep]
+        elif kind == "copy":
+            conv = [c.copy() for c in conv]
+        elif kind == "split" and conv:
+            i = st_[1] % len(conv)
+            c = conv[i]
+            cut = len(c) // 2
+            conv[i : i + 1] = [c[:cut], c[cut:]]
+        elif kind == "fork" and conv:
+            conv = conv[: st_[1] % len(conv)]
+        convs[s] = conv
+        out.append((s, conv))
+    return out
+
+
+def _batch(rows: list[tuple[int, list]]) -> TextBatch:
+    b = BatchBuilder("test", block_tokens=1)
+    for i, (s, conv) in enumerate(rows):
+        b.add(f"s{s}", float(i), int(sum(len(c) for c in conv)), list(conv))
+    batch = b.build()
+    assert isinstance(batch, TextBatch)
+    return batch
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_interned_prompts_match_the_token_oracle(data):
+    n = data.draw(st.integers(1, 30))
+    steps = data.draw(st.lists(step, min_size=n, max_size=n))
+    sessions = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    batch = _batch(_conversations(steps, sessions))
+    flat = [batch.keys[batch.key_offsets[r]:batch.key_offsets[r + 1]] for r in range(n)]
+    # the interned prompts hold exactly the tokens the reader gave
+    for r, (_, conv) in enumerate(_conversations(steps, sessions)):
+        want = np.concatenate(conv) if conv else np.empty(0, dtype=np.int64)
+        assert np.array_equal(flat[r], want)
+    resets = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    got = match_prompts(batch.prompts, batch.nodes, resets)
+    oracle = reference_match([f.tolist() for f in flat], list(resets | (np.arange(n) == 0)))
+    assert got.tolist() == oracle
+    assert np.array_equal(got, match(batch.keys, batch.key_offsets, resets))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_replay_of_interned_prompts_equals_the_flat_replay(data):
+    """Every scope and page size: the same hit tokens as the materialised token keys."""
+    n = data.draw(st.integers(1, 25))
+    steps = data.draw(st.lists(step, min_size=n, max_size=n))
+    sessions = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    batch = _batch(_conversations(steps, sessions))
+    flat = RequestBatch(
+        source="test", session_id=batch.session_id, timestamp_s=batch.timestamp_s,
+        prompt_tokens=batch.prompt_tokens, output_tokens=batch.output_tokens,
+        block_tokens=batch.block_tokens, keys=batch.keys.copy(),
+        key_offsets=batch.key_offsets.copy(),
+    )
+    fresh = _batch(_conversations(steps, sessions))  # keys never materialised
+    for scope in ("session", "global"):
+        for page in (1, 2, 4):
+            want = replay(flat, scope, page).column("hit_tokens")
+            got = replay(fresh, scope, page).column("hit_tokens")
+            assert np.array_equal(got, want), (scope, page)
+    assert fresh._keys is None  # the replay did not materialise the prompts
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.data())
+def test_concatenated_prompt_sets_match_as_one(data):
+    """Files read apart (request logs) and merged: the same figures as one batch."""
+    parts = []
+    for _ in range(data.draw(st.integers(1, 4))):
+        n = data.draw(st.integers(1, 10))
+        steps = data.draw(st.lists(step, min_size=n, max_size=n))
+        sessions = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+        parts.append(_batch(_conversations(steps, sessions)))
+    merged = concat_text(parts)
+    keys = np.concatenate([p.keys for p in parts])
+    lengths = np.concatenate([np.diff(p.key_offsets) for p in parts])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    assert np.array_equal(merged.keys, keys)
+    resets = np.zeros(len(merged), dtype=bool)
+    assert np.array_equal(
+        match_prompts(merged.prompts, merged.nodes, resets), match(keys, offsets, resets)
+    )
+
+
+def test_a_long_session_grows_with_distinct_content():
+    """2,000 calls of ~60 tokens each: 120 M prompt tokens, stored as the 120 k distinct."""
+    rng = np.random.default_rng(7)
+    b = BatchBuilder("test", block_tokens=1)
+    conv: list[np.ndarray] = []
+    for _ in range(2000):
+        conv.append(rng.integers(0, 50_000, 60))
+        b.add("s", None, 60 * len(conv), list(conv))
+    batch = b.build()
+    assert isinstance(batch, TextBatch)
+    total = int(batch.prompt_tokens.sum())
+    distinct = 60 * 2000
+    assert total == 60 * 2000 * 2001 // 2
+    assert batch.prompts.tokens.shape[0] == distinct
+    assert batch.prompts.nbytes < 12 * distinct * 8  # ~ the distinct tokens, not the 120 M
+    hit = replay(batch, "session", 1).column("hit_tokens")
+    assert np.array_equal(hit, np.arange(2000) * 60)  # each call hits the previous prompt
+    assert batch._keys is None
+
+
+def test_merge_maps_every_root_to_one():
+    a = _batch([(0, [np.array([1, 2])])])
+    b = _batch([(0, [np.array([1, 2]), np.array([3])])])
+    merged, bases = PromptSet.merge([a.prompts, b.prompts])
+    assert merged.parent[0] == -1 and bases == [0, a.prompts.parent.shape[0] - 1]
+    assert (merged.parent[1:] >= 0).all() and (merged.parent[1:] < np.arange(1, len(merged.parent))).all()
