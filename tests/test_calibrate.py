@@ -17,7 +17,7 @@ from xmemplan.sizing.model import DEFAULT_CALIBRATION, calibration_for, ttft
 
 ROOT = Path(__file__).resolve().parent.parent
 CAT = load_catalog()
-TRUE = replace(DEFAULT_CALIBRATION, eta_linear=0.5, eta_attention=0.6,
+TRUE = replace(DEFAULT_CALIBRATION, eta_linear=0.5, eta_linear_by_dtype={}, eta_attention=0.6,
                fixed_overhead_by_engine={"vllm": 0.012}, host_bandwidth_bytes_per_s=45e9,
                xmem_bandwidth_bytes_per_s=300e9).for_engine("vllm")
 

@@ -214,6 +214,8 @@ def _engine_cal(params: dict[str, float], engine: str, base: Calibration) -> Cal
         ch["fixed_overhead_s"] = params[f"t0:{engine}"]
     ch["per_token_overhead_s"] = params.get(
         f"per_token:{engine}", base.per_token_overhead_by_engine.get(engine, 0.0))
+    if "eta_linear" in params:  # a fitted eta_linear replaces the per-dtype values
+        ch["eta_linear_by_dtype"] = {}
     for k, attr in (("eta_linear", "eta_linear"), ("eta_attention", "eta_attention"),
                     ("host_bw", "host_bandwidth_bytes_per_s"),
                     ("xmem_bw", "xmem_bandwidth_bytes_per_s"),
@@ -443,6 +445,8 @@ def fit(catalog: Catalog | None = None, points: Sequence[Measurement] | None = N
     pts = [p for p in allp if p.role == "fit"]
     plan = plan_constants(pts, cat, per_token=PUBLIC_PER_TOKEN, eta_gpus=PUBLIC_ETA_GPUS,
                           fit_xmem=False, fit_hbm=False)
+    # eta_linear is measured (data/measurements/device-h200.jsonl), not fitted.
+    plan = Plan(plan.load, tuple(n for n in plan.compute if n != "eta_linear"))
     params = fit_points(pts, cat, plan)
     return FitResult(params, calibration_from(params), plan, len(pts),
                      len(allp) - len(pts))
@@ -453,8 +457,7 @@ def shipped_params() -> dict[str, float]:
     c = DEFAULT_CALIBRATION
     p: dict[str, float] = {f"t0:{e}": v for e, v in c.fixed_overhead_by_engine.items()}
     p.update({f"per_token:{e}": v for e, v in c.per_token_overhead_by_engine.items()})
-    p.update(eta_linear=c.eta_linear, eta_attention=c.eta_attention,
-             host_bw=c.host_bandwidth_bytes_per_s or 50e9, hbm_eff=c.hbm_efficiency)
+    p.update(eta_attention=c.eta_attention, host_bw=c.host_bandwidth_bytes_per_s or 50e9)
     p.update({f"eta_attention:{g}": v for g, v in c.eta_attention_by_gpu.items()})
     return p
 

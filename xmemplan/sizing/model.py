@@ -43,7 +43,8 @@ ArrayLike = Any  # float | np.ndarray
 class Calibration:
     """The model's free constants, fitted to published measurements (docs/model.md).
 
-    eta_linear: share of the dense peak reached by the linear/MoE GEMMs.
+    eta_linear: share of the dense peak reached by the linear/MoE GEMMs;
+    `eta_linear_by_dtype` (measured GEMM efficiency per weight dtype) wins where set.
     eta_attention: share of the BF16 (or FP8, with FP8 attention) peak reached by causal
     attention; per-GPU values in `eta_attention_by_gpu` win.
     fixed_overhead_s: per-request time (t0) of the engine in use, fitted on full-hit
@@ -66,9 +67,14 @@ class Calibration:
     xmem_bandwidth_bytes_per_s: float | None = None
     hbm_efficiency: float = 0.8
     per_token_overhead_by_engine: Mapping[str, float] = field(default_factory=dict)
+    eta_linear_by_dtype: Mapping[str, float] = field(default_factory=dict)
 
     def eta_attn(self, gpu: GpuSpec) -> float:
         return float(self.eta_attention_by_gpu.get(gpu.name, self.eta_attention))
+
+    def eta_lin(self, weight_dtype: str) -> float:
+        """eta_linear for GEMMs in `weight_dtype` (per-dtype value if set)."""
+        return float(self.eta_linear_by_dtype.get(weight_dtype, self.eta_linear))
 
     def for_engine(self, engine: str) -> Calibration:
         """The same constants with `engine`'s fixed and per-token overheads (an unknown
@@ -85,9 +91,12 @@ class Calibration:
 # data/measurements/public.csv (docs/model.md); a test re-runs the fit and fails if these
 # drift from it. t0 per engine comes from full-hit points only.
 DEFAULT_CALIBRATION = Calibration(
-    eta_linear=0.862,
-    eta_attention=0.479,
-    eta_attention_by_gpu={"h20": 0.936},
+    # eta_linear: measured on an H200 (data/measurements/device-h200.jsonl, GEMM of 8192
+    # tokens x 2048 x 12288): BF16 777.5 of 989 TFLOPS, FP8 1,311.6 of 1,979 TFLOPS.
+    eta_linear=0.786,
+    eta_linear_by_dtype={"bf16": 0.786, "fp16": 0.786, "fp8": 0.663},
+    eta_attention=0.502,
+    eta_attention_by_gpu={"h20": 0.959},
     host_bandwidth_bytes_per_s=48.3e9,
     fixed_overhead_s=0.0267,
     fixed_overhead_by_engine={"sglang": 0.0267, "vllm": 0.00372, "vllm-kvc": 0.0446},
@@ -117,6 +126,8 @@ def calibration_for(catalog: Any, engine: str,
             changes[attr] = float(v[key])
     if "eta_attention" in v:
         changes["eta_attention_by_gpu"] = {}
+    if "eta_linear" in v:
+        changes["eta_linear_by_dtype"] = {}
     return replace(cal, **changes)
 
 
@@ -370,7 +381,8 @@ def compute_parts(
     """
     s, p = _check_tokens(prompt_tokens, hit_tokens)
     linear, attention = prefill_flops(model, s, p)
-    lin_rate = calibration.eta_linear * gpu.peak_flops(model.weight_dtype) * shape.tp
+    lin_rate = (calibration.eta_lin(model.weight_dtype) * gpu.peak_flops(model.weight_dtype)
+                * shape.tp)
     attn_ranks = 1 if shape.dp_attention else shape.tp
     attn_rate = calibration.eta_attn(gpu) * gpu.peak_flops(attention_dtype) * attn_ranks
     new = s - p
