@@ -26,7 +26,12 @@ read: the copies are lossy (they lack the assistant messages' text blocks).
 
 What the transcript lacks: the system prompt and tool definitions that Claude Code sends
 before the messages are not written to it, so reconstructed prompts are shorter than the
-API's by that prefix (docs/text-traces.md measures it).
+API's by that prefix. `--hidden-prefix auto|N` prepends a stand-in of the length measured from
+usage, and `--tokens calibrated` scales each message to the API's token count
+(`xmemplan/text/hidden_prefix.py`; docs/text-traces.md).
+
+`calls()` returns the per-call details (prompt parts, usage, context, timestamps) that the
+per-call report (`xmemplan/hitrate/transcript_calls.py`) replays under the API's rules.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from xmemplan.text.chat_template import content_text
+from xmemplan.text.chat_template import block_text, content_text
 from xmemplan.text.encoder import ChunkEncoder, get_encoder
 from xmemplan.traces._build import BatchBuilder
 from xmemplan.traces.base import ReadOptions, SkipLog, iter_json_lines
@@ -106,6 +111,36 @@ class _Node:
     agent: str | None = None  # agentId of a sub-agent record
     mirror: tuple[str, str] | None = None  # (agentId, message.id) of an agent_progress copy
     children: list[int] = field(default_factory=list)
+    kind_chars: tuple[int, int, int] = (0, 0, 0)  # characters of text, tool results, code
+    version: str = ""  # Claude Code version (the hidden prefix depends on it)
+    model: str = ""
+
+
+# Message kinds for the token calibration (hidden_prefix.KINDS): prose and thinking, tool
+# results, and code (tool calls: commands, edits, file paths).
+def _kind(block: Any) -> int:
+    if isinstance(block, dict):
+        kind = block.get("type")
+        if kind == "tool_result":
+            return 1
+        if kind in ("tool_use", "server_tool_use"):
+            return 2
+    return 0
+
+
+def _text_and_kinds(content: Any) -> tuple[str, tuple[int, int, int]]:
+    """`content_text(content)` and its characters by kind (text, tool results, code)."""
+    if not isinstance(content, list):
+        text = content_text(content)
+        return text, (len(text), 0, 0)
+    chars = [0, 0, 0]
+    parts = []
+    for b in content:
+        t = block_text(b)
+        if t:
+            parts.append(t)
+            chars[_kind(b)] += len(t) + 1
+    return "\n".join(parts), (chars[0], chars[1], chars[2])
 
 
 def _timestamp(value: Any) -> float | None:
@@ -125,6 +160,11 @@ def _node(
     kind = obj.get("type")
     uuid = obj.get("uuid")
     parent = obj.get("parentUuid")
+    if parent is not None and not isinstance(parent, str):
+        # An int or a list cannot name a record: the chain is cut here, counted, not guessed.
+        skips.skip(path, line, f"parentUuid is a {type(parent).__name__}, not a uuid string; "
+                   "the prompt starts at this record", "parentUuid")
+    version = obj.get("version")
     node = _Node(
         index=i, line=line,
         uuid=uuid if isinstance(uuid, str) else None,
@@ -134,6 +174,7 @@ def _node(
         timestamp=_timestamp(obj.get("timestamp")),
         session=str(obj.get("sessionId") or default_session),
         agent=obj["agentId"] if isinstance(obj.get("agentId"), str) else None,
+        version=version if isinstance(version, str) else "",
     )
     if kind not in KNOWN_TYPES:
         skips.skip(path, line, f"unknown record type {kind!r}", "type")
@@ -149,6 +190,7 @@ def _node(
                 node.text = content_text(att["content"])
             else:
                 node.text = orjson.dumps(att).decode()
+            node.kind_chars = (len(node.text), 0, 0)
         return node
     if kind == "progress":
         node.mirror = _mirrored_call(obj.get("data"))
@@ -166,9 +208,11 @@ def _node(
     if kind == "assistant" and msg.get("model") == "<synthetic>":
         return node  # written by Claude Code itself (errors, interruptions); no API call
     node.role = "assistant" if kind == "assistant" else "user"
-    node.text = content_text(content)
+    node.text, node.kind_chars = _text_and_kinds(content)
     blocks = content if isinstance(content, list) else []
     if kind == "assistant":
+        model = msg.get("model")
+        node.model = model if isinstance(model, str) else ""
         mid = msg.get("id")
         node.msg_id = mid if isinstance(mid, str) else (node.uuid or f"line{line}")
         node.tool_uses = frozenset(
@@ -255,12 +299,17 @@ class _Transcript:
                 self.nodes[self.by_uuid[n.parent]].children.append(n.index)
         self._dangling: set[str] = set()
         self._messages: dict[tuple[int, ...], np.ndarray] = {}
+        self.compacted: bool = False  # set by chain(): the last chain stopped at a boundary
 
-    def chain(self, first: _Node) -> list[int]:
-        """Indices of the records before `first` that form its prompt, in order."""
+    def chain(self, first: _Node, group: frozenset[int] = frozenset()) -> list[int]:
+        """Indices of the records before `first` that form its prompt, in order.
+
+        `group` holds the records of `first`'s own API response: a chain that loops back to
+        them is cut there, so a reply never lands in its own prompt."""
         up: list[int] = []
-        seen: set[int] = set()
+        seen: set[int] = {first.index, *group}
         uuid = first.parent
+        self.compacted = False
         while uuid is not None:
             i = self.by_uuid.get(uuid)
             if i is None:
@@ -273,12 +322,14 @@ class _Transcript:
                     )
                 break
             if i in seen:
-                self.skips.skip(self.path, first.line, "parentUuid links form a loop",
+                self.skips.skip(self.path, first.line,
+                                "parentUuid links form a loop; the prompt is cut where it closes",
                                 "parentUuid")
                 break
             seen.add(i)
             up.append(i)
             if self.nodes[i].boundary:
+                self.compacted = True
                 break
             uuid = self.nodes[i].parent
         up.reverse()
@@ -292,17 +343,18 @@ class _Transcript:
             nxt = up[pos + 1]
             extra = [
                 c for c in node.children
-                if c != nxt and c < first.index and self.nodes[c].answers & node.tool_uses
+                if c != nxt and c < first.index and c not in seen
+                and self.nodes[c].answers & node.tool_uses
             ]
             if extra:
                 out.extend(sorted(extra))
         return out
 
-    def prompt(self, first: _Node) -> list[np.ndarray]:
-        """The prompt as its messages' token arrays (concatenated once, by the builder)."""
+    def messages(self, first: _Node, group: frozenset[int] = frozenset()) -> list[tuple[int, ...]]:
+        """The prompt's messages, each a tuple of record indices (consecutive same role)."""
         groups: list[list[int]] = []
         role = None
-        for i in self.chain(first):
+        for i in self.chain(first, group):
             n = self.nodes[i]
             if n.role is None:
                 continue
@@ -311,7 +363,11 @@ class _Transcript:
             else:
                 groups.append([i])
                 role = n.role
-        return [self._message(tuple(g)) for g in groups]
+        return [tuple(g) for g in groups]
+
+    def prompt(self, first: _Node) -> list[np.ndarray]:
+        """The prompt as its messages' token arrays (concatenated once, by the builder)."""
+        return [self._message(g) for g in self.messages(first)]
 
     def _message(self, group: tuple[int, ...]) -> np.ndarray:
         if self.enc.cache:
@@ -325,54 +381,161 @@ class _Transcript:
             self._messages[group] = ids
         return ids
 
+    def kind_tokens(self, group: tuple[int, ...], n_tokens: int) -> np.ndarray:
+        """A message's tokens split by kind (text, tool results, code) in proportion to the
+        characters of each kind (the chat markers count as text)."""
+        chars = np.zeros(3, dtype=np.float64)
+        for i in group:
+            chars += self.nodes[i].kind_chars
+        total = chars.sum()
+        if total <= 0:
+            return np.array([n_tokens, 0, 0], dtype=np.float64)
+        return chars / total * n_tokens
 
-def read_with(
+
+@dataclass
+class Call:
+    """One API call of a transcript: its prompt as the transcript holds it, and its usage."""
+
+    line: int
+    session: str
+    context: str  # the conversation it belongs to: the file and, for sub-agents, the agent
+    timestamp: float | None  # the response's first record (replay order)
+    sent: float | None  # the prompt's newest record: about when the request was sent
+    parts: list[np.ndarray]  # the prompt's messages as token arrays (our tokenizer)
+    blocks: list[int]  # records (content blocks) per message
+    kinds: np.ndarray  # tokens by kind over the whole prompt (text, tool results, code)
+    reported: tuple[int, int, int | None] | None  # (cached, prompt, output) from usage
+    creation_1h: int  # cache writes with the 1-hour TTL (usage.cache_creation)
+    version: str
+    model: str
+    compacted: bool  # the chain stops at a compact_boundary
+    sidechain: bool
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.shape[0] for p in self.parts)
+
+
+@dataclass
+class FileCalls:
+    path: Path
+    calls: list[Call]
+    subagents_excluded: int = 0
+    progress_only: int = 0
+    shared_ids: int = 0  # message ids that name two API calls (merged into one)
+
+
+def _creation_1h(usage: Any) -> int:
+    cc = usage.get("cache_creation") if isinstance(usage, dict) else None
+    v = cc.get("ephemeral_1h_input_tokens") if isinstance(cc, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+
+def _usage_key(usage: Any) -> tuple[Any, ...] | None:
+    if not isinstance(usage, dict):
+        return None
+    return tuple(usage.get(k) for k in _USAGE_FIELDS)
+
+
+def calls(
     path: Path, options: ReadOptions, skips: SkipLog, enc: ChunkEncoder
-) -> Iterator[RequestBatch]:
-    """`read` with an explicit encoder (the benchmark passes one without a cache)."""
+) -> FileCalls:
+    """Every API call in one transcript file, in file order."""
     data = path.read_bytes()
     nodes = [
         _node(i, line, obj, path, skips, path.stem)
         for i, (line, obj) in enumerate(iter_json_lines(path, data, skips))
     ]
     t = _Transcript(path, nodes, enc, skips)
-    firsts: dict[str, _Node] = {}
-    lasts: dict[str, _Node] = {}
+    groups: dict[str, list[_Node]] = {}
     for n in nodes:
         if n.msg_id is not None:
-            firsts.setdefault(n.msg_id, n)
-            lasts[n.msg_id] = n
-    builder = BatchBuilder(str(path), block_tokens=1)
-    excluded = 0
+            groups.setdefault(n.msg_id, []).append(n)
+    out = FileCalls(path, [])
+    # A sub-agent file without its main session (not beside it, nor two folders up as in
+    # `<session>/subagents/`) is read as it is: nothing else holds those calls. Beside its
+    # main session, sub-agent calls wait for --subagents.
+    alone = bool(groups) and all(g[0].sidechain for g in groups.values()) and not any(
+        (d / f"{s}.jsonl").is_file()
+        for s in {g[0].session for g in groups.values()}
+        for d in (path.parent, path.parent.parent.parent)
+    )
     last_ts: float | None = None
-    for mid, first in firsts.items():
-        if first.sidechain and not options.subagents:
-            excluded += 1
+    for mid, group in groups.items():
+        first, last = group[0], group[-1]
+        if first.sidechain and not (options.subagents or alone):
+            out.subagents_excluded += 1
             continue
-        last = lasts[mid]
+        keys = {_usage_key(n.usage) for n in group if n.usage is not _MISSING}
+        keys.discard(None)
+        if len(keys) > 1:
+            # Records of one streamed response carry the same usage; two different usages
+            # under one id are two API calls. Counted; merged into the first.
+            out.shared_ids += 1
+            skips.skip(path, last.line, f"two API calls share message.id {mid!r} (different "
+                       "usage); merged into the first", "message.id")
         ts = first.timestamp if first.timestamp is not None else last_ts
         last_ts = ts
-        keys = t.prompt(first)
-        n_tokens = sum(k.shape[0] for k in keys)
+        members = frozenset(n.index for n in group)
+        msgs = t.messages(first, members)
+        compacted = t.compacted
+        # The request left when its newest prompt record was written (the first record of
+        # the response is written when it ends): the cache's lifetimes count from there.
+        stamps = [x for g in msgs for i in g if (x := nodes[i].timestamp) is not None]
+        sent = max(stamps) if stamps else ts
+        parts = [t._message(g) for g in msgs]
+        n_tokens = sum(k.shape[0] for k in parts)
         if n_tokens == 0:
             skips.skip(path, first.line, "assistant record with no prompt before it", "parentUuid")
             continue
+        kinds = np.zeros(3, dtype=np.float64)
+        for g, arr in zip(msgs, parts):
+            kinds += t.kind_tokens(g, arr.shape[0])
         usage = next(
             (n.usage for n in (last, first) if n.usage is not _MISSING), _MISSING
         )
         rep = _usage(usage, last.line, path, skips)
+        agent = first.agent if first.sidechain else None
+        out.calls.append(Call(
+            line=first.line, session=first.session,
+            context=f"{path}#{agent}" if agent else str(path),
+            timestamp=ts, sent=sent, parts=parts, blocks=[len(g) for g in msgs], kinds=kinds,
+            reported=rep, creation_1h=_creation_1h(usage), version=first.version,
+            model=first.model, compacted=compacted, sidechain=first.sidechain,
+        ))
+    out.progress_only = _progress_only_calls(path, nodes)
+    return out
+
+
+def read_with(
+    path: Path, options: ReadOptions, skips: SkipLog, enc: ChunkEncoder
+) -> Iterator[RequestBatch]:
+    """`read` with an explicit encoder (the benchmark passes one without a cache)."""
+    from xmemplan.text.hidden_prefix import prepare
+
+    found = calls(path, options, skips, enc)
+    hidden = getattr(options, "hidden_prefix", None)
+    tokens = getattr(options, "tokens", None)
+    prepared = prepare(found.calls, hidden, tokens == "calibrated")
+    builder = BatchBuilder(str(path), block_tokens=1)
+    for call, parts in zip(found.calls, prepared.parts):
+        rep = call.reported
         builder.add(
-            first.session, ts, n_tokens, keys,
+            call.session, call.timestamp, sum(p.shape[0] for p in parts), parts,
             output_tokens=rep[2] if rep else None,
             reported_cached_tokens=rep[0] if rep else None,
             reported_prompt_tokens=rep[1] if rep else None,
         )
     batch = builder.build(complete_sessions=not options.subagents)
-    if excluded:
-        batch.extras["subagent_requests_excluded"] = excluded
-    progress_only = _progress_only_calls(path, nodes)
-    if progress_only:
-        batch.extras["subagent_requests_progress_only"] = progress_only
+    if found.subagents_excluded:
+        batch.extras["subagent_requests_excluded"] = found.subagents_excluded
+    if found.progress_only:
+        batch.extras["subagent_requests_progress_only"] = found.progress_only
+    if found.shared_ids:
+        batch.extras["message_ids_shared_by_two_calls"] = found.shared_ids
+    if prepared.added_tokens:
+        batch.extras["hidden_prefix_tokens_added"] = prepared.added_tokens
     if len(batch) or batch.extras:
         yield batch
 

@@ -1,0 +1,321 @@
+"""Per API call of Claude Code transcripts: what the API served from cache, what we
+reconstruct, and why the two differ.
+
+For each call, in the API's tokens unless noted:
+- `api_cached_tokens` (C): `cache_read_input_tokens`;
+- `hit_tokens_plain` (h0, our tokens): the infinite-cache hit of the prompt as the transcript
+  holds it (what `hitrate` reports without these options);
+- `hit_tokens_hidden`: the same with the stand-in hidden prefix, in the run's units;
+- `hit_tokens_ceiling` (hw): with the stand-in and calibrated tokens; a conversation's first
+  call also gets the part of the prefix the API's shared cache already held (its own usage
+  says how much: `min(H, C)`), as other sessions of the same client keep it warm;
+- `hit_tokens_anthropic` (a): the same calls through the API's cache rules
+  (`anthropic_cache`): breakpoints, minimum length, 5-minute / 1-hour lifetimes.
+
+The difference `C - h0` is split into parts that sum to it: `tokens` (hc - h0, our
+tokenizer vs the API's, with hc the calibrated hit without the stand-in), `hidden_prefix`
+(hw - hc), then the gap `C - hw`:
+- above the ceiling: `unrecorded`, the part beyond the whole previous prompt of the
+  conversation (the API's own count), or beyond the warm prefix on a first call: content no
+  earlier call in the transcript carried, so a request the transcript does not hold wrote it;
+- below it: `compaction` or `edit` (the prompt does not extend the previous one: the whole
+  shortfall), else what the API's rules predict, at most the shortfall: `ttl` (an entry
+  expired: more than 5 minutes, or 1 hour, since it was last used), `min_length`, or
+  `breakpoint` (the longest written prefix ends before the previous prompt does);
+- a per-call `tokens` residual (the API's length of the previous prompt vs our calibrated
+  one), and what is left, `unexplained`.
+The call's `reason` is the largest part. Lifetimes count from when a request was sent (the
+time of its newest prompt record), not from when the response was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xxhash
+
+from xmemplan.hitrate import anthropic_cache as A
+from xmemplan.text.hidden_prefix import Estimate, prepare
+
+if TYPE_CHECKING:
+    from xmemplan.hitrate.pipeline import HitrateOptions
+    from xmemplan.traces.claude_transcript import Call
+
+REASONS = ("tokens", "hidden_prefix", "ttl", "breakpoint", "min_length", "edit", "compaction",
+           "unrecorded")
+
+
+@dataclass
+class CallsReport:
+    rows: list[dict[str, Any]]  # one per call, in time order
+    estimates: dict[str, Estimate]
+    files: list[dict[str, Any]]  # per file: ratios before/after
+    explained_share: float  # sum |explained parts| / sum |C - h0|
+    unexplained_tokens: int
+    difference_tokens: int
+    cache_rules: dict[str, Any] = field(default_factory=dict)  # what the model assumed
+
+
+class _Trie:
+    """Infinite prefix cache over prompts given as lists of token arrays (messages)."""
+
+    def __init__(self) -> None:
+        self.children: dict[int, list[np.ndarray]] = {}  # prefix hash -> next parts seen
+        self.nodes: set[int] = set()
+
+    def match_insert(self, parts: Sequence[np.ndarray], hashes: Sequence[int]) -> int:
+        hit = 0
+        prev = 0
+        full = True
+        for p, h in zip(parts, hashes):
+            if full and h in self.nodes:
+                hit += p.shape[0]
+            elif full:
+                best = 0
+                for q in self.children.get(prev, ()):
+                    m = min(p.shape[0], q.shape[0])
+                    neq = np.flatnonzero(p[:m] != q[:m])
+                    best = max(best, int(neq[0]) if neq.size else m)
+                hit += best
+                full = False
+            if h not in self.nodes:
+                self.nodes.add(h)
+                self.children.setdefault(prev, []).append(p)
+            prev = h
+        return hit
+
+
+def _chain(parts: Sequence[np.ndarray], memo: dict[int, int]) -> list[int]:
+    out = []
+    h = 0
+    for p in parts:
+        d = memo.get(id(p))
+        if d is None:
+            d = memo[id(p)] = xxhash.xxh3_64_intdigest(np.ascontiguousarray(p).tobytes())
+        h = xxhash.xxh3_64_intdigest(h.to_bytes(8, "little") + d.to_bytes(8, "little"))
+        out.append(h)
+    return out
+
+
+def _infinite(parts: list[list[np.ndarray]], universe: list[Any], order: np.ndarray,
+              memo: dict[int, int], warm_parts: dict[int, list[np.ndarray]] | None = None
+              ) -> np.ndarray:
+    tries: dict[Any, _Trie] = {}
+    hit = np.zeros(len(parts), dtype=np.int64)
+    for i in order:
+        t = tries.setdefault(universe[i], _Trie())
+        hit[i] = t.match_insert(parts[i], _chain(parts[i], memo))
+    return hit
+
+
+def _extends(prev: Sequence[np.ndarray], cur: Sequence[np.ndarray]) -> bool:
+    """The current prompt starts with the whole previous one (same message arrays)."""
+    if len(cur) < len(prev):
+        return False
+    for a, b in zip(prev[:-1], cur):
+        if a is not b and not np.array_equal(a, b):
+            return False
+    last, here = prev[-1], cur[len(prev) - 1]
+    return bool(here.shape[0] >= last.shape[0]
+                and np.array_equal(here[: last.shape[0]], last))
+
+
+def analyze_calls(paths: list[Path], options: HitrateOptions) -> CallsReport | None:
+    """The per-call report of the Claude Code transcripts among `paths`; None if none."""
+    from xmemplan.text.encoder import get_encoder
+    from xmemplan.traces import claude_transcript as CT
+    from xmemplan.traces.base import SkipLog
+    from xmemplan.traces.registry import discover
+
+    found = discover(paths, options.format_name)
+    files = [p for p, r in found.files if r.NAME == CT.NAME]
+    if not files:
+        return None
+    enc = get_encoder(options.tokenizer)
+    ro = options.read_options()
+    calls: list[Call] = []
+    file_of: list[str] = []
+    for p in files:
+        fc = CT.calls(p, ro, SkipLog(), enc)
+        calls.extend(fc.calls)
+        file_of.extend([str(p)] * len(fc.calls))
+    if not calls:
+        return None
+    return report(calls, file_of, options)
+
+
+def report(calls: Sequence[Call], file_of: Sequence[str], options: HitrateOptions
+           ) -> CallsReport:
+    mode = options.hidden_prefix if options.hidden_prefix not in (None, "none") else "auto"
+    calibrated = options.tokens == "calibrated"
+    plain = [c.parts for c in calls]
+    run = prepare(calls, mode, calibrated)  # the run's units, with the stand-in
+    cal = prepare(calls, None, True)  # API units, no stand-in
+    full = prepare(calls, mode, True)  # API units, with the stand-in
+    est = full.estimates
+    n = len(calls)
+    ts = np.array([np.nan if c.timestamp is None else c.timestamp for c in calls])
+    order = np.lexsort((np.arange(n), np.nan_to_num(ts, nan=np.inf)))
+    sent = np.array([np.nan if c.sent is None else c.sent for c in calls])
+    scope = options.scope if options.scope in ("session", "global") else "session"
+    universe: list[Any] = [c.session if scope == "session" else 0 for c in calls]
+    memo: dict[int, int] = {}
+    h0 = _infinite(plain, universe, order, memo)
+    hh = _infinite(run.parts, universe, order, memo)
+    hc = _infinite(cal.parts, universe, order, memo)
+    hw = _infinite(full.parts, universe, order, memo)
+
+    # Conversation order, previous call, warm prefix on a conversation's first call.
+    prev: list[int | None] = [None] * n
+    last: dict[str, int] = {}
+    warm = np.zeros(n, dtype=np.int64)
+    for i in order:
+        c = calls[i]
+        j = last.get(c.context)
+        prev[i] = j
+        last[c.context] = i
+        if j is None and c.reported is not None:
+            warm[i] = min(full.hidden[i], c.reported[0])
+    hw = np.maximum(hw, warm)
+
+    # The API's cache rules over the calibrated calls with the stand-in.
+    one_hour = {c.context for c in calls if c.creation_1h > 0}
+    mcalls = []
+    for i, c in enumerate(calls):
+        parts = full.parts[i]
+        lens = np.array([p.shape[0] for p in parts], dtype=np.int64)
+        blocks = np.array(([1] if full.hidden[i] else []) + c.blocks, dtype=np.int64)
+        bps = [0] if full.hidden[i] and len(parts) > 1 else []
+        bps.append(len(parts) - 1)
+        mcalls.append(A.ModelCall(
+            universe=0, timestamp=float(sent[i]), bounds=np.cumsum(lens),
+            hashes=_chain(parts, memo), blocks=np.cumsum(blocks), breakpoints=bps,
+            ttl_s=A.TTL_1H_S if c.context in one_hour else A.TTL_5M_S,
+            min_len=A.min_cacheable(c.model), warm=int(warm[i]),
+        ))
+    # The model replays in the order requests were sent.
+    sorder = np.lexsort((np.arange(n), np.nan_to_num(sent, nan=np.inf)))
+    mhits = A.replay([mcalls[i] for i in sorder])
+    a = np.zeros(n, dtype=np.int64)
+    a_nottl = np.zeros(n, dtype=np.int64)
+    blocked = np.zeros(n, dtype=bool)
+    for i, h in zip(sorder, mhits):
+        a[i], a_nottl[i], blocked[i] = h.tokens, h.without_ttl, h.blocked_by_min_length
+
+    rows = []
+    abs_diff = abs_unexpl = 0.0
+    for i in order:
+        c = calls[i]
+        j = prev[i]
+        edit = j is not None and not c.compacted and not _extends(calls[j].parts, c.parts)
+        compaction = c.compacted and (j is None or not calls[j].compacted
+                                      or calls[j].tokens > c.tokens)
+        part = dict.fromkeys(REASONS, 0.0)
+        rep = c.reported
+        row: dict[str, Any] = {
+            "file": file_of[i], "session_id": c.session, "context": c.context, "line": c.line,
+            "timestamp_s": None if np.isnan(ts[i]) else float(ts[i]),
+            "model": c.model, "version": c.version,
+            "prompt_tokens_plain": c.tokens, "hit_tokens_plain": int(h0[i]),
+            "prompt_tokens_hidden": int(sum(p.shape[0] for p in run.parts[i])),
+            "hit_tokens_hidden": int(hh[i]), "hidden_prefix_tokens": int(run.hidden[i]),
+            "prompt_tokens_calibrated": int(sum(p.shape[0] for p in full.parts[i])),
+            "hit_tokens_ceiling": int(hw[i]), "hit_tokens_anthropic": int(a[i]),
+            "api_cached_tokens": rep[0] if rep else None,
+            "api_prompt_tokens": rep[1] if rep else None,
+        }
+        if rep is None:
+            row.update(reason=None, unexplained_tokens=None, **{f"d_{k}": None for k in REASONS})
+            rows.append(row)
+            continue
+        cached = rep[0]
+        diff = cached - h0[i]
+        part["tokens"] = float(hc[i] - h0[i])
+        part["hidden_prefix"] = float(hw[i] - hc[i])
+        gap = float(cached - hw[i])  # what the API read beyond (+) or short of (-) the ceiling
+        # The API's previous prompt vs our calibrated length of it: a per-call token residual.
+        resid = 0.0
+        base = float(warm[i])
+        if j is not None and not edit and not compaction and calls[j].reported:
+            ours_prev = float(sum(p.shape[0] for p in full.parts[j]))
+            resid = calls[j].reported[1] - ours_prev
+            base = float(calls[j].reported[1])
+        rest = gap
+        if gap > 0:
+            # Beyond the whole previous prompt (the API's own count), or beyond the warm
+            # prefix on a first call: content that no earlier recorded call carried.
+            unrec = max(0.0, cached - max(float(hw[i]), base))
+            part["unrecorded"] = unrec
+            rest -= unrec
+        elif gap < 0:
+            name = None
+            if compaction:
+                name = "compaction"
+            elif edit:
+                name = "edit"
+            elif a_nottl[i] > a[i]:
+                name = "ttl"
+            elif a[i] < hw[i]:
+                name = "min_length" if blocked[i] else "breakpoint"
+            if name is not None:
+                # A structural cause explains all of the shortfall; the cache rules explain
+                # what the model predicts, at most the shortfall.
+                take = gap if name in ("compaction", "edit") else max(gap, float(a[i] - hw[i]))
+                part[name] += take
+                rest -= take
+        if rest * resid > 0:
+            take = float(np.sign(rest) * min(abs(rest), abs(resid)))
+            part["tokens"] += take
+            rest -= take
+        row.update({f"d_{k}": v for k, v in part.items()})
+        row["unexplained_tokens"] = float(rest)
+        big = max(part, key=lambda k: abs(part[k]))
+        row["reason"] = big if abs(part[big]) > 0 else "none"
+        abs_diff += abs(diff)
+        abs_unexpl += abs(rest)
+        rows.append(row)
+
+    files = _per_file(rows)
+    share = 1.0 - abs_unexpl / abs_diff if abs_diff else 1.0
+    return CallsReport(
+        rows=rows, estimates=est, files=files, explained_share=share,
+        unexplained_tokens=int(round(abs_unexpl)), difference_tokens=int(round(abs_diff)),
+        cache_rules={"ttl_s": A.TTL_5M_S, "ttl_1h_contexts": len(one_hour),
+                     "lookback_blocks": A.LOOKBACK_BLOCKS,
+                     "min_cacheable": {c.model: A.min_cacheable(c.model) for c in calls}},
+    )
+
+
+def _ratio(rows: list[dict[str, Any]], hit: str, prompt: str) -> float:
+    h = sum(r[hit] for r in rows)
+    p = sum(r[prompt] for r in rows)
+    return h / p if p else float("nan")
+
+
+def _per_file(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for name in dict.fromkeys(r["file"] for r in rows):
+        sel = [r for r in rows if r["file"] == name and r["api_cached_tokens"] is not None]
+        if not sel:
+            continue
+        reasons: dict[str, float] = {}
+        for r in sel:
+            for k in REASONS:
+                reasons[k] = reasons.get(k, 0.0) + abs(r[f"d_{k}"])
+        diff = sum(abs(r["api_cached_tokens"] - r["hit_tokens_plain"]) for r in sel)
+        unexpl = sum(abs(r["unexplained_tokens"]) for r in sel)
+        out.append({
+            "file": name, "calls": len(sel),
+            "api": _ratio(sel, "api_cached_tokens", "api_prompt_tokens"),
+            "plain": _ratio(sel, "hit_tokens_plain", "prompt_tokens_plain"),
+            "hidden": _ratio(sel, "hit_tokens_hidden", "prompt_tokens_hidden"),
+            "ceiling": _ratio(sel, "hit_tokens_ceiling", "prompt_tokens_calibrated"),
+            "anthropic": _ratio(sel, "hit_tokens_anthropic", "prompt_tokens_calibrated"),
+            "explained_share": 1.0 - unexpl / diff if diff else 1.0,
+            "reason_tokens": reasons,
+        })
+    return out

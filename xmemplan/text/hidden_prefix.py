@@ -1,0 +1,223 @@
+"""The part of each prompt a transcript does not hold, and token counts matched to the API's.
+
+A Claude Code transcript holds the conversation but not the system prompt and tool
+definitions sent before it, nor the reminders Claude Code injects. Each call's usage gives the
+length of the prompt the API saw, `input_tokens + cache_read_input_tokens +
+cache_creation_input_tokens`, so per conversation (a context: a session file, or one
+sub-agent) the reconstructed lengths `ours` and the API's `api` fit
+
+    api_i = H + k * ours_i
+
+by least squares over the context's calls: `k` is the API's tokens per token of ours (our
+tokenizer is not the model's), and `H`, the hidden prefix in the API's tokens, is the
+smallest of the per-call values `api_i - k * ours_i` (so the stand-in never makes a prompt
+longer than the API's; reminders injected later in a conversation raise the other values).
+Everything comes from the file's own usage records; nothing is tuned to a data set. The
+per-call values `api_i - k * ours_i` show how constant the prefix is (their spread).
+
+Per message kind (text, tool results, code), `k_kind` comes from the growth between
+consecutive calls, `api_i - api_{i-1} = sum_kind k_kind * (ours_kind_i - ours_kind_{i-1})`,
+a least-squares fit of the calls whose prompt extends the previous one.
+
+- `--hidden-prefix auto|N|none` prepends a stand-in of `H` tokens (auto) or N tokens. Its
+  token ids are a function of the client version, the model and the position only, so two
+  contexts of the same client version and model share the stand-in up to the shorter
+  length, and a global-scope replay sees the sharing the API's cache sees.
+- `--tokens calibrated` resamples each message's tokens to `round(n * k)` (one factor per
+  context; a message's tokens depend only on its content and that factor, so a shared
+  prefix of messages stays a shared prefix of tokens); lengths, hit tokens and the stand-in
+  are then in the API's tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import xxhash
+
+from xmemplan.errors import UsageError
+
+if TYPE_CHECKING:
+    from xmemplan.traces.claude_transcript import Call
+
+KINDS = ("text", "tool_result", "code")
+_POS_BITS = 24  # positions per stand-in (16 M tokens, far above any context window)
+
+
+def parse_mode(value: str | None) -> str | int | None:
+    """`--hidden-prefix`: None/'none' (nothing), 'auto', or a whole number of tokens."""
+    if value is None or value == "none":
+        return None
+    if value == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except ValueError:
+        raise UsageError(f"--hidden-prefix {value!r} is not auto, none or a token count",
+                         "use --hidden-prefix auto, none, or a number such as 20000") from None
+    if not 0 <= n < 1 << _POS_BITS:
+        raise UsageError(f"--hidden-prefix {n} is outside [0, {1 << _POS_BITS:,})",
+                         "give the hidden prefix in tokens, e.g. 20000")
+    return n
+
+
+def standin(version: str, model: str, n: int) -> np.ndarray:
+    """`n` stand-in token ids for the hidden prefix of (client version, model).
+
+    The ids lie above 2**62, far from any tokenizer's ids; a shorter stand-in of the same
+    version and model is a prefix of a longer one."""
+    tag = xxhash.xxh3_64_intdigest(f"{version}\0{model}".encode()) & ((1 << 37) - 1)
+    base = (1 << 62) | (tag << _POS_BITS)
+    ids = base + np.arange(n, dtype=np.int64)
+    ids.flags.writeable = False
+    return ids
+
+
+@dataclass
+class Estimate:
+    """The hidden prefix and token ratio of one context, from its usage."""
+
+    context: str
+    version: str
+    model: str
+    calls: int  # calls with usage
+    hidden_tokens: float  # H, in the API's tokens
+    api_per_ours: float  # k
+    spread: tuple[float, float, float]  # min, median, max of api_i - k * ours_i
+    fitted: bool  # False: too few calls for a line (k = 1, H = the smallest gap)
+    kind_api_per_ours: dict[str, float | None] = field(default_factory=dict)
+    kind_tokens: dict[str, float] = field(default_factory=dict)  # ours, summed over growth
+
+    @property
+    def ratio(self) -> float:
+        """Reconstructed / API-reported tokens (the inverse of k)."""
+        return 1.0 / self.api_per_ours if self.api_per_ours > 0 else float("nan")
+
+    def kind_ratios(self) -> dict[str, float | None]:
+        return {k: (1.0 / v if v else None) for k, v in self.kind_api_per_ours.items()}
+
+
+def _kind_fit(calls: Sequence[Call], ok: np.ndarray) -> tuple[dict[str, float | None],
+                                                               dict[str, float]]:
+    rows, ys = [], []
+    for i in range(1, len(calls)):
+        a, b = calls[i - 1], calls[i]
+        if not (ok[i] and ok[i - 1]) or b.compacted and not a.compacted:
+            continue
+        if b.tokens <= a.tokens or b.reported is None or a.reported is None:
+            continue
+        d = b.kinds - a.kinds
+        if np.any(d < -0.5):
+            continue  # not an extension of the previous prompt
+        rows.append(d)
+        ys.append(b.reported[1] - a.reported[1])
+    out: dict[str, float | None] = dict.fromkeys(KINDS)
+    totals = {k: 0.0 for k in KINDS}
+    if not rows:
+        return out, totals
+    x = np.array(rows)
+    y = np.array(ys, dtype=np.float64)
+    for j, k in enumerate(KINDS):
+        totals[k] = float(x[:, j].sum())
+    use = [j for j in range(3) if x[:, j].sum() > 0]
+    if len(rows) < len(use) + 1:
+        return out, totals
+    coef, *_ = np.linalg.lstsq(x[:, use], y, rcond=None)
+    for j, c in zip(use, coef):
+        out[KINDS[j]] = float(c) if c > 0 else None
+    return out, totals
+
+
+def estimate(context: str, calls: Sequence[Call]) -> Estimate | None:
+    """Fit `api = H + k * ours` over the context's calls with usage; None without usage."""
+    ok = np.array([c.reported is not None for c in calls])
+    if not ok.any():
+        return None
+    ours = np.array([c.tokens for c, o in zip(calls, ok) if o], dtype=np.float64)
+    api = np.array([c.reported[1] for c, o in zip(calls, ok) if o and c.reported],
+                   dtype=np.float64)
+    fitted = len(np.unique(ours)) >= 2
+    k, h = 1.0, float(np.min(api - ours))
+    if fitted:
+        k, h = (float(v) for v in np.polyfit(ours, api, 1))
+        if k <= 0:
+            fitted, k, h = False, 1.0, float(np.min(api - ours))
+    resid = api - k * ours
+    # The smallest per-call value, not the intercept: the stand-in never makes a prompt
+    # longer than the API's (content injected later in a conversation raises the others).
+    h = min(max(float(resid.min()), 0.0), float(api.min()))
+    kinds, totals = _kind_fit(calls, ok)
+    first = calls[0]
+    return Estimate(
+        context=context, version=first.version, model=first.model, calls=int(ok.sum()),
+        hidden_tokens=h, api_per_ours=k,
+        spread=(float(resid.min()), float(np.median(resid)), float(resid.max())),
+        fitted=fitted, kind_api_per_ours=kinds, kind_tokens=totals,
+    )
+
+
+def by_context(calls: Sequence[Call]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for i, c in enumerate(calls):
+        out.setdefault(c.context, []).append(i)
+    return out
+
+
+def scale(arr: np.ndarray, factor: float) -> np.ndarray:
+    """`arr` resampled to round(len * factor) tokens (at least 1), order kept."""
+    n = arr.shape[0]
+    m = max(1, int(round(n * factor))) if n else 0
+    if m == n:
+        return arr
+    idx = (np.arange(m, dtype=np.int64) * n) // m
+    return arr[idx]
+
+
+@dataclass
+class Prepared:
+    parts: list[list[np.ndarray]]  # per call, the arrays to replay
+    hidden: list[int]  # stand-in tokens per call
+    estimates: dict[str, Estimate]
+    added_tokens: int  # stand-in tokens over all calls
+
+
+def prepare(
+    calls: Sequence[Call], hidden: str | int | None, calibrated: bool
+) -> Prepared:
+    """Each call's arrays with the stand-in prepended and/or tokens calibrated."""
+    mode = parse_mode(hidden) if isinstance(hidden, str) else hidden
+    if mode is None and not calibrated:
+        return Prepared([c.parts for c in calls], [0] * len(calls), {}, 0)
+    estimates: dict[str, Estimate] = {}
+    parts: list[list[np.ndarray]] = [c.parts for c in calls]
+    hid = [0] * len(calls)
+    for ctx, idx in by_context(calls).items():
+        est = estimate(ctx, [calls[i] for i in idx])
+        if est is not None:
+            estimates[ctx] = est
+        k = est.api_per_ours if (est is not None and calibrated) else 1.0
+        if mode == "auto":
+            n = 0 if est is None else int(round(est.hidden_tokens / (1.0 if calibrated
+                                                                      else est.api_per_ours)))
+        else:
+            n = int(mode) if mode is not None else 0
+        memo: dict[int, np.ndarray] = {}
+        for i in idx:
+            c = calls[i]
+            out = []
+            if n:
+                out.append(standin(c.version, c.model, n))
+            for p in c.parts:
+                if k != 1.0:
+                    got = memo.get(id(p))
+                    if got is None:
+                        got = memo[id(p)] = scale(p, k)
+                    out.append(got)
+                else:
+                    out.append(p)
+            parts[i] = out
+            hid[i] = n
+    return Prepared(parts, hid, estimates, int(sum(hid)))
