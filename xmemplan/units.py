@@ -263,6 +263,14 @@ def parse_fraction(text: str | int | float, what: str = "fraction", *, lo_open: 
     return parse_number(text, what, 0.0, 1.0, lo_open=lo_open)
 
 
+def parse_percent(text: str | int | float, what: str = "percentage") -> float:
+    """A positive share that may exceed 1: `15%` -> 0.15, `0.15` -> 0.15, `1000%` -> 10."""
+    if isinstance(text, str) and text.strip().endswith("%"):
+        pct = parse_number(text.strip()[:-1], what, 0.0, None, lo_open=True)
+        return pct / 100.0
+    return parse_number(text, what, 0.0, None, lo_open=True)
+
+
 def parse_tokens(text: str | int | float, what: str = "tokens",
                  hi: int = MAX_PROMPT_TOKENS) -> int:
     """A token count of one prompt or page: a whole number in [1, hi]."""
