@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 from typer.exceptions import TyperException
@@ -57,11 +58,20 @@ _INTERRUPTED = "interrupted. Outputs are replaced only whole: no file was left h
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (see `xmemplan.errors` for the table)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    _state["debug"] = "--debug" in args
+    with warnings.catch_warnings():
+        if not _state["debug"]:
+            # numpy's "Mean of empty slice" and "invalid value" warnings are about values the
+            # commands already handle (NaN shown as '-'): not for the user's terminal.
+            warnings.simplefilter("ignore", RuntimeWarning)
+        return _run(args)
+
+
+def _run(args: list[str]) -> int:
     from xmemplan import errors
     from xmemplan.cli.views import render
 
-    args = sys.argv[1:] if argv is None else list(argv)
-    _state["debug"] = "--debug" in args
     try:
         result = app(args=args, prog_name="xmemplan", standalone_mode=False)
         code = int(result) if isinstance(result, int) else errors.ExitCode.OK

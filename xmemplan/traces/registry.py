@@ -43,18 +43,20 @@ READERS: dict[str, str] = {
 
 
 def _quiet_interrupt_in_workers() -> None:
-    """In a worker process, Ctrl-C ends the worker without a traceback.
+    """In a worker process, Ctrl-C is left to the parent.
 
-    The terminal sends SIGINT to the whole process group: the parent turns it into exit 130,
-    and without this every worker of the pool would print its own KeyboardInterrupt traceback.
-    Workers look their reader up here first thing, so this is the one place they all pass.
+    The terminal sends SIGINT to the whole process group. Without this every worker of the
+    pool prints its own KeyboardInterrupt traceback, and the broken pool makes the executor's
+    thread print another. Ignored here, only the parent stops: it cancels the files not yet
+    started, lets each worker finish its current file, and exits 130. Workers look their
+    reader up here first thing, so this is the one place they all pass.
     """
     import multiprocessing
 
     if multiprocessing.parent_process() is None:
         return
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def get_reader(name: str) -> ModuleType:
