@@ -9,7 +9,6 @@ import typer
 
 if TYPE_CHECKING:
     from xmemplan.hitrate.pipeline import HitrateResult
-    from xmemplan.hitrate.transcript_calls import CallsReport
 
 OUTPUT_FORMATS = ("table", "json", "csv")
 
@@ -102,19 +101,6 @@ def hitrate(
     plot: Path | None = typer.Option(
         None, "--plot", help="Write PNG charts to DIR (needs the 'plot' extra: matplotlib)."
     ),
-    hidden_prefix: str | None = typer.Option(
-        None, "--hidden-prefix", help="Claude Code transcripts: put a stand-in for the "
-        "system prompt and tools before each call: auto (its length measured from usage), "
-        "N tokens, or none.",
-    ),
-    tokens: str | None = typer.Option(
-        None, "--tokens", help="Claude Code transcripts: 'calibrated' scales each message "
-        "to the API's token count (fitted from usage); default: the tokenizer's.",
-    ),
-    cache_model: str | None = typer.Option(
-        None, "--cache-model", help="Claude Code transcripts: also replay the calls under "
-        "the Anthropic API's cache rules (anthropic), beside the infinite cache.",
-    ),
 ) -> None:
     """Replay traces through a prefix cache and report token-level hit ratios."""
     from xmemplan.cli.views import render
@@ -137,9 +123,6 @@ def hitrate(
                 f"format pass --trace-format {fmt}") if fmt in READERS else (
                 f"use one of {', '.join(OUTPUT_FORMATS)}, or --trace-format for the input")
         raise UsageError(f"unknown output format '{fmt}'", hint)
-    from xmemplan.units import MAX_PAGE_TOKENS, check_int
-
-    check_int(page_size, "--page-size", 1, MAX_PAGE_TOKENS, "tokens")
     if out is not None and out.suffix not in (".parquet", ".csv"):
         raise UsageError(f"cannot tell the type of '{out}'", "end --out with .parquet or .csv")
     # Outputs are checked before the replay: a missing folder or an input named as an output
@@ -149,16 +132,12 @@ def hitrate(
     for flag, path in (("--out", out), ("--profile-out", profile_out)):
         if path is not None:
             check_output(path, flag, traces)
-    from xmemplan.cli.views import transcripts as tv
-
-    tv.check_flags(hidden_prefix, tokens, cache_model)
     options = HitrateOptions(
         scope=scope, page_size=page_size, format_name=trace_format, subagents=subagents,
         strict=strict, workers=workers, executor=executor, ray_address=ray_address,
         tokenizer=tokenizer, session_field=session_field,
         timestamp_field=timestamp_field,
     )
-    options.hidden_prefix, options.tokens = hidden_prefix, tokens
     from xmemplan.cli.views.capacity import cli_spec
 
     options.capacity = cli_spec(
@@ -171,30 +150,17 @@ def hitrate(
             "matches no known trace format", path=result.unrecognized[0],
             hint="pass --trace-format NAME, or remove the file",
         )
-    _scope_note(result)
     if result.summary["requests"] == 0:
-        _warn_skips(result)  # the notes say why (e.g. "add --subagents") before the error
-        if any("add --subagents" in n for n in result.notes):
-            raise InputError("the input holds only sub-agent requests",
-                             hint="add --subagents to read them")
         raise InputError(
             "no requests could be read from the input",
             hint=_skip_text(result) or "check the paths and --trace-format",
         )
-    calls = None
-    if hidden_prefix or tokens or cache_model:  # the per-call report: transcripts only
-        from xmemplan.hitrate.transcript_calls import analyze_calls
-
-        options.scope = result.scope
-        calls = analyze_calls(list(traces), options)
     if out is not None:
         import io
 
         from xmemplan.jsonio import write_output
 
         frame = result.requests_frame()
-        if calls is not None:
-            frame = tv.out_columns(frame, calls)
         buf = io.BytesIO()
         if out.suffix == ".parquet":
             frame.write_parquet(buf)
@@ -202,7 +168,7 @@ def hitrate(
             frame.write_csv(buf)
         write_output(out, buf.getvalue(), "--out")
         render.info(f"Wrote {len(frame):,} requests to {out}")
-    _report(result, fmt, calls, cache_model)
+    _report(result, fmt)
     if result.capacity is not None:
         from xmemplan.cli.views.capacity import finish_cli
 
@@ -211,34 +177,13 @@ def hitrate(
 
 def _skip_text(result: HitrateResult) -> str:
     parts = []
-    files = result.skips.files
-    lines = result.skips.total - files
-    if lines:
-        parts.append(f"{lines:,} lines skipped")
-    if files:
-        parts.append(f"{files:,} files skipped")
-    if result.skips.total_warned:
-        parts.append(f"{result.skips.total_warned:,} lines read with a warning")
+    if result.skips.total:
+        parts.append(f"{result.skips.total:,} lines skipped")
     if result.unrecognized:
         parts.append(f"{len(result.unrecognized)} files in no known format")
     if result.empty:
         parts.append(f"{len(result.empty)} empty files")
     return ", ".join(parts)
-
-
-def _scope_note(result: HitrateResult) -> None:
-    """`--scope session` on a format without sessions: every request is its own session, so
-    the ratio is 0 by construction. Say so rather than print a bare 0.0."""
-    from xmemplan.traces.registry import get_reader
-
-    if result.scope != "session":
-        return
-    none = sorted(n for n in result.files_by_format if not get_reader(n).HAS_SESSIONS)
-    if none:
-        result.notes.append(
-            f"{', '.join(none)} traces carry no session ids: under --scope session every "
-            "request is its own session and can hit only itself (0 by construction); use "
-            "--scope global (or auto)")
 
 
 def _warn_skips(result: HitrateResult) -> None:
@@ -252,18 +197,12 @@ def _warn_skips(result: HitrateResult) -> None:
         render.warn(f"{text}.")
         for ex in result.skips.examples[:5]:
             render.warn(f"  {ex.where()}: {ex.reason}")
-        for ex in result.skips.warn_examples[:5]:
-            render.warn(f"  {ex.where()}: {ex.reason}")
         for p in result.unrecognized[:5]:
             render.warn(f"  {p}: matches no known trace format (skipped)")
 
 
-def _report(
-    result: HitrateResult, fmt: str, calls: CallsReport | None = None,
-    cache_model: str | None = None,
-) -> None:
+def _report(result: HitrateResult, fmt: str) -> None:
     from xmemplan.cli.views import render
-    from xmemplan.cli.views import transcripts as tv
     from xmemplan.hitrate.metrics import METRIC_LABELS
 
     s = result.summary
@@ -282,14 +221,11 @@ def _report(
             "unrecognized_files": result.unrecognized,
             "empty_files": result.empty,
             "notes": result.notes,
-            "warnings": dict(result.skips.warned),
         }
         if result.reported is not None:
             payload["reported"] = result.reported
         if result.capacity is not None:
             payload["capacity"] = result.capacity.to_json()
-        if calls is not None:
-            payload["transcripts"] = tv.to_json(calls, cache_model)
         render.emit_json(payload)
         return
     if fmt == "csv":
@@ -338,7 +274,3 @@ def _report(
                 "reconstructed (docs/text-traces.md)."
             ),
         )
-    if calls is not None:
-        added = int(result.summary.get("requests", 0) or 0)
-        total = sum(r["hidden_prefix_tokens"] for r in calls.rows)
-        tv.show(calls, cache_model, total, total // max(len(calls.rows), 1) if added else 0)
