@@ -1,23 +1,32 @@
 """Prefill TTFT when a cached prefix is loaded from a KV tier: pure, vectorized functions.
 
-Notation (research/perf-model.md sections 2.1-2.4): S prompt tokens, P hit tokens (the
-cached prefix), b KV bytes per token, L layers.
+Notation (research/perf-model.md sections 2.1-2.4; docs/model.md has every formula and
+constant): S prompt tokens, P hit tokens (the cached prefix), b KV bytes per token per GPU
+(`kv_bytes_per_token_per_gpu`, split by the deployment `Shape`), L layers.
 
-    compute  = 2 x active params x (S - P) / (eta_lin x peak[weight dtype])
-             + coef x (S^2 - P^2)            / (eta_attn x peak[bf16])
-               with coef = L x q_heads x (d_qk + d_v)   (causal attention)
+    compute  = max(linear FLOPs / (tp x eta_lin[dtype] x peak), passes x active weight
+                   bytes / (hbm_eff x HBM bw))                         (linear / MoE)
+             + max(attention FLOPs / (ranks x eta_attn x peak[attn dtype]), passes x
+                   S x b / (hbm_eff x HBM bw))                         (attention)
+               linear FLOPs = 2 x active params x (S - P);
+               attention FLOPs = L x q_heads x (d_qk + d_v) x (S^2 - P^2) (causal);
+               active weight bytes = dense + experts x (1 - (1 - k/E)^tokens per pass)
+             + sm_interference x min(load, compute)   (kernel copies overlapping compute)
     load     = P x b / effective bandwidth + tier latency        (0 when P = 0)
-    effective bandwidth = min(tier per-GPU path, per-GPU link limit, the GPU's link,
-                              node bandwidth x nodes / GPUs loading)
-                          x link efficiency x transfer-size efficiency
-    t0 = fixed overhead + per-token overhead x S    (host side: scheduling, prefix hashing)
+    effective bandwidth = min(GPU link, tier path, per-GPU link, host path for k loaders)
+                          x link efficiency x transfer-size efficiency,
+                          capped by node bw x node_efficiency x nodes / GPUs loading
+    t0 = fixed overhead[engine] + per-token overhead[engine] x S  (fitted on full hits)
     one request:  sum   t0 + load + compute              (vLLM OffloadingConnector)
                   layer t0 + max(load, compute) + min(load, compute) / L   (SGLang HiCache)
                   max   t0 + max(load, compute)           (perfect overlap, a lower bound)
-    N in flight on one GPU (FIFO, loads and compute are two pipelined stages sharing the
-    GPU's link and its compute): request i (1..N) finishes at
+    N in flight on one GPU: request i (1..N) finishes at
                   one request + (i - 1) x max(load, compute)
 
+Functions other modules call: `request_flops`, `active_weight_bytes`,
+`kv_bytes_per_token_per_gpu`, `weight_bytes_per_gpu`, `load_bandwidth` (k loaders),
+`host_path_limit`, `node_effective_bandwidth`, `host_tier_for`, `notes`,
+`over_max_context`, `with_kv_dtype`, `check_shape`, `smallest_shape`, `calibration_for`.
 Every function takes numpy arrays or scalars for prompt and hit tokens and broadcasts.
 Units: tokens, bytes, seconds, bytes per second, FLOP.
 """
