@@ -9,6 +9,7 @@ import typer
 
 if TYPE_CHECKING:
     from xmemplan.hitrate.pipeline import HitrateResult
+    from xmemplan.hitrate.transcript_calls import CallsReport
 
 OUTPUT_FORMATS = ("table", "json", "csv")
 
@@ -101,6 +102,19 @@ def hitrate(
     plot: Path | None = typer.Option(
         None, "--plot", help="Write PNG charts to DIR (needs the 'plot' extra: matplotlib)."
     ),
+    hidden_prefix: str | None = typer.Option(
+        None, "--hidden-prefix", help="Claude Code transcripts: put a stand-in for the "
+        "system prompt and tools before each call: auto (its length measured from usage), "
+        "N tokens, or none.",
+    ),
+    tokens: str | None = typer.Option(
+        None, "--tokens", help="Claude Code transcripts: 'calibrated' scales each message "
+        "to the API's token count (fitted from usage); default: the tokenizer's.",
+    ),
+    cache_model: str | None = typer.Option(
+        None, "--cache-model", help="Claude Code transcripts: also replay the calls under "
+        "the Anthropic API's cache rules (anthropic), beside the infinite cache.",
+    ),
 ) -> None:
     """Replay traces through a prefix cache and report token-level hit ratios."""
     from xmemplan.cli.views import render
@@ -132,12 +146,16 @@ def hitrate(
     for flag, path in (("--out", out), ("--profile-out", profile_out)):
         if path is not None:
             check_output(path, flag, traces)
+    from xmemplan.cli.views import transcripts as tv
+
+    tv.check_flags(hidden_prefix, tokens, cache_model)
     options = HitrateOptions(
         scope=scope, page_size=page_size, format_name=trace_format, subagents=subagents,
         strict=strict, workers=workers, executor=executor, ray_address=ray_address,
         tokenizer=tokenizer, session_field=session_field,
         timestamp_field=timestamp_field,
     )
+    options.hidden_prefix, options.tokens = hidden_prefix, tokens
     from xmemplan.cli.views.capacity import cli_spec
 
     options.capacity = cli_spec(
@@ -151,16 +169,27 @@ def hitrate(
             hint="pass --trace-format NAME, or remove the file",
         )
     if result.summary["requests"] == 0:
+        if any("add --subagents" in n for n in result.notes):
+            raise InputError("the input holds only sub-agent requests",
+                             hint="add --subagents to read them")
         raise InputError(
             "no requests could be read from the input",
             hint=_skip_text(result) or "check the paths and --trace-format",
         )
+    calls = None
+    if hidden_prefix or tokens or cache_model:  # the per-call report: transcripts only
+        from xmemplan.hitrate.transcript_calls import analyze_calls
+
+        options.scope = result.scope
+        calls = analyze_calls(list(traces), options)
     if out is not None:
         import io
 
         from xmemplan.jsonio import write_output
 
         frame = result.requests_frame()
+        if calls is not None:
+            frame = tv.out_columns(frame, calls)
         buf = io.BytesIO()
         if out.suffix == ".parquet":
             frame.write_parquet(buf)
@@ -168,7 +197,7 @@ def hitrate(
             frame.write_csv(buf)
         write_output(out, buf.getvalue(), "--out")
         render.info(f"Wrote {len(frame):,} requests to {out}")
-    _report(result, fmt)
+    _report(result, fmt, calls, cache_model)
     if result.capacity is not None:
         from xmemplan.cli.views.capacity import finish_cli
 
@@ -201,8 +230,12 @@ def _warn_skips(result: HitrateResult) -> None:
             render.warn(f"  {p}: matches no known trace format (skipped)")
 
 
-def _report(result: HitrateResult, fmt: str) -> None:
+def _report(
+    result: HitrateResult, fmt: str, calls: CallsReport | None = None,
+    cache_model: str | None = None,
+) -> None:
     from xmemplan.cli.views import render
+    from xmemplan.cli.views import transcripts as tv
     from xmemplan.hitrate.metrics import METRIC_LABELS
 
     s = result.summary
@@ -226,6 +259,8 @@ def _report(result: HitrateResult, fmt: str) -> None:
             payload["reported"] = result.reported
         if result.capacity is not None:
             payload["capacity"] = result.capacity.to_json()
+        if calls is not None:
+            payload["transcripts"] = tv.to_json(calls, cache_model)
         render.emit_json(payload)
         return
     if fmt == "csv":
@@ -274,3 +309,7 @@ def _report(result: HitrateResult, fmt: str) -> None:
                 "reconstructed (docs/text-traces.md)."
             ),
         )
+    if calls is not None:
+        added = int(result.summary.get("requests", 0) or 0)
+        total = sum(r["hidden_prefix_tokens"] for r in calls.rows)
+        tv.show(calls, cache_model, total, total // max(len(calls.rows), 1) if added else 0)

@@ -273,7 +273,12 @@ def report(calls: Sequence[Call], file_of: Sequence[str], options: HitrateOption
             rest -= take
         row.update({f"d_{k}": v for k, v in part.items()})
         row["unexplained_tokens"] = float(rest)
-        big = max(part, key=lambda k: abs(part[k]))
+        # The reason: the largest cause other than the two every call has (tokens, hidden
+        # prefix) when it is material (16 tokens or more), else the largest part.
+        causes = {k: v for k, v in part.items() if k not in ("tokens", "hidden_prefix")}
+        big = max(causes, key=lambda k: abs(causes[k]))
+        if abs(causes[big]) < 16:
+            big = max(part, key=lambda k: abs(part[k]))
         row["reason"] = big if abs(part[big]) > 0 else "none"
         abs_diff += abs(diff)
         abs_unexpl += abs(rest)
