@@ -199,6 +199,17 @@ def _hits(matched: np.ndarray, block: np.ndarray, prompt: np.ndarray, page: int)
     return hit
 
 
+def _match_chained(
+    batch: S.RequestBatch, keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray
+) -> np.ndarray | None:
+    """Block traces in one cache with prefix-chained ids (Mooncake): numpy, no numba start."""
+    if resets[1:].any() or (batch.block_tokens <= 1).any():
+        return None
+    from xmemplan.prefix.chained import MAX_KEYS, match_chained
+
+    return match_chained(keys, offsets) if keys.shape[0] <= MAX_KEYS else None
+
+
 def replay(
     batch: S.RequestBatch, scope: str, page_size: int, capacity: CapacitySpec | None = None
 ) -> Replayed:
@@ -224,10 +235,12 @@ def replay(
         matched = match_prompts(batch.prompts, batch.nodes[order], resets)
         hit = _hits(matched, batch.block_tokens[order], prompt, page_size)
     elif capacity is None:
-        from xmemplan.prefix.matcher import match
-
         keys, offsets = _take(batch, order)
-        matched = match(keys, offsets, resets)
+        matched = _match_chained(batch, keys, offsets, resets)
+        if matched is None:
+            from xmemplan.prefix.matcher import match
+
+            matched = match(keys, offsets, resets)
         hit = _hits(matched, batch.block_tokens[order], prompt, page_size)
     else:
         # one LRU pass also gives the infinite cache's hits (tests check they agree)

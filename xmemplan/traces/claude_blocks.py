@@ -18,15 +18,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from xmemplan.traces.base import ReadOptions, SkipLog, check_int, int_array, read_input
-from xmemplan.traces.fastjson import Extracted, extract
 from xmemplan.traces.keys import namespace
 from xmemplan.traces.schema import NULL_INT, RequestBatch
+
+if TYPE_CHECKING:  # numba loads only when a file of this format is read
+    from xmemplan.traces.fastjson import Extracted
 
 NAME = "claude-blocks"
 HAS_SESSIONS = True
@@ -214,6 +216,8 @@ def _docs(data: bytes, path: Path, skips: SkipLog) -> list[tuple[int | None, Any
 
 def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBatch]:
     raw = read_input(path)
+    from xmemplan.traces.fastjson import extract
+
     fast = extract(raw, "hash_ids")
     id_source: _Ids | None = None
     if fast is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,8 +25,10 @@ from xmemplan.traces.base import (
     iter_json_lines,
     read_input,
 )
-from xmemplan.traces.fastjson import Extracted, extract
 from xmemplan.traces.schema import RequestBatch
+
+if TYPE_CHECKING:  # numba loads only when a file of this format is read
+    from xmemplan.traces.fastjson import Extracted
 
 NAME = "tokens"
 HAS_SESSIONS = True
@@ -116,6 +118,8 @@ def _fast_ids(data: bytes) -> _ByLine | None:
     Used only when every list sits on one line and no line holds two, so line numbers of the
     emptied text are those of the file.
     """
+    from xmemplan.traces.fastjson import extract
+
     fast = extract(data, "input_ids")
     if fast is None or fast.text.count(b"\n") != data.count(b"\n"):
         return None
