@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 
 from xmemplan.prefix.chained import match_chained
 from xmemplan.prefix.matcher import match
+
 
 def _requests(paths: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     keys = np.array([k for p in paths for k in p], dtype=np.int64)
