@@ -236,12 +236,12 @@ def replay(
         hit = _hits(matched, batch.block_tokens[order], prompt, page_size)
     elif capacity is None:
         keys, offsets = _take(batch, order)
-        matched = _match_chained(batch, keys, offsets, resets)
-        if matched is None:
+        chained = _match_chained(batch, keys, offsets, resets)
+        if chained is None:
             from xmemplan.prefix.matcher import match
 
-            matched = match(keys, offsets, resets)
-        hit = _hits(matched, batch.block_tokens[order], prompt, page_size)
+            chained = match(keys, offsets, resets)
+        hit = _hits(chained, batch.block_tokens[order], prompt, page_size)
     else:
         # one LRU pass also gives the infinite cache's hits (tests check they agree)
         keys, offsets = _take(batch, order)
