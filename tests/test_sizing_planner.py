@@ -1,164 +1,139 @@
-"""The planner: options, node counts, compute-bound verdicts, queueing, the seed claims."""
+"""The planner over simulated traffic: GPU and node searches, the answer, capacities."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from xmemplan.catalog import load_catalog
 from xmemplan.errors import UsageError
-from xmemplan.sizing.calibration import v6_max_ratio
-from xmemplan.sizing.model import DEFAULT_CALIBRATION, ttft
-from xmemplan.sizing.planner import SizeRequest, plan
+from xmemplan.sizing.planner import Planner, plan
 from xmemplan.sizing.request import build_request
-from xmemplan.sizing.workload import from_flags
-
-CAT = load_catalog()
+from xmemplan.sizing.workload import Arrivals, Workload, arrivals, from_flags
 
 
-def _req(slo: float = 0.5, prompt: int = 65_536, hit: float = 0.98, **kw: object
-         ) -> SizeRequest:
-    base = SizeRequest(
-        slo_s=slo, model=CAT.model("qwen3-30b-a3b-fp8"), gpu=CAT.gpu("h100-sxm"),
-        hbm=CAT.tier("hbm"), host=CAT.tier("host-dram-pcie5"), xmem=CAT.tier("xmem"),
-        workload=from_flags(prompt, hit, "test"),
-    )
-    return replace(base, **kw)  # type: ignore[arg-type]
+def _req(slo: str = "500ms", **kw: object):  # type: ignore[no-untyped-def]
+    kw.setdefault("requests", 1500)
+    req, _ = build_request(ttft_slo=slo, **kw)  # type: ignore[arg-type]
+    return req
 
 
-def test_seed_scenario_is_compute_bound_on_one_h100() -> None:
-    # research/perf-model.md 2.7: at 64K, 8 in flight, h = 0.98 the residual compute of the
-    # 8 prefills alone is about 1 s, so 500 ms cannot be met whatever the tier.
-    r = plan(_req())
-    assert r.compute_bound
-    assert r.recommended_nodes is None and r.nodes_for_bandwidth is None
-    assert r.compute_only_ttft_p99_ms > 500
-    assert "Compute alone breaks" in r.verdict
-    assert 1 <= r.max_concurrency_meeting_slo < 8
-    assert any("GPUs" in x for x in r.reasons)
-    assert not r.option("xmem").meets_slo and not r.option("host-dram").meets_slo
-    # Fewer prefills in flight then fit: the suggestion is consistent with the model.
-    ok = plan(_req(concurrency=r.max_concurrency_meeting_slo))
-    assert not ok.compute_bound
+def test_fewest_gpus_is_the_smallest_count_that_meets_the_slo() -> None:
+    req = _req("500ms")
+    p = Planner(req)
+    g = p.fewest_gpus("host-dram")
+    assert g is not None and g >= 2
+    assert p.run("host-dram", g).meets_slo
+    assert not p.run("host-dram", g - 1).meets_slo
+    # more load needs at least as many GPUs
+    busier = Planner(replace(req, load=Arrivals("poisson", rate_rps=10.0)))
+    g2 = busier.fewest_gpus("host-dram")
+    assert g2 is not None and g2 > g
 
 
-def test_bandwidth_bound_case_recommends_nodes_with_reasons() -> None:
-    r = plan(_req(slo=0.25, hit=1.0, concurrency=4, gpus=72))
-    assert not r.compute_bound
-    assert r.required_bandwidth_per_gpu_gb_per_s is not None
-    need = r.required_bandwidth_per_gpu_gb_per_s * 1e9
-    eff = 350 / 450
-    assert r.nodes_for_bandwidth == math.ceil(72 * need / (4e12 * eff))
-    assert r.recommended_nodes == max(r.nodes_for_bandwidth, r.nodes_for_capacity)
-    xm = r.option("xmem")
-    assert xm.meets_slo and xm.nodes == r.recommended_nodes
-    assert not r.option("host-dram").meets_slo
-    assert r.speedup_vs_host_dram_p50 is not None and r.speedup_vs_host_dram_p50 > 2
-    # One node fewer than the bandwidth need would miss the SLO.
-    if r.nodes_for_bandwidth > 1:
-        fewer = _req(slo=0.25, hit=1.0, concurrency=4, gpus=72)
-        from xmemplan.sizing.planner import ttft_percentiles
-
-        (p99,), _ = ttft_percentiles(fewer, fewer.xmem, fewer.workload.hit_tokens,
-                                     nodes=r.nodes_for_bandwidth - 1, percentiles=(99.0,))
-        assert p99 > 0.25
+def test_never_recommends_xmem_when_host_dram_complies() -> None:
+    r = plan(_req("2s"), with_table=False, with_curve=False)
+    assert r.gpus_host_dram is not None and r.gpus_xmem is not None
+    assert r.gpus_host_dram <= r.gpus_xmem
+    assert r.answer.startswith("0 X-Mem nodes for ")
+    assert "X-Mem adds" in r.answer and "headroom" in r.answer
+    assert r.cheapest in ("host-dram", "hbm-only")
 
 
-def test_capacity_drives_nodes_when_the_working_set_is_large() -> None:
-    r = plan(_req(slo=2.0, hit=1.0, concurrency=1, gpus=8,
-                  working_set_tokens=100e12 / 98_304))
+def test_xmem_answer_when_it_saves_gpus() -> None:
+    # Full hits of 128Ki tokens: a load from host DRAM takes ~260 ms, from X-Mem ~40 ms;
+    # at a 300 ms SLO host DRAM needs more GPUs (or none complies).
+    r = plan(_req("300ms", prompt_tokens="128Ki", hit_rate=1.0, rate=20.0,
+                  output_tokens=1), with_table=False, with_curve=False)
+    assert r.gpus_xmem is not None
+    assert r.gpus_host_dram is None or r.gpus_host_dram > r.gpus_xmem
+    n = r.recommended_nodes
+    assert n is not None and r.answer.startswith(f"{n} X-Mem node")
+    assert f"for {r.gpus_xmem} GPUs" in r.answer.splitlines()[0]
+    assert r.cheapest == "xmem"
+
+
+def test_node_bandwidth_search_finds_the_least_nodes() -> None:
+    # 16 GPUs pulling full 64Ki-token hits from nodes of 200 GB/s each (a what-if tier):
+    # the nodes' bandwidth, shared by every GPU loading at once, sets the count.
+    req = _req("200ms", prompt_tokens="64Ki", hit_rate=1.0, rate=120.0, output_tokens=1)
+    req = replace(req, xmem=replace(req.xmem, node_bandwidth_bytes_per_s=200e9))
+    p = Planner(req)
+    g = 16
+    n = p.fewest_nodes(g, slo_s=0.2)
+    assert n is not None and n > 1
+    assert p.run("xmem", g, n).slo_value_ms <= 200
+    assert p.run("xmem", g, n - 1).slo_value_ms > 200
+
+
+def test_capacity_nodes_from_the_working_set() -> None:
+    r = plan(_req("5s", working_set="100TB", rate=1.0), with_table=False, with_curve=False)
     assert r.nodes_for_capacity == 5  # 100 TB over 24 TB nodes
-    assert r.recommended_nodes == 5
 
 
-def test_link_limit_means_no_node_count_helps() -> None:
-    # 64 in flight at 100 % hit with a tight SLO: more than 350 GB/s per GPU needed.
-    r = plan(_req(slo=0.2, hit=1.0, concurrency=64))
-    assert r.nodes_for_bandwidth is None
-    if not r.compute_bound:
-        assert "no node count" in r.verdict
+def test_lru_curve_sets_hits_per_option_not_a_proportional_rule() -> None:
+    w = replace(from_flags(65_536, 0.98, "t"),
+                capacity_curve=((1e5, 0.2), (1e6, 0.6), (1e7, 0.98)))
+    assert w.hit_at_capacity(1e6, None) == pytest.approx(0.6)
+    assert w.hit_at_capacity(1e8, None) == pytest.approx(0.98)
+    # without a curve: all when the working set fits, none when it does not (LRU cliff)
+    flat = from_flags(65_536, 0.98, "t")
+    assert flat.hit_at_capacity(2e9, 1e9) == pytest.approx(0.98)
+    assert flat.hit_at_capacity(5e8, 1e9) == 0.0
+    p = Planner(replace(_req("1s"), workload=w))
+    h_hbm, share_hbm = p.hit_split("hbm-only", 1, 0)
+    h_x, share_x = p.hit_split("xmem", 1, 1)
+    assert h_hbm < h_x == pytest.approx(0.98)
+    assert share_hbm == pytest.approx(1.0) and 0 < share_x < 1
 
 
-def test_p99_at_least_p50_and_queueing_adds_delay() -> None:
-    base = plan(_req(slo=2.0, prompt=32_768, hit=0.99, concurrency=2))
-    queued = plan(_req(slo=2.0, prompt=32_768, hit=0.99, concurrency=2, rate_rps=40.0))
-    for r in (base, queued):
-        for o in r.options:
-            assert o.ttft_p99_ms >= o.ttft_p50_ms
-    assert queued.option("xmem").ttft_p99_ms > base.option("xmem").ttft_p99_ms
-    overloaded = plan(_req(slo=2.0, prompt=32_768, hit=0.99, concurrency=2, rate_rps=1e4))
-    assert math.isinf(overloaded.option("xmem").ttft_p99_ms)
-    assert not overloaded.option("xmem").meets_slo
-    assert "arrival rate" in overloaded.option("xmem").note
+def test_compute_bound_tries_wider_replicas() -> None:
+    # 128Ki-token prompts at a 60 % hit: one H100 per replica cannot meet 1 s; TP can.
+    r = plan(_req("1s", prompt_tokens="128Ki", hit_rate=0.6, rate=0.5, output_tokens=1),
+             with_table=False, with_curve=False)
+    if r.shape == "tp1":
+        assert r.cheapest == "none" and "compute" in r.binding
+    else:
+        assert "as tp" in r.answer and r.reasons[0].startswith("At tp1")
 
 
-def test_sensitivity_table_shape_and_monotonicity() -> None:
-    s = plan(_req(slo=1.0)).sensitivity
-    grid = np.array(s["ttft_p99_ms"])
-    assert grid.shape == (len(s["hit_rates"]), len(s["bandwidths_gb_per_s"]))
-    assert np.all(np.diff(grid, axis=1) <= 1e-9)  # more bandwidth never hurts
-    assert grid[-1, 0] > grid[-1, -1] * 5  # at 100 % hit bandwidth dominates
+def test_warm_and_cold_split() -> None:
+    w = Workload("mix", np.array([32_768.0, 32_768.0]), np.array([32_000.0, 0.0]), 0.49)
+    r = plan(replace(_req("60s", rate=0.5), workload=w), with_table=False, with_curve=False)
+    pt = r.option("host-dram").point
+    assert pt is not None
+    assert pt.ttft_ms["cold"]["p50"] > 5 * pt.ttft_ms["warm"]["p50"]
 
 
-def test_seed_single_request_long_context_xmem_gain() -> None:
-    # Blog: single request, long context, X-Mem up to ~6.7x faster than host DRAM.
-    ratio = v6_max_ratio(DEFAULT_CALIBRATION.for_engine("sglang"), CAT)
-    assert 4.0 < ratio < 6.7
-    m, g = CAT.model("qwen3-30b-a3b-fp8"), CAT.gpu("h100-sxm")
-    short = ttft(m, g, CAT.tier("host-dram"), 1024, 960).ttft_s / ttft(
-        m, g, CAT.tier("xmem"), 1024, 960).ttft_s
-    assert float(short) < 1.5  # at 1K the fixed overhead dominates: nearly flat
-
-
-def _ratio(gpu: str, hit: float, overlap: str) -> float:
-    m = CAT.model("qwen3-30b-a3b-fp8")
-    g = CAT.gpu(gpu)
-    s = 65_536
-    d = ttft(m, g, CAT.tier("host-dram"), s, math.floor(hit * s), concurrency=8,
-             overlap=overlap, gpus_loading=8)
-    x = ttft(m, g, CAT.tier("xmem"), s, math.floor(hit * s), concurrency=8,
-             overlap=overlap, gpus_loading=8)
-    return float(d.ttft_s / x.ttft_s)
-
-
-def test_blog_3x_at_98_percent_holds_only_with_more_compute() -> None:
-    # docs/model.md "worked seed example": on one H100 the 8 prefills' residual compute
-    # hides most of the load, so X-Mem gains well under 3x at 98 %; with B200/GB200-class
-    # compute per replica (or >= 99 % hit) it approaches 3x.
-    for overlap in ("sum", "layer"):
-        assert _ratio("h100-sxm", 0.98, overlap) < 1.6
-        assert 2.4 < _ratio("gb200", 0.98, overlap) < 3.3
-        assert _ratio("h100-sxm", 0.99, overlap) > 2.0
-        assert _ratio("h100-sxm", 1.0, overlap) > 6.0
+def test_arrivals_generators() -> None:
+    a, prev, think, route = arrivals(Arrivals("poisson", rate_rps=10.0), 20_000, 1)
+    assert np.all(prev == -1) and (20_000 / a[-1]) == pytest.approx(10.0, rel=0.03)
+    a, prev, think, route = arrivals(Arrivals("users", users=4, think_s=2.0), 12, 1)
+    assert list(prev[:4]) == [-1] * 4 and list(prev[4:8]) == [0, 1, 2, 3]
+    assert np.all(route[4:] == -2) and np.all(think >= 0)
+    # a trace: two sessions, starts compressed 10x, gaps inside a session kept
+    sess = np.array([0, 0, 1, 1])
+    ts = np.array([0.0, 30.0, 100.0, 130.0])
+    order = np.arange(4)
+    a, prev, _, _ = arrivals(Arrivals("trace", rate_rps=1.0, trace_rate_rps=0.1), 4, 0,
+                             session=sess, timestamp_s=ts, order=order)
+    assert list(a) == [0.0, 10.0, 30.0, 40.0]
+    assert list(order) == [0, 2, 1, 3] and list(prev) == [-1, -1, 0, 1]
 
 
 @pytest.mark.parametrize("kwargs, needle", [
     ({"ttft_slo": "500"}, "no time unit"),
     ({"ttft_slo": "500ms", "hit_rate": 1.2}, "outside [0, 1]"),
-    ({"ttft_slo": "500ms", "hit_rate": -0.1}, "outside [0, 1]"),
     ({"ttft_slo": "500ms", "prompt_tokens": "0"}, "at least 1"),
     ({"ttft_slo": "500ms", "model": "qwen3-30b-a4b"}, "Closest: qwen3-30b-a3b"),
-    ({"ttft_slo": "500ms", "gpu": "h1000"}, "Closest: h100-sxm"),
     ({"ttft_slo": "500ms", "engine": "trt"}, "unknown engine"),
+    ({"ttft_slo": "500ms", "rate": 1.0, "users": 3}, "not both"),
+    ({"ttft_slo": "500ms", "rate": -1.0}, "--rate"),
+    ({"ttft_slo": "500ms", "slo_on": "hot"}, "warm or all"),
     ({"ttft_slo": "500ms", "working_set": "20 furlongs"}, "working-set"),
 ])
 def test_bad_requests(kwargs: dict[str, object], needle: str) -> None:
     with pytest.raises(UsageError) as info:
         build_request(**kwargs)  # type: ignore[arg-type]
     assert needle in info.value.render()
-
-
-def test_capacity_curve_sets_the_hit_ratio_a_tier_can_hold() -> None:
-    w = replace(from_flags(65_536, 0.98, "t"),
-                capacity_curve=((1e5, 0.2), (1e6, 0.6), (1e7, 0.98)))
-    assert w.hit_at_capacity(1e6, 1e9) == pytest.approx(0.6)
-    assert w.hit_at_capacity(1e8, 1e9) == pytest.approx(0.98)  # never above unlimited
-    flat = from_flags(65_536, 0.98, "t")
-    assert flat.hit_at_capacity(5e8, 1e9) == pytest.approx(0.49)
-    r = plan(_req(slo=1.0, workload=w, concurrency=1))
-    # HBM of 8 H100s holds ~2.9M tokens of KV for this model: between the curve's points.
-    hbm = r.option("hbm-only")
-    assert 0.6 < hbm.hit_ratio < 0.98

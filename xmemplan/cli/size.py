@@ -1,4 +1,8 @@
-"""`xmemplan size --ttft-slo 500ms`: which KV tier and how many X-Mem nodes meet a TTFT SLO."""
+"""`xmemplan size --ttft-slo 500ms`: how many GPUs and X-Mem nodes meet a TTFT SLO at a load.
+
+The first output line is the answer; then the options, the nodes x SLO x GPUs table, the
+reasons, and every assumption with its source (stderr).
+"""
 
 from __future__ import annotations
 
@@ -29,34 +33,47 @@ def size(
     ),
     model: str | None = typer.Option(None, "--model", "-m", help="Model name (see catalog)."),
     gpu: str = typer.Option(SEED_GPU, "--gpu", help="GPU name (see 'xmemplan catalog')."),
-    concurrency: int = typer.Option(8, "--concurrency", "-c", help="Prefills in flight per GPU."),
     rate: float | None = typer.Option(
-        None, "--rate", help="Arrival rate over all GPUs (requests/s); adds queueing delay."
+        None, "--rate", help="Offered load: requests/s over the deployment (Poisson, or the "
+        "trace's sessions compressed to it)."
     ),
-    gpus: int = typer.Option(8, "--gpus", help="GPUs loading from the same X-Mem nodes."),
+    users: int | None = typer.Option(
+        None, "--users", help="Offered load: closed-loop users (each waits --think)."
+    ),
+    think: str = typer.Option("5s", "--think", help="Mean think time of --users."),
+    output_tokens: int | None = typer.Option(
+        None, "--output-tokens", help="Output tokens per request (default 100)."
+    ),
     working_set: str | None = typer.Option(
         None, "--working-set", help="KV working set to keep (bytes like 20TB, or tokens)."
     ),
     engine: str = typer.Option(
-        "sglang", "--engine", help="sglang (HiCache: layer overlap, 64-token pages, kernel "
-        "copies) or vllm (OffloadingConnector: load then compute, 16-token blocks, DMA)."
+        "sglang", "--engine", help="sglang (HiCache: layer overlap, prefill first) or vllm "
+        "(OffloadingConnector: load then compute, decodes in every batch)."
     ),
     overlap: str | None = typer.Option(
         None, "--overlap", help="sum, layer or max (default: the engine's)."
     ),
     page_tokens: int | None = typer.Option(None, "--page-tokens", help="Tokens per KV page."),
-    slo_at: str = typer.Option("p99", "--slo-at", help="Percentile the SLO applies to: p50/p99."),
+    tp: int | None = typer.Option(None, "--tp", help="GPUs per replica (default: smallest "
+                                  "that fits)."),
+    slo_at: str = typer.Option("p99", "--slo-at", help="Percentile of the SLO: p50/p90/p99."),
+    slo_on: str = typer.Option("warm", "--slo-on", help="warm (hit >= half the prompt) or "
+                               "all requests."),
     host_tier: str = typer.Option("host-dram-pcie5", "--host-tier", help="Host tier name."),
     xmem_tier: str = typer.Option("xmem", "--xmem-tier", help="X-Mem tier name."),
     catalog: list[Path] = typer.Option(
         [], "--catalog", help="TOML file adding or overriding catalog entries (repeatable)."
     ),
+    requests: int = typer.Option(4000, "--requests", help="Requests simulated per run."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the simulated arrivals."),
+    max_gpus: int = typer.Option(1024, "--max-gpus", help="Largest GPU count searched."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv."),
     plot: Path | None = typer.Option(
-        None, "--plot", help="Draw TTFT against hit rate per tier to FILE.png (matplotlib)."
+        None, "--plot", help="Draw p99 TTFT against offered load per option to FILE.png."
     ),
 ) -> None:
-    """Predict TTFT per KV tier and the X-Mem node count that meets a TTFT SLO."""
+    """How many GPUs and X-Mem nodes meet a TTFT SLO at an offered load (simulated)."""
     from xmemplan.cli.views import render
     from xmemplan.errors import UsageError
     from xmemplan.sizing.planner import plan
@@ -66,22 +83,29 @@ def size(
         raise UsageError(f"unknown output format '{fmt}'", "use table, json or csv")
     if plot is not None and plot.suffix.lower() != ".png":
         raise UsageError(f"cannot tell the type of '{plot}'", "end --plot with .png")
+    if plot is not None:
+        from xmemplan.cli.views.plots import _pyplot
+
+        _pyplot()  # fail before the work when matplotlib is missing
     req, notes = build_request(
         ttft_slo=ttft_slo, workload=workload, prompt_tokens=prompt_tokens, hit_rate=hit_rate,
-        model=model, gpu=gpu, concurrency=concurrency, rate=rate, gpus=gpus,
-        working_set=working_set, engine=engine, overlap=overlap, page_tokens=page_tokens,
-        slo_at=slo_at, host_tier=host_tier, xmem_tier=xmem_tier, catalog=catalog,
+        model=model, gpu=gpu, rate=rate, users=users, think=think,
+        output_tokens=output_tokens, working_set=working_set, engine=engine,
+        overlap=overlap, page_tokens=page_tokens, slo_at=slo_at, slo_on=slo_on,
+        host_tier=host_tier, xmem_tier=xmem_tier, catalog=catalog, requests=requests,
+        seed=seed, max_gpus=max_gpus, tp=tp,
     )
-    result = plan(req)
-    if plot is not None:
-        from xmemplan.cli.views.size_plot import plot_ttft
-
-        plot_ttft(req, result, plot)
+    result = plan(req, with_curve=plot is not None or fmt == "json")
     for note in notes:
         render.warn(note)
     _report(result, fmt)
     if plot is not None:
+        _plot(result, plot)
         render.info(f"Wrote {plot}")
+
+
+def _n(v: Any) -> str:
+    return "-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:,.0f}"
 
 
 def _report(r: Any, fmt: str) -> None:
@@ -90,53 +114,70 @@ def _report(r: Any, fmt: str) -> None:
     if fmt == "json":
         render.emit_json(r.to_dict())
         return
-    cols = ["option", "nodes", "hit_ratio", "effective_gb_per_s", "compute_ms", "load_ms",
-            "ttft_p50_ms", "ttft_p99_ms", "meets_slo"]
-    rows = [[o.option, o.nodes, o.hit_ratio, o.effective_bandwidth_gb_per_s, o.compute_ms,
-             o.load_ms, o.ttft_p50_ms, o.ttft_p99_ms, o.meets_slo] for o in r.options]
+    cols = ["option", "gpus", "nodes", "hit_ratio", "warm_p50_ms", "warm_p99_ms",
+            "cold_p99_ms", "utilisation", "goodput_rps"]
+
+    def row(o: Any) -> list[Any]:
+        p = o.point
+        if p is None:
+            return [o.option, None, o.nodes, None, None, None, None, None, None]
+        w, c = p.ttft_ms.get("warm", {}), p.ttft_ms.get("cold", {})
+        return [o.option, o.gpus, o.nodes, p.hit_ratio, w.get("p50"), w.get("p99"),
+                c.get("p99"), p.utilisation, o.goodput_rps]
+
+    rows = [row(o) for o in r.options]
     if fmt == "csv":
         render.emit_csv(cols, rows)
         return
-    render.line(f"Workload: {r.workload}")
-    render.line(
-        f"Model {r.model} on {r.gpu} x {r.gpus}; engine {r.engine} (overlap {r.overlap}); "
-        f"TTFT SLO {r.ttft_slo_ms:g} ms at p{r.slo_percentile:g}")
+    render.line(r.answer)
+    render.line(f"Cheapest compliant option: {r.cheapest}. Binding constraint: {r.binding}.")
+    render.line(f"Load: {r.load}. Workload: {r.workload}.")
+    render.line(f"{r.model} on {r.gpu}, engine {r.engine} (overlap {r.overlap}); SLO "
+                f"{r.ttft_slo_ms:g} ms at p{r.slo_percentile:g} of {r.slo_on} requests.")
     render.table(
-        ["option", "nodes", "hit ratio", "GB/s per GPU", "compute ms", "load ms",
-         "TTFT p50 ms", "TTFT p99 ms", "meets SLO"],
-        [[o.option, o.nodes, round(o.hit_ratio, 3), round(o.effective_bandwidth_gb_per_s, 1),
-          round(o.compute_ms, 1), round(o.load_ms, 1), round(o.ttft_p50_ms, 1),
-          round(o.ttft_p99_ms, 1), o.meets_slo] for o in r.options],
-        title="Options (compute and load: one median request alone)",
+        ["option", "GPUs", "nodes", "hit", "warm p50", "warm p99", "cold p99", "max r/s"],
+        [[x[0], _n(x[1]), _n(x[2]), "-" if x[3] is None else f"{x[3]:.3f}", _n(x[4]),
+          _n(x[5]), _n(x[6]), "-" if x[8] is None else f"{x[8]:,.1f}"] for x in rows],
+        title="Fewest GPUs meeting the SLO; TTFT in ms",
     )
-    render.table(
-        ["", "value"],
-        [("nodes for bandwidth", r.nodes_for_bandwidth),
-         ("nodes for capacity", r.nodes_for_capacity),
-         ("recommended nodes", r.recommended_nodes),
-         ("needed GB/s per GPU", None if r.required_bandwidth_per_gpu_gb_per_s is None
-          else round(r.required_bandwidth_per_gpu_gb_per_s, 1)),
-         ("X-Mem GB/s per GPU (ceiling)", round(r.xmem_per_gpu_limit_gb_per_s, 1)),
-         ("speed-up vs host DRAM (p50)", _x(r.speedup_vs_host_dram_p50)),
-         ("speed-up vs host DRAM (p99)", _x(r.speedup_vs_host_dram_p99)),
-         ("TTFT p99, unlimited bandwidth (ms)", round(r.compute_only_ttft_p99_ms, 1)),
-         ("max prefills in flight meeting SLO", r.max_concurrency_meeting_slo)],
-        title="X-Mem sizing",
-    )
-    render.line(r.verdict)
+    render.line("(max r/s: the load those GPUs sustain within the SLO)")
+    if r.table:
+        render.table(
+            ["SLO ms", "GPUs, host DRAM", "GPUs, X-Mem", "X-Mem nodes", "GPUs saved"],
+            [[f"{t['ttft_slo_ms']:,.0f}", _n(t["gpus_host_dram"]), _n(t["gpus_xmem"]),
+              _n(t["xmem_nodes"]), _n(t["gpus_saved"])] for t in r.table],
+            title="GPUs and X-Mem nodes by SLO at the same load",
+        )
     for reason in r.reasons:
         render.line(f"- {reason}")
-    s = r.sensitivity
-    render.table(
-        ["hit rate"] + [f"{b:g} GB/s" for b in s["bandwidths_gb_per_s"]],
-        [[f"{h:.2f}"] + [round(v) for v in row] for h, row in zip(s["hit_rates"],
-                                                                  s["ttft_p99_ms"])],
-        title=f"TTFT p99 (ms) by hit rate and effective bandwidth per GPU "
-        f"({s['prompt_tokens']:,.0f}-token prompts, {r.concurrency} in flight)",
-    )
+    for o in r.options:
+        if o.note:
+            render.line(f"- {o.option}: {o.note}.")
+    if r.excluded_over_context:
+        render.line(f"- {r.excluded_over_context:,} requests longer than the model's context "
+                    "are left out.")
     for a in r.assumptions:
-        render.info(f"Assumption: {a}")
+        render.info(f"Assumption: {a['assumption']} [{a['source']}]")
 
 
-def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
+def _plot(r: Any, path: Path) -> None:
+    from xmemplan.cli.views.plots import _pyplot, save_figure
+
+    plt = _pyplot()
+    c = r.load_curve
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    if c:
+        for name in ("hbm-only", "host-dram", "xmem"):
+            ax.plot(c["load_rps"], c[name], marker="o", label=name)
+    ax.axhline(r.ttft_slo_ms, color="black", linewidth=1, label="SLO")
+    ax.set_xlabel("offered load (requests/s)")
+    ax.set_ylabel(f"TTFT p{r.slo_percentile:g} of {r.slo_on} requests (ms)")
+    ax.set_yscale("log")
+    ax.set_title(f"{r.model} on {c.get('gpus', '-')} x {r.gpu}", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    try:
+        save_figure(fig, path, "--plot")
+    finally:
+        plt.close(fig)

@@ -1,16 +1,23 @@
-"""Search the configurations that meet a TTFT SLO: HBM only, + host DRAM, + X-Mem x n.
+"""Size a deployment from simulated traffic: GPUs and X-Mem nodes that meet a TTFT SLO.
 
-For each option the TTFT distribution (p50, p99) comes from the workload's samples, the N
-positions of a burst of prefills in flight on one GPU, and, with an arrival rate, an
-M/G/1 queueing wait in front of the GPU (service time = the per-request bottleneck of its
-two pipelined stages, load and compute). Waiting-time quantiles use the exponential-tail
-approximation P(W > t) = rho exp(-t rho / E[W]) with the Pollaczek-Khinchine mean.
+For each option, HBM only, + host DRAM, + X-Mem with n nodes, the planner replays the
+workload's traffic through the prefill-serving simulator (`xmemplan.sizing.sim`) and finds
+the fewest GPUs whose TTFT percentile (warm requests by default) meets the SLO at the
+offered load: probe 1, 2, 4, ... GPUs, then bisect (the percentile falls as GPUs are
+added; every evaluation is one simulation, cached).
 
-Node counts (DESIGN.md section 2): bandwidth-driven n >= GPUs loading x the per-GPU
-bandwidth the SLO needs / (node bandwidth x link efficiency); capacity-driven n >= KV
-working set / node capacity; recommended n = the larger. When TTFT with an unlimited tier
-still breaks the SLO, compute is the limit: no memory tier helps, and the report says how
-many prefills per GPU would fit the SLO.
+- Hit tokens per tier: each request keeps its hits with probability h(capacity) /
+  h(unlimited) (else it is cold), with h the profile's LRU curve read at the option's
+  capacity scaled to the trace (capacity / load factor: the deployment's working set
+  grows with its load); of the hits, the share h(HBM) / h(total) stays in HBM and the
+  rest is loaded from the tier. Without a curve,
+  `Workload.hit_at_capacity` says what is assumed.
+- X-Mem nodes: for bandwidth, the fewest nodes at which the GPU count is the one with
+  unlimited node bandwidth (bisection over nodes); for capacity, the deployment's working
+  set over the node capacity; recommended = the larger.
+- Binding constraint: for the GPU count, compute when instant loads would need as many
+  GPUs, else load bandwidth; for the node count, capacity or bandwidth, whichever set it.
+- The answer never recommends X-Mem when host DRAM meets the SLO with as few GPUs.
 """
 
 from __future__ import annotations
@@ -23,22 +30,15 @@ import numpy as np
 
 from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
 from xmemplan.errors import UsageError
-from xmemplan.sizing.model import (
-    DEFAULT_CALIBRATION,
-    SGLANG_HICACHE,
-    Calibration,
-    Transfer,
-    combine,
-    compute_seconds,
-    effective_bandwidth,
-    load_seconds,
-)
-from xmemplan.sizing.workload import Workload
+from xmemplan.sizing import model as M
+from xmemplan.sizing.sim import SimResult, Traffic, simulate
+from xmemplan.sizing.simmodel import HBM_USABLE, Setup, engine_for
+from xmemplan.sizing.workload import Arrivals, Workload, arrivals
 
-SENSITIVITY_HIT_RATES = (0.90, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
-SENSITIVITY_BANDWIDTHS_GB_PER_S = (25, 50, 100, 200, 350, 450, 900, 1800)
-HBM_KV_FRACTION = 0.9  # share of HBM left after weights that holds KV (SGLang/vLLM default-ish)
-WAIT_LEVELS = np.linspace(0.0025, 0.9975, 200)  # quantile grid of the queueing wait
+TABLE_SLOS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+LOAD_SCALES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+OPTIONS = ("hbm-only", "host-dram", "xmem")
+WARMUP_SHARE = 0.1  # the first tenth of requests (by arrival) is left out of percentiles
 
 
 @dataclass(frozen=True)
@@ -50,30 +50,54 @@ class SizeRequest:
     host: TierSpec
     xmem: TierSpec
     workload: Workload
-    concurrency: int = 8
-    gpus: int = 8
-    rate_rps: float | None = None  # over all GPUs
-    working_set_tokens: float | None = None
+    load: Arrivals
     engine: str = "sglang"
     overlap: str = "layer"
-    transfer: Transfer = SGLANG_HICACHE
-    calibration: Calibration = DEFAULT_CALIBRATION
+    transfer: M.Transfer = M.SGLANG_HICACHE
+    calibration: M.Calibration = M.DEFAULT_CALIBRATION
+    shape: M.Shape = M.ONE_GPU
     slo_percentile: float = 99.0
-    max_nodes: int = 256
+    slo_on: str = "warm"  # warm | all
+    output_tokens: int = 100
+    requests: int = 4000
+    seed: int = 0
+    working_set_tokens: float | None = None
+    max_gpus: int = 1024
+    max_nodes: int = 64
+    mixed: bool = False
+    auto_shape: bool = True  # when no GPU count complies, try wider tensor parallelism
+    assumptions: tuple[tuple[str, str], ...] = ()  # (statement, source)
+
+    @property
+    def setup(self) -> Setup:
+        return Setup(model=self.model, gpu=self.gpu, host=self.host, xmem=self.xmem,
+                     calibration=self.calibration, transfer=self.transfer,
+                     overlap=self.overlap, shape=self.shape, mixed=self.mixed)
+
+
+@dataclass
+class Point:
+    """One simulated configuration."""
+
+    option: str
+    gpus: int
+    nodes: int
+    hit_ratio: float
+    hbm_share: float
+    ttft_ms: dict[str, dict[str, float]]  # warm / cold / all -> p50, p90, p99
+    slo_value_ms: float
+    utilisation: float
+    queue_ms_mean: float
+    meets_slo: bool
 
 
 @dataclass
 class OptionResult:
     option: str
-    tier: str
+    gpus: int | None  # fewest GPUs meeting the SLO (None: none up to max_gpus)
     nodes: int | None
-    hit_ratio: float
-    effective_bandwidth_gb_per_s: float
-    compute_ms: float
-    load_ms: float
-    ttft_p50_ms: float
-    ttft_p99_ms: float
-    meets_slo: bool
+    point: Point | None  # the simulation at that count
+    goodput_rps: float | None = None  # largest load within the SLO at that GPU count
     note: str = ""
 
 
@@ -81,35 +105,38 @@ class OptionResult:
 class SizeResult:
     """Everything `xmemplan size` reports; `to_dict()` is the JSON document."""
 
+    answer: str
+    binding: str
+    cheapest: str
     workload: str
+    load: str
     model: str
     gpu: str
     engine: str
     overlap: str
     ttft_slo_ms: float
     slo_percentile: float
+    slo_on: str
     prompt_tokens_p50: float
     hit_ratio: float
-    concurrency: int
-    gpus: int
-    rate_rps: float | None
-    kv_bytes_per_token: int
-    working_set_bytes: float
+    kv_bytes_per_token: float
+    working_set_bytes: float | None
     options: list[OptionResult]
+    recommended_nodes: int | None
     nodes_for_bandwidth: int | None
     nodes_for_capacity: int
-    recommended_nodes: int | None
-    required_bandwidth_per_gpu_gb_per_s: float | None
-    xmem_per_gpu_limit_gb_per_s: float
-    speedup_vs_host_dram_p50: float | None
-    speedup_vs_host_dram_p99: float | None
-    compute_bound: bool
-    compute_only_ttft_p99_ms: float
-    max_concurrency_meeting_slo: int
-    verdict: str
+    gpus_host_dram: int | None
+    gpus_xmem: int | None
+    gpus_saved_by_xmem: int | None
+    headroom_ms: float | None
+    table: list[dict[str, Any]]
+    load_curve: dict[str, Any]
     reasons: list[str]
-    sensitivity: dict[str, Any]
-    assumptions: list[str] = field(default_factory=list)
+    assumptions: list[dict[str, str]]
+    excluded_over_context: int = 0
+    concurrency: int | None = None
+    shape: str = "tp1"
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def option(self, name: str) -> OptionResult:
         return next(o for o in self.options if o.option == name)
@@ -117,297 +144,407 @@ class SizeResult:
     def to_dict(self) -> dict[str, Any]:
         from xmemplan.plan import header
 
-        d = {**header(), **{k: v for k, v in self.__dict__.items() if k != "options"}}
-        d["options"] = [o.__dict__ for o in self.options]
-        rec = self.option("xmem")
-        d["ttft_p50_ms"] = rec.ttft_p50_ms
-        d["ttft_p99_ms"] = rec.ttft_p99_ms
-        d["meets_slo"] = rec.meets_slo
+        d = {**header(), **{k: v for k, v in self.__dict__.items()
+                             if k not in ("options", "extra")}}
+        d["options"] = [
+            {"option": o.option, "gpus": o.gpus, "nodes": o.nodes,
+             "goodput_rps": o.goodput_rps, "note": o.note,
+             **({} if o.point is None else {
+                 "hit_ratio": o.point.hit_ratio, "hbm_share_of_hits": o.point.hbm_share,
+                 "ttft_ms": o.point.ttft_ms, "utilisation": o.point.utilisation,
+                 "queue_ms_mean": o.point.queue_ms_mean, "meets_slo": o.point.meets_slo})}
+            for o in self.options]
+        d["gpus_per_option"] = {o.option: o.gpus for o in self.options}
         return d
 
 
-# --- the distribution of TTFT ----------------------------------------------------------
+# --- one simulation ------------------------------------------------------------------------
 
-def _wait_quantiles(rate_per_gpu: float, step: np.ndarray) -> np.ndarray | None:
-    """Queueing-wait quantiles (seconds) on WAIT_LEVELS; None when the GPU is overloaded."""
-    b = float(step.mean())
-    rho = rate_per_gpu * b
-    if rho >= 1.0:
-        return None
-    if rho <= 0.0:
-        return np.zeros_like(WAIT_LEVELS)
-    cs2 = float(step.var()) / (b * b) if b > 0 else 0.0
-    mean_wait = rho * b * (1.0 + cs2) / (2.0 * (1.0 - rho))
-    tau = mean_wait / rho
-    q = WAIT_LEVELS
-    return np.where(q <= 1.0 - rho, 0.0, tau * np.log(rho / np.maximum(1e-300, 1.0 - q)))
+class Planner:
+    """Runs and caches simulations of `req` (option, GPUs, nodes, load scale)."""
 
-
-def ttft_percentiles(
-    req: SizeRequest, tier: TierSpec, hits: np.ndarray, *, nodes: float = 1.0,
-    bandwidth: float | None = None, concurrency: int | None = None,
-    percentiles: tuple[float, ...] = (50.0, 99.0),
-) -> tuple[list[float], dict[str, float]]:
-    """TTFT percentiles (seconds) of `req.workload` with `hits` loaded from `tier`."""
-    w = req.workload
-    n = req.concurrency if concurrency is None else concurrency
-    m = req.model
-    comp = compute_seconds(m, req.gpu, w.prompt_tokens, hits, req.calibration)
-    bw = bandwidth if bandwidth is not None else float(effective_bandwidth(
-        m, req.gpu, tier, nodes=nodes, gpus_loading=req.gpus, transfer=req.transfer,
-        calibration=req.calibration))
-    load = load_seconds(m, hits, bw, tier.latency_s)
-    cal = req.calibration
-    t0 = cal.fixed_overhead_s + cal.per_token_overhead_s * w.prompt_tokens
-    single = t0 + combine(load, comp, req.overlap, m.layers)
-    step = np.maximum(load, comp)
-    # Burst: position i in 1..n waits for i-1 average requests ahead on the bottleneck.
-    values = single[:, None] + np.arange(n)[None, :] * float(step.mean())
-    values = values.ravel()
-    if req.rate_rps:
-        waits = _wait_quantiles(req.rate_rps / req.gpus, step)
-        if waits is None:
-            inf = [math.inf for _ in percentiles]
-            return inf, {"bw": bw, "compute": float(np.median(comp)),
-                         "load": float(np.median(load)), "overloaded": 1.0}
-        if values.size > 4096:
-            values = np.quantile(values, np.linspace(0, 1, 4096))
-        values = (values[:, None] + waits[None, :]).ravel()
-    out = [float(np.percentile(values, p)) for p in percentiles]
-    return out, {"bw": bw, "compute": float(np.median(comp)), "load": float(np.median(load)),
-                 "overloaded": 0.0}
-
-
-# --- capacities ------------------------------------------------------------------------
-
-def hbm_kv_capacity_bytes(model: ModelSpec, gpu: GpuSpec) -> float:
-    """KV bytes one GPU can keep after the weights (one replica per GPU)."""
-    return max(0.0, (gpu.hbm_capacity_bytes - model.weight_bytes) * HBM_KV_FRACTION)
-
-
-def tier_capacity_bytes(tier: TierSpec, gpu: GpuSpec, gpus: int, nodes: int = 1) -> float:
-    cap = tier.capacity_bytes or 0.0
-    if tier.capacity_scope == "node":
-        return cap * nodes
-    if tier.capacity_scope == "server":
-        return cap * math.ceil(gpus / gpu.gpus_per_server)
-    if tier.capacity_scope == "drive":
-        return cap * gpus
-    return cap * gpus
-
-
-# --- the search ------------------------------------------------------------------------
-
-def _option(req: SizeRequest, name: str, tier: TierSpec, capacity_bytes: float,
-            ws_tokens: float, nodes: int | None, note: str = "") -> OptionResult:
-    w = req.workload
-    b = req.model.kv_bytes_per_token
-    h_cap = w.hit_at_capacity(capacity_bytes / b, ws_tokens)
-    scale = h_cap / w.token_hit_ratio if w.token_hit_ratio > 0 else 0.0
-    hits = np.floor(w.hit_tokens * min(1.0, scale))
-    (p50, p99), info = ttft_percentiles(req, tier, hits, nodes=float(nodes or 1))
-    slo_value = p99 if req.slo_percentile >= 99 else p50
-    if req.slo_percentile not in (50.0, 99.0):
-        slo_value = ttft_percentiles(req, tier, hits, nodes=float(nodes or 1),
-                                     percentiles=(req.slo_percentile,))[0][0]
-    if info["overloaded"]:
-        note = (note + "; " if note else "") + "arrival rate exceeds this GPU's prefill throughput"
-    return OptionResult(
-        option=name, tier=tier.name, nodes=nodes, hit_ratio=h_cap,
-        effective_bandwidth_gb_per_s=info["bw"] / 1e9,
-        compute_ms=info["compute"] * 1e3, load_ms=info["load"] * 1e3,
-        ttft_p50_ms=p50 * 1e3, ttft_p99_ms=p99 * 1e3,
-        meets_slo=bool(slo_value <= req.slo_s), note=note,
-    )
-
-
-def _slo_value(req: SizeRequest, tier: TierSpec, hits: np.ndarray, *, bandwidth: float,
-               concurrency: int | None = None) -> float:
-    return ttft_percentiles(req, tier, hits, bandwidth=bandwidth, concurrency=concurrency,
-                            percentiles=(req.slo_percentile,))[0][0]
-
-
-def required_bandwidth(req: SizeRequest, hits: np.ndarray) -> float | None:
-    """Smallest effective per-GPU bandwidth (bytes/s) meeting the SLO; None if none does."""
-    hi = 1e15
-    if _slo_value(req, req.xmem, hits, bandwidth=hi) > req.slo_s:
-        return None
-    lo = 1e6
-    if _slo_value(req, req.xmem, hits, bandwidth=lo) <= req.slo_s:
-        return lo
-    for _ in range(60):
-        mid = math.sqrt(lo * hi)
-        if _slo_value(req, req.xmem, hits, bandwidth=mid) <= req.slo_s:
-            hi = mid
+    def __init__(self, req: SizeRequest) -> None:
+        if req.slo_s <= 0:
+            raise UsageError("the TTFT SLO must be positive")
+        self.req = req
+        w = req.workload
+        n = req.requests
+        self.kvb = M.kv_bytes_per_token_per_gpu(req.model, req.shape)
+        rng = np.random.default_rng(req.seed)
+        self.trace_order = w.session is not None and w.timestamp_s is not None \
+            and req.load.kind == "trace"
+        if self.trace_order:
+            idx = np.arange(len(w.prompt_tokens))
         else:
-            lo = mid
-        if hi / lo < 1.001:
-            break
-    return hi
+            idx = rng.integers(0, len(w.prompt_tokens), n) if len(w.prompt_tokens) > 1 \
+                else np.zeros(n, np.int64)
+        self.idx = idx
+        self.keep_draw = rng.random(len(idx))
+        self.cache: dict[tuple[str, int, int, float], Point] = {}
+        self.sims = 0
+        # the deployment's load over the trace's: scales the trace's working set and curve
+        self.load_factor = 1.0
+        if w.rate_rps and req.load.rate_rps:
+            self.load_factor = req.load.rate_rps / w.rate_rps
+        elif w.live_sessions and req.load.users:
+            self.load_factor = req.load.users / w.live_sessions
 
+    # capacities -------------------------------------------------------------------------
+    def hbm_tokens(self, gpus: int) -> float:
+        m, g, s = self.req.model, self.req.gpu, self.req.shape
+        per = max(0.0, g.hbm_capacity_bytes * HBM_USABLE - M.weight_bytes_per_gpu(m, s))
+        return per * gpus / self.kvb
 
-def plan(req: SizeRequest) -> SizeResult:
-    """Evaluate every option and the X-Mem node count for `req`."""
-    if req.slo_s <= 0:
-        raise UsageError("the TTFT SLO must be positive")
-    if req.concurrency < 1 or req.gpus < 1:
-        raise UsageError("--concurrency and --gpus must be at least 1")
-    m, g, w = req.model, req.gpu, req.workload
-    b = m.kv_bytes_per_token
-    ws_tokens = (req.working_set_tokens if req.working_set_tokens is not None
-                 else w.working_set_tokens if w.working_set_tokens is not None
-                 else 32.0 * req.gpus * float(w.prompt_tokens.mean()))
-    ws_bytes = ws_tokens * b
-    node_cap = req.xmem.capacity_bytes or 1.0
-    n_cap = max(1, math.ceil(ws_bytes / node_cap))
-
-    full_hits = w.hit_tokens
-    bw_need = required_bandwidth(req, full_hits)
-    # The X-Mem path's own ceiling: tier per-GPU link and the GPU's link, times efficiency.
-    ceiling = float(effective_bandwidth(m, g, req.xmem, nodes=1e9, gpus_loading=1,
-                                        transfer=req.transfer, calibration=req.calibration))
-    raw_ceiling_eff = ceiling  # effective bandwidth with unlimited node bandwidth
-    eff = ceiling / min(x for x in (req.xmem.bandwidth_bytes_per_s,
-                                     req.xmem.per_gpu_link_bytes_per_s,
-                                     g.link_bandwidth(req.xmem.attach)) if x)
-    n_bw: int | None
-    if bw_need is None or bw_need > raw_ceiling_eff:
-        n_bw = None
-    else:
-        node_bw = req.xmem.node_bandwidth_bytes_per_s or math.inf
-        n_bw = max(1, math.ceil(req.gpus * bw_need / (eff * node_bw) - 1e-9))
-    compute_only = ttft_percentiles(req, req.xmem, full_hits, bandwidth=1e18)[0][1]
-    compute_bound = bw_need is None
-    recommended = None if n_bw is None else min(req.max_nodes, max(n_bw, n_cap))
-
-    hbm_cap = hbm_kv_capacity_bytes(m, g) * req.gpus
-    host_cap = tier_capacity_bytes(req.host, g, req.gpus)
-    hbm_note = "" if hbm_cap > 0 else "the weights do not leave room for KV in HBM"
-    options = [
-        _option(req, "hbm-only", req.hbm, hbm_cap, ws_tokens, None, hbm_note),
-        _option(req, "host-dram", req.host, hbm_cap + host_cap, ws_tokens, None),
-        _option(req, "xmem", req.xmem, hbm_cap + tier_capacity_bytes(
-            req.xmem, g, req.gpus, recommended or n_cap), ws_tokens, recommended or n_cap),
-    ]
-    host, xm = options[1], options[2]
-
-    max_n = 0
-    for n in range(1, req.concurrency + 1):
-        if _slo_value(req, req.xmem, full_hits, bandwidth=ceiling, concurrency=n) <= req.slo_s:
-            max_n = n
+    def tier_tokens(self, option: str, gpus: int, nodes: int) -> float:
+        if option == "hbm-only":
+            return 0.0
+        t = self.req.host if option == "host-dram" else self.req.xmem
+        cap = t.capacity_bytes or 0.0
+        if t.capacity_scope == "node":
+            cap *= nodes
+        elif t.capacity_scope == "server":
+            cap *= math.ceil(gpus / self.req.gpu.gpus_per_server)
         else:
-            break
+            cap *= gpus
+        return cap / self.kvb
 
-    reasons: list[str] = []
+    def working_set_tokens(self) -> float | None:
+        ws = self.req.working_set_tokens
+        if ws is not None:
+            return ws
+        w = self.req.workload
+        return None if w.working_set_tokens is None else w.working_set_tokens * self.load_factor
+
+    def hit_split(self, option: str, gpus: int, nodes: int) -> tuple[float, float]:
+        """(hit ratio, share of hits served from HBM) at this option's capacities."""
+        w = self.req.workload
+        ws = self.working_set_tokens()
+        f = self.load_factor
+        c_hbm = self.hbm_tokens(gpus)
+        c_all = c_hbm + self.tier_tokens(option, gpus, nodes)
+        h_all = w.hit_at_capacity(c_all / f, None if ws is None else ws / f)
+        h_hbm = w.hit_at_capacity(c_hbm / f, None if ws is None else ws / f)
+        if not w.capacity_curve and ws is None:
+            # nothing known about what HBM keeps: no hit is credited to it, every hit is
+            # loaded from the tier (HBM only: every request is cold)
+            h_hbm = 0.0
+            if option == "hbm-only":
+                h_all = 0.0
+        share = min(1.0, h_hbm / h_all) if h_all > 0 else 0.0
+        return h_all, share
+
+    # traffic ----------------------------------------------------------------------------
+    def traffic(self, option: str, gpus: int, nodes: int, scale: float) -> Traffic:
+        req, w = self.req, self.req.workload
+        idx = self.idx
+        n = len(idx)
+        order = np.arange(n)
+        arr, prev, think, route = arrivals(
+            req.load, n, req.seed, scale=scale,
+            session=None if w.session is None else w.session[idx],
+            timestamp_s=None if w.timestamp_s is None else w.timestamp_s[idx],
+            order=order)
+        idx = idx[order]
+        prompt = w.prompt_tokens[idx]
+        h_all, share = self.hit_split(option, gpus, nodes)
+        factor = min(1.0, h_all / w.token_hit_ratio) if w.token_hit_ratio > 0 else 0.0
+        # A smaller cache loses whole prefixes, not a slice of every one (an LRU keeps
+        # what was reused soon): each request keeps its hits with probability `factor`
+        # (the same draw in every run, so options and GPU counts compare like for like).
+        keep = self.keep_draw[: len(idx)] < factor
+        hits = np.minimum(prompt, np.where(keep, w.hit_tokens[idx], 0.0))
+        in_hbm = np.floor(hits * share)
+        rest = hits - in_hbm
+        out = (np.full(n, req.output_tokens, np.int64) if w.output_tokens is None
+               else np.maximum(1, w.output_tokens[idx]).astype(np.int64))
+        zero = np.zeros(n)
+        return Traffic(arr, prompt, hit_hbm=in_hbm,
+                       hit_dram=rest if option == "host-dram" else zero,
+                       hit_xmem=rest if option == "xmem" else zero,
+                       output=out, prev=prev, think=think, route=route)
+
+    def run(self, option: str, gpus: int, nodes: int = 0, scale: float = 1.0,
+            instant_loads: bool = False) -> Point:
+        key = (option + ("!" if instant_loads else ""), gpus, nodes, scale)
+        if key in self.cache:
+            return self.cache[key]
+        req = self.req
+        replicas = max(1, gpus // req.shape.gpus)
+        e = engine_for(req.setup, replicas=replicas, nodes=max(nodes, 1),
+                       load_tier="host" if option == "host-dram" else "xmem")
+        if option != "xmem":
+            e = e.replace(node_bandwidth=math.inf)
+        if instant_loads:
+            e = e.replace(dram_bandwidth=1e30, xmem_bandwidth=1e30, node_bandwidth=math.inf,
+                          switch_bandwidth=math.inf)
+        tr = self.traffic(option, gpus, nodes, scale)
+        r = simulate(tr, e)
+        self.sims += 1
+        h_all, share = self.hit_split(option, gpus, nodes)
+        p = self._point(option, gpus, nodes, h_all, share, r)
+        self.cache[key] = p
+        return p
+
+    def _point(self, option: str, gpus: int, nodes: int, h: float, share: float,
+               r: SimResult) -> Point:
+        req = self.req
+        keep = np.argsort(r.arrival, kind="stable")[int(len(r.arrival) * WARMUP_SHARE):]
+        ttft = r.ttft[keep] * 1e3
+        warm = r.warm[keep]
+        groups = {"warm": ttft[warm], "cold": ttft[~warm], "all": ttft}
+        stats = {k: ({f"p{q:g}": float(np.percentile(v, q)) for q in (50, 90, 99)}
+                     if v.size else {}) for k, v in groups.items()}
+        base = groups["warm"] if req.slo_on == "warm" and warm.any() else groups["all"]
+        value = float(np.percentile(base, req.slo_percentile))
+        return Point(option=option, gpus=gpus, nodes=nodes, hit_ratio=h, hbm_share=share,
+                     ttft_ms=stats, slo_value_ms=value, utilisation=r.utilisation(),
+                     queue_ms_mean=float(np.mean(r.queue_delay[keep]) * 1e3),
+                     meets_slo=value <= req.slo_s * 1e3)
+
+    # searches ---------------------------------------------------------------------------
+    def fewest_gpus(self, option: str, nodes: int = 0, slo_s: float | None = None,
+                    instant_loads: bool = False) -> int | None:
+        slo_ms = (self.req.slo_s if slo_s is None else slo_s) * 1e3
+        step = self.req.shape.gpus
+
+        def ok(g: int) -> bool:
+            return self.run(option, g, nodes, instant_loads=instant_loads).slo_value_ms \
+                <= slo_ms
+
+        top = max(step, self.req.max_gpus // step * step)
+        if not ok(top):  # no count helps: say so after one run, not after doubling to it
+            return None
+        lo, hi = 0, step
+        while not ok(hi):
+            lo = hi
+            hi *= 2
+            if hi >= top:
+                hi = top
+                break
+        while hi - lo > step:  # ok(hi), not ok(lo) (or lo = 0)
+            mid = (lo + hi) // 2 // step * step
+            if mid <= lo:
+                break
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def fewest_nodes(self, gpus: int, slo_s: float | None = None) -> int | None:
+        """Fewest X-Mem nodes whose bandwidth lets `gpus` GPUs meet the SLO."""
+        slo_ms = (self.req.slo_s if slo_s is None else slo_s) * 1e3
+
+        def ok(n: int) -> bool:
+            return self.run("xmem", gpus, n).slo_value_ms <= slo_ms
+
+        if ok(1):
+            return 1
+        hi = 2
+        while not ok(hi):
+            hi *= 2
+            if hi > self.req.max_nodes:
+                return None
+        lo = hi // 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def goodput(self, option: str, gpus: int, nodes: int) -> float | None:
+        """The largest load (requests/s, or users x this for closed loop) within the SLO."""
+        base = self.req.load.load_rps()
+        if base is None:
+            return None
+
+        def ok(s: float) -> bool:
+            return self.run(option, gpus, nodes, scale=s).meets_slo
+
+        lo, hi = 0.0, 1.0
+        if ok(hi):
+            while ok(hi * 2) and hi < 64:
+                hi *= 2
+            lo, hi = hi, hi * 2
+        for _ in range(5):
+            mid = (lo + hi) / 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo * base if lo > 0 else 0.0
+
+
+def nodes_for_capacity(p: Planner) -> int:
+    ws = p.working_set_tokens()
+    node_cap = p.req.xmem.capacity_bytes or math.inf
+    if ws is None:
+        return 1
+    return max(1, math.ceil(ws * p.kvb / node_cap))
+
+
+SHAPES_TP = (2, 4, 8)
+
+
+def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) -> SizeResult:
+    """Size every option; see the module docstring. When compute binds so that no GPU
+    count complies at the requested replica shape, wider tensor parallelism is tried
+    (TP 2, 4, 8; EP = TP for MoE) and the first shape that complies is the answer."""
+    res = _plan(req, with_table=with_table, with_curve=with_curve)
+    if res.cheapest != "none" or not req.auto_shape:
+        return res
+    tried = []
+    for tp in SHAPES_TP:
+        if tp <= req.shape.tp:
+            continue
+        tried.append(f"tp{tp}")
+        shape = M.Shape(tp=tp, ep=tp if req.model.expert_params else 1)
+        wider = _plan(replace(req, shape=shape), with_table=with_table,
+                      with_curve=with_curve)
+        if wider.cheapest != "none":
+            wider.reasons.insert(0, f"At {req.shape.label} no GPU count meets the SLO: "
+                                 f"{res.answer}")
+            wider.answer = wider.answer.rstrip(".") + f", as {shape.label} replicas."
+            wider.binding = "compute at " + req.shape.label + "; " + wider.binding
+            return wider
+    if tried:
+        res.reasons.append(f"Wider replicas ({', '.join(tried)}) do not meet it either.")
+    return res
+
+
+def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult:
+    p = Planner(req)
     slo_ms = req.slo_s * 1e3
-    pct = f"p{req.slo_percentile:g}"
-    if compute_bound:
-        verdict = (f"Compute alone breaks the {slo_ms:g} ms SLO: with a tier of unlimited "
-                   f"bandwidth, TTFT {pct} is {compute_only * 1e3:,.0f} ms. No memory tier "
-                   "can fix this.")
-        if max_n >= 1:
-            reasons.append(
-                f"At most {max_n} prefill(s) in flight per GPU meet the SLO with X-Mem "
-                f"(you asked for {req.concurrency}): spread the load over "
-                f"{math.ceil(req.gpus * req.concurrency / max_n)} GPUs instead of {req.gpus}, "
-                "or lower concurrency per GPU.")
-        else:
-            reasons.append(
-                "Even one request alone misses the SLO: the prompt's residual prefill is too "
-                "long for this GPU; use a faster GPU or tensor parallelism, or raise the hit "
-                "rate.")
-    elif n_bw is None and bw_need is not None:
-        verdict = (f"The SLO needs {bw_need / 1e9:,.0f} GB/s per GPU, above what one GPU "
-                   f"can pull from X-Mem ({ceiling / 1e9:,.0f} GB/s): no node count meets it.")
-        reasons.append("Lower concurrency per GPU or use GPUs with a faster link.")
-    elif recommended is not None:
-        verdict = (f"Recommended: {recommended} X-Mem node(s) "
-                   f"({n_bw} for bandwidth, {n_cap} for capacity); TTFT p50 "
-                   f"{xm.ttft_p50_ms:,.0f} ms, p99 {xm.ttft_p99_ms:,.0f} ms against a "
-                   f"{slo_ms:g} ms SLO ({pct}).")
-        need = bw_need or 0.0
-        reasons.append(
-            f"The SLO needs {need / 1e9:,.1f} GB/s of effective bandwidth per GPU; "
-            f"{req.gpus} GPUs pull {req.gpus * need / 1e12:,.2f} TB/s, one node gives "
-            f"{(req.xmem.node_bandwidth_bytes_per_s or 0) * eff / 1e12:,.2f} TB/s effective.")
-        reasons.append(
-            f"KV working set {ws_bytes / 1e12:,.2f} TB vs {node_cap / 1e12:g} TB per node.")
-    if host.meets_slo:
-        reasons.append(
-            f"Host DRAM already meets the SLO (p99 {host.ttft_p99_ms:,.0f} ms); X-Mem buys "
-            "headroom, not compliance.")
+    n_cap = nodes_for_capacity(p)
+    big = req.max_nodes
+
+    g_hbm = p.fewest_gpus("hbm-only")
+    g_host = p.fewest_gpus("host-dram")
+    g_x_inf = p.fewest_gpus("xmem", big)  # node bandwidth not limiting
+    n_bw = p.fewest_nodes(g_x_inf) if g_x_inf is not None else None
+    n_rec = None if n_bw is None else max(n_bw, n_cap)
+    g_x = None if n_rec is None else p.fewest_gpus("xmem", n_rec)
+    g_instant = p.fewest_gpus("xmem", big, instant_loads=True)
+
+    def opt(name: str, g: int | None, n: int | None) -> OptionResult:
+        pt = None if g is None else p.run(name, g, n or 0)
+        note = "" if g is not None else f"no GPU count up to {req.max_gpus} meets the SLO"
+        return OptionResult(name, g, n, pt, note=note)
+
+    options = [opt("hbm-only", g_hbm, None), opt("host-dram", g_host, None),
+               opt("xmem", g_x, n_rec)]
+    for o in options:
+        if o.gpus is not None:
+            o.goodput_rps = p.goodput(o.option, o.gpus, o.nodes or 0)
+
+    # the answer -------------------------------------------------------------------------
+    reasons: list[str] = []
+    headroom = None
+    saved = None if g_host is None or g_x is None else g_host - g_x
+    load = req.load.describe()
+    if g_x is None and g_host is None and g_hbm is None:
+        alone = p.run("xmem", req.max_gpus, big, instant_loads=True)
+        answer = (f"No option meets the {slo_ms:g} ms SLO with up to {req.max_gpus} GPUs "
+                  f"at {load}: even with instant loads TTFT p{req.slo_percentile:g} is "
+                  f"{alone.slo_value_ms:,.0f} ms (compute).")
+        binding, cheapest = "compute", "none"
+        reasons.append("Raise the SLO, use a faster GPU or tensor parallelism (--tp), or "
+                       "shorten prompts; no memory tier changes compute.")
+    elif g_host is not None and (g_x is None or g_host <= g_x):
+        hx = p.run("xmem", g_host, n_rec or n_cap)
+        hh = p.run("host-dram", g_host)
+        headroom = hh.slo_value_ms - hx.slo_value_ms
+        cheapest = ("hbm-only" if g_hbm is not None and g_hbm <= g_host else "host-dram")
+        g_best = g_hbm if cheapest == "hbm-only" else g_host
+        binding = "compute" if g_instant is not None and g_instant >= g_host else "bandwidth"
+        answer = (f"0 X-Mem nodes for {g_best} GPUs: "
+                  f"{'HBM alone' if cheapest == 'hbm-only' else 'host DRAM'} meets the "
+                  f"{slo_ms:g} ms SLO at {load}; X-Mem adds {headroom:,.0f} ms of "
+                  f"headroom (p{req.slo_percentile:g} {hh.slo_value_ms:,.0f} -> "
+                  f"{hx.slo_value_ms:,.0f} ms on {g_host} GPUs).")
     else:
-        reasons.append(
-            f"Host DRAM misses it: {host.effective_bandwidth_gb_per_s:,.0f} GB/s per GPU gives "
-            f"p99 {host.ttft_p99_ms:,.0f} ms.")
-    if not options[0].meets_slo and options[0].hit_ratio < w.token_hit_ratio:
-        reasons.append(
-            f"HBM alone holds too little: hit ratio falls to {options[0].hit_ratio:.2f} "
-            f"(from {w.token_hit_ratio:.2f}).")
-    if m.weight_bytes > g.hbm_capacity_bytes:
-        reasons.append(
-            f"{m.name} weights ({m.weight_bytes / 1e9:,.0f} GB) exceed one {g.name}'s HBM: "
-            "this planner assumes one replica per GPU (no tensor parallelism).")
+        assert g_x is not None and n_rec is not None and n_bw is not None
+        node_bind = ("capacity" if n_cap > n_bw else "node bandwidth" if n_bw > 1
+                     else "neither (one node is the least)")
+        gpu_bind = ("compute" if g_instant is not None and g_instant >= g_x
+                    else "per-GPU load bandwidth")
+        binding = f"{gpu_bind} (GPUs), {node_bind} (nodes)"
+        cheapest = "xmem"
+        host_txt = (f"host DRAM needs {g_host} GPUs, {saved} more" if g_host is not None
+                    else f"host DRAM meets it with no GPU count up to {req.max_gpus}")
+        answer = (f"{n_rec} X-Mem node{'s' if n_rec != 1 else ''} for {g_x} GPUs meet the "
+                  f"{slo_ms:g} ms SLO at {load} ({host_txt}); binding: {binding}.")
+        if saved:
+            reasons.append(f"X-Mem is the cheaper option if {n_rec} node(s) cost less than "
+                           f"{saved} GPU(s).")
+    reasons.append(f"Nodes: {n_bw if n_bw is not None else '-'} for bandwidth, {n_cap} for "
+                   "capacity (working set / node capacity).")
+    if g_instant is not None:
+        reasons.append(f"With instant KV loads {g_instant} GPUs would do: the rest of the "
+                       "GPU count is compute (prefill, decode) and queueing.")
 
-    speed50 = host.ttft_p50_ms / xm.ttft_p50_ms if xm.ttft_p50_ms > 0 else None
-    speed99 = host.ttft_p99_ms / xm.ttft_p99_ms if xm.ttft_p99_ms > 0 else None
-    return SizeResult(
-        workload=w.description, model=m.name, gpu=g.name, engine=req.engine,
-        overlap=req.overlap, ttft_slo_ms=slo_ms, slo_percentile=req.slo_percentile,
+    table = _table(p, n_cap) if with_table else []
+    curve = _load_curve(p, options) if with_curve else {}
+    ws = p.working_set_tokens()
+    w = req.workload
+    conc = req.load.users if req.load.kind == "users" else None
+    res = SizeResult(
+        answer=answer, binding=binding, cheapest=cheapest, workload=w.description, load=load,
+        model=req.model.name, gpu=req.gpu.name, engine=req.engine, overlap=req.overlap,
+        ttft_slo_ms=slo_ms, slo_percentile=req.slo_percentile, slo_on=req.slo_on,
         prompt_tokens_p50=w.prompt_p50, hit_ratio=w.token_hit_ratio,
-        concurrency=req.concurrency, gpus=req.gpus, rate_rps=req.rate_rps,
-        kv_bytes_per_token=b, working_set_bytes=ws_bytes, options=options,
-        nodes_for_bandwidth=n_bw, nodes_for_capacity=n_cap, recommended_nodes=recommended,
-        required_bandwidth_per_gpu_gb_per_s=None if bw_need is None else bw_need / 1e9,
-        xmem_per_gpu_limit_gb_per_s=ceiling / 1e9,
-        speedup_vs_host_dram_p50=speed50, speedup_vs_host_dram_p99=speed99,
-        compute_bound=compute_bound, compute_only_ttft_p99_ms=compute_only * 1e3,
-        max_concurrency_meeting_slo=max_n, verdict=verdict, reasons=reasons,
-        sensitivity=sensitivity(req),
-        assumptions=assumptions(req, ws_tokens),
+        kv_bytes_per_token=p.kvb, working_set_bytes=None if ws is None else ws * p.kvb,
+        options=options, recommended_nodes=n_rec, nodes_for_bandwidth=n_bw,
+        nodes_for_capacity=n_cap, gpus_host_dram=g_host, gpus_xmem=g_x,
+        gpus_saved_by_xmem=saved, headroom_ms=headroom, table=table, load_curve=curve,
+        reasons=reasons,
+        assumptions=[{"assumption": a, "source": s} for a, s in req.assumptions],
+        excluded_over_context=w.excluded_over_context, concurrency=conc,
+        shape=req.shape.label,
     )
+    res.extra["simulations"] = p.sims
+    return res
 
 
-def sensitivity(req: SizeRequest, hit_rates: tuple[float, ...] = SENSITIVITY_HIT_RATES,
-                bandwidths_gb_per_s: tuple[float, ...] = SENSITIVITY_BANDWIDTHS_GB_PER_S
-                ) -> dict[str, Any]:
-    """TTFT p50/p99 over hit rate x effective per-GPU bandwidth at the median prompt."""
-    s = req.workload.prompt_p50
-    one = replace(req, workload=Workload("", np.array([s]), np.array([0.0]), 1.0))
-    p50 = []
-    p99 = []
-    for h in hit_rates:
-        hits = np.array([math.floor(s * h)])
-        row50, row99 = [], []
-        for bw in bandwidths_gb_per_s:
-            (a, z), _ = ttft_percentiles(one, req.xmem, hits, bandwidth=bw * 1e9)
-            row50.append(a * 1e3)
-            row99.append(z * 1e3)
-        p50.append(row50)
-        p99.append(row99)
-    return {
-        "prompt_tokens": s,
-        "hit_rates": list(hit_rates),
-        "bandwidths_gb_per_s": list(bandwidths_gb_per_s),
-        "ttft_p50_ms": p50,
-        "ttft_p99_ms": p99,
-    }
+def _table(p: Planner, n_cap: int) -> list[dict[str, Any]]:
+    """GPUs with host DRAM and with X-Mem, and the nodes, for each SLO of the table."""
+    rows = []
+    slos = sorted(set(TABLE_SLOS_S) | {p.req.slo_s})
+    big = p.req.max_nodes
+    for s in slos:
+        gh = p.fewest_gpus("host-dram", slo_s=s)
+        gx = p.fewest_gpus("xmem", big, slo_s=s)
+        nb = p.fewest_nodes(gx, slo_s=s) if gx is not None else None
+        n = None if nb is None else max(nb, n_cap)
+        gx2 = None if n is None else p.fewest_gpus("xmem", n, slo_s=s)
+        rows.append({"ttft_slo_ms": s * 1e3, "gpus_host_dram": gh, "gpus_xmem": gx2,
+                     "xmem_nodes": n, "gpus_saved": None if gh is None or gx2 is None
+                     else gh - gx2})
+    return rows
 
 
-def assumptions(req: SizeRequest, ws_tokens: float) -> list[str]:
-    c = req.calibration
-    out = [
-        f"engine {req.engine}: overlap '{req.overlap}', pages of {req.transfer.page_tokens} "
-        f"tokens, {req.transfer.layout}, {req.transfer.io} copies; fixed overhead "
-        f"{c.fixed_overhead_s * 1e3:.1f} ms",
-        f"efficiencies: linear {c.eta_linear:.2f} of {req.model.weight_dtype} peak, attention "
-        f"{c.eta_attn(req.gpu):.2f} of BF16 peak (fitted, docs/model.md)",
-        f"{req.concurrency} prefill(s) in flight per GPU, {req.gpus} GPU(s) loading from the "
-        "same X-Mem nodes",
-        f"KV working set {ws_tokens:,.0f} tokens"
-        + ("" if req.working_set_tokens is not None or req.workload.working_set_tokens
-           is not None else " (default: 32 live sessions per GPU at the mean prompt length)"),
-    ]
-    if req.rate_rps:
-        out.append(f"{req.rate_rps:g} requests/s over all GPUs, M/G/1 queueing per GPU")
+def _load_curve(p: Planner, options: list[OptionResult]) -> dict[str, Any]:
+    """SLO-percentile TTFT against offered load, per option, at the X-Mem answer's GPU
+    count (or host DRAM's when X-Mem has none)."""
+    g = next((o.gpus for o in reversed(options) if o.gpus is not None), None)
+    if g is None or p.req.load.load_rps() is None:
+        return {}
+    base = p.req.load.load_rps() or 0.0
+    out: dict[str, Any] = {"gpus": g, "load_rps": [s * base for s in LOAD_SCALES]}
+    nodes = next((o.nodes for o in options if o.option == "xmem"), None) or 1
+    for o in OPTIONS:
+        out[o] = [p.run(o, g, nodes if o == "xmem" else 0, scale=s).slo_value_ms
+                  for s in LOAD_SCALES]
     return out
+
+
+def blog_ratio(req: SizeRequest, gpus: int = 8, nodes: int = 1) -> dict[str, float | None]:
+    """Load per GPU that host DRAM and X-Mem sustain within the SLO on `gpus` GPUs."""
+    p = Planner(replace(req))
+    h = p.goodput("host-dram", gpus, 0)
+    x = p.goodput("xmem", gpus, nodes)
+    return {"host_dram_rps_per_gpu": None if h is None else h / gpus,
+            "xmem_rps_per_gpu": None if x is None else x / gpus,
+            "ratio": None if not h or x is None else x / h}

@@ -1,4 +1,8 @@
-"""Turn `size` options (strings with units, names) into a `SizeRequest`, checking each."""
+"""Turn `size` options (strings with units, names) into a `SizeRequest`, checking each.
+
+Every assumption the plan rests on is recorded with where it came from (flag, profile,
+catalog, default) and printed by the CLI.
+"""
 
 from __future__ import annotations
 
@@ -12,25 +16,33 @@ from xmemplan import units
 from xmemplan.catalog import load_catalog
 from xmemplan.defaults import SEED_GPU
 from xmemplan.errors import UsageError
+from xmemplan.sizing import model as M
 from xmemplan.sizing import workload as wl
-from xmemplan.sizing.model import DEFAULT_CALIBRATION, SGLANG_HICACHE, Transfer
 from xmemplan.sizing.planner import SizeRequest
 
 ENGINES = {
     # SGLang HiCache: per-layer load events, page 64 layer_first, kernel IO (the Netpreme fork).
-    "sglang": ("layer", SGLANG_HICACHE),
-    # vLLM OffloadingConnector: the request waits for its load; contiguous 16-token blocks.
-    "vllm": ("sum", Transfer(page_tokens=16, layout="page_first", io="dma")),
+    "sglang": ("layer", M.SGLANG_HICACHE, False),
+    # vLLM OffloadingConnector: the request waits for its load; contiguous 16-token blocks;
+    # V1 schedules running requests (decodes) first in every step.
+    "vllm": ("sum", M.Transfer(page_tokens=16, layout="page_first", io="dma"), True),
 }
+# The seed traffic: the Netpreme blog's AIPerf agentic run (research/perf-model.md V8:
+# "QPS 2.5-5.0", 100 output tokens), at its high-load end, with the seed prompts.
+SEED_RATE_RPS = 5.0
+SEED_OUTPUT_TOKENS = 100
+BLOG = "lm-sys blog 2026-06-27-netpreme-xmem.md (AIPerf agentic run, research V8)"
 
 
 def build_request(
     *, ttft_slo: str, workload: Path | None = None, prompt_tokens: str | None = None,
     hit_rate: float | None = None, model: str | None = None, gpu: str = SEED_GPU,
-    concurrency: int = 8, rate: float | None = None, gpus: int = 8,
-    working_set: str | None = None, engine: str = "sglang", overlap: str | None = None,
-    page_tokens: int | None = None, slo_at: str = "p99", host_tier: str = "host-dram-pcie5",
-    xmem_tier: str = "xmem", catalog: Sequence[Path] = (),
+    rate: float | None = None, users: int | None = None, think: str = "5s",
+    output_tokens: int | None = None, working_set: str | None = None,
+    engine: str = "sglang", overlap: str | None = None, page_tokens: int | None = None,
+    slo_at: str = "p99", slo_on: str = "warm", host_tier: str = "host-dram-pcie5",
+    xmem_tier: str = "xmem", catalog: Sequence[Path] = (), requests: int = 4000,
+    seed: int = 0, max_gpus: int = 1024, tp: int | None = None,
 ) -> tuple[SizeRequest, list[str]]:
     """The request and notes to show (which workload, what was overridden)."""
     slo = units.parse_duration(ttft_slo, "--ttft-slo")
@@ -38,21 +50,30 @@ def build_request(
         raise UsageError("--ttft-slo must be positive")
     if engine not in ENGINES:
         raise UsageError(f"unknown engine '{engine}'", "use sglang or vllm")
-    default_overlap, transfer = ENGINES[engine]
+    default_overlap, transfer, mixed = ENGINES[engine]
     if overlap is not None and overlap not in ("sum", "layer", "max"):
         raise UsageError(f"unknown overlap '{overlap}'", "use sum, layer or max")
     if page_tokens is not None:
         if page_tokens < 1:
             raise UsageError("--page-tokens must be at least 1")
         transfer = replace(transfer, page_tokens=page_tokens)
-    if concurrency < 1:
-        raise UsageError("--concurrency must be at least 1")
-    if gpus < 1:
-        raise UsageError("--gpus must be at least 1")
-    if rate is not None and rate < 0:
-        raise UsageError("--rate must be 0 or more requests per second")
+    if rate is not None and rate <= 0:
+        raise UsageError("--rate must be a positive number of requests per second")
+    if users is not None and users < 1:
+        raise UsageError("--users must be at least 1")
+    if rate is not None and users is not None:
+        raise UsageError("give --rate or --users, not both")
+    think_s = units.parse_duration(think, "--think")
+    if output_tokens is not None and output_tokens < 1:
+        raise UsageError("--output-tokens must be at least 1")
     if slo_at not in ("p50", "p90", "p99"):
         raise UsageError(f"unknown percentile '{slo_at}'", "use p50, p90 or p99")
+    if slo_on not in ("warm", "all"):
+        raise UsageError(f"unknown request set '{slo_on}'", "use warm or all")
+    if requests < 200:
+        raise UsageError("--requests must be at least 200", "percentiles need requests")
+    if max_gpus < 1:
+        raise UsageError("--max-gpus must be at least 1")
     if hit_rate is not None:
         wl.check_hit_rate(hit_rate)
     prompt = None
@@ -63,6 +84,8 @@ def build_request(
 
     cat = load_catalog(catalog)
     notes: list[str] = []
+    said: list[tuple[str, str]] = []
+    seed_run = workload is None and prompt is None and hit_rate is None and model is None
     if workload is not None:
         from xmemplan.profile import load_profile
 
@@ -70,40 +93,102 @@ def build_request(
         if prompt is not None or hit_rate is not None:
             work = _override(work, prompt, hit_rate)
         model_name = model or work.model or wl.SEED_MODEL
-        label = work.description
-    elif prompt is None and hit_rate is None and model is None:
+        said.append((f"workload: {work.description}", "profile"))
+    elif seed_run:
         work = wl.from_flags(wl.SEED_PROMPT_TOKENS, wl.SEED_HIT_RATE, "seed")
         model_name = wl.SEED_MODEL
-        label = (f"default seed scenario (Netpreme blog): {wl.SEED_MODEL} on {gpu}, "
-                 f"{wl.SEED_PROMPT_TOKENS:,}-token prompts, hit rate {wl.SEED_HIT_RATE}, "
-                 f"{concurrency} prefills in flight per GPU")
-        work = replace(work, description=label)
+        work = replace(work, description=(
+            f"seed scenario: {wl.SEED_PROMPT_TOKENS:,}-token prompts, hit rate "
+            f"{wl.SEED_HIT_RATE}"))
+        said.append((f"{wl.SEED_PROMPT_TOKENS:,}-token prompts, hit rate {wl.SEED_HIT_RATE}, "
+                     f"{wl.SEED_MODEL} on {gpu}", "default: " + BLOG))
     else:
         n_prompt = prompt if prompt is not None else wl.SEED_PROMPT_TOKENS
         h = hit_rate if hit_rate is not None else wl.SEED_HIT_RATE
         model_name = model or wl.SEED_MODEL
-        label = (f"flags: {n_prompt:,}-token prompts, hit rate {h:g}"
-                 + ("" if prompt is not None else " (prompt length: seed default)")
-                 + ("" if hit_rate is not None else " (hit rate: seed default)"))
-        work = wl.from_flags(n_prompt, h, label)
+        work = wl.from_flags(n_prompt, h, f"{n_prompt:,}-token prompts, hit rate {h:g}")
+        said.append((f"prompt {n_prompt:,} tokens",
+                     "flag" if prompt is not None else "default (seed)"))
+        said.append((f"hit rate {h:g}", "flag" if hit_rate is not None else "default (seed)"))
     m = cat.model(model_name)
+    said.append((f"model {m.name}", "flag" if model else "profile" if workload is not None
+                 and work.model else "default (seed)"))
+    g = cat.gpu(gpu)
+    said.append((f"GPU {g.name}", "flag" if gpu != SEED_GPU else "default (seed)"))
     if work.kv_bytes_per_token and work.kv_bytes_per_token != m.kv_bytes_per_token:
         notes.append(
             f"the profile was written for {work.kv_bytes_per_token:,} KV bytes per token; "
             f"{m.name} has {m.kv_bytes_per_token:,} (the catalog's figure is used)")
+    work = wl.drop_over_context(work, m.max_context)
+    if work.excluded_over_context:
+        notes.append(f"{work.excluded_over_context:,} sampled requests are longer than "
+                     f"{m.name}'s {m.max_context:,}-token context and are left out")
     ws_tokens = None
     if working_set is not None:
         if units.is_byte_quantity(working_set):
             ws_tokens = units.parse_bytes(working_set, "--working-set") / m.kv_bytes_per_token
         else:
             ws_tokens = float(units.parse_count(working_set, "--working-set"))
+        said.append((f"KV working set {ws_tokens:,.0f} tokens", "flag"))
+    elif work.working_set_tokens is not None:
+        said.append((f"KV working set {work.working_set_tokens:,.0f} tokens in the trace, "
+                     "scaled by the load factor", "profile (working_set.peak)"))
+    else:
+        said.append(("KV working set unknown: host DRAM and X-Mem assumed to hold every "
+                     "hit, HBM none (HBM only = every request cold); nodes for capacity = 1",
+                     "default (no profile, no --working-set)"))
+
+    # the load
+    if users is not None:
+        load = wl.Arrivals("users", users=users, think_s=think_s)
+        said.append((load.describe(), "flag"))
+    elif rate is not None or seed_run or work.rate_rps is None:
+        r = rate if rate is not None else SEED_RATE_RPS
+        src = "flag" if rate is not None else "default: " + BLOG + ", QPS 5.0"
+        if work.session is not None and work.timestamp_s is not None and work.rate_rps:
+            load = wl.Arrivals("trace", rate_rps=r, trace_rate_rps=work.rate_rps)
+        else:
+            load = wl.Arrivals("poisson", rate_rps=r)
+        said.append((load.describe(), src))
+    else:
+        load = wl.Arrivals("poisson", rate_rps=work.rate_rps)
+        said.append((f"{load.describe()} (the trace's own rate; --rate or --users scales "
+                     "it)", "profile (arrival.rate_rps)"))
+        if work.session is None:
+            said.append(("per-request timestamps and sessions are not in this profile: "
+                         "Poisson arrivals instead of the trace's own", "profile (schema)"))
+    out = output_tokens if output_tokens is not None else SEED_OUTPUT_TOKENS
+    if work.output_tokens is None:
+        said.append((f"{out} output tokens per request (decode steps interleaved)",
+                     "flag" if output_tokens is not None else "default: " + BLOG))
+    cal = M.calibration_for(cat, engine)
+    shape = M.Shape(tp=tp, ep=tp if m.expert_params else 1) if tp else \
+        M.smallest_shape(m, g, float(np.max(work.prompt_tokens)))
+    assert shape is not None
+    said.append((f"replica shape {shape.label} ({shape.gpus} GPU(s) per replica)",
+                 "flag" if tp else "default: smallest that holds weights + the longest "
+                 "prompt"))
+    host = M.host_tier_for(cat, g, host_tier)
+    said.append((f"engine {engine}: overlap {overlap or default_overlap}, "
+                 f"{transfer.page_tokens}-token pages, {transfer.layout}, {transfer.io} copies, "
+                 f"{'decodes ride in prefill batches' if mixed else 'prefill first'}",
+                 "flag" if overlap or page_tokens else f"default (engine {engine})"))
+    said.append((f"fixed overhead {cal.fixed_overhead_s * 1e3:.1f} ms per batch that starts "
+                 f"a request; efficiencies linear {cal.eta_linear:.2f}, attention "
+                 f"{cal.eta_attn(g):.2f}", "calibration (docs/model.md)"))
+    said.append((f"TTFT SLO {slo * 1e3:g} ms at {slo_at} of "
+                 f"{'warm requests (hit >= half the prompt)' if slo_on == 'warm' else 'all'}",
+                 "flag" if slo_at != "p99" or slo_on != "warm" else "flag (--ttft-slo), "
+                 "default percentile p99 of warm requests"))
+    said.append((f"{requests:,} simulated requests, seed {seed}, first tenth left out",
+                 "default" if requests == 4000 and seed == 0 else "flag"))
     req = SizeRequest(
-        slo_s=slo, model=m, gpu=cat.gpu(gpu), hbm=cat.tier("hbm"), host=cat.tier(host_tier),
-        xmem=cat.tier(xmem_tier), workload=work, concurrency=concurrency, gpus=gpus,
-        rate_rps=rate if rate is not None else work.rate_rps, working_set_tokens=ws_tokens,
-        engine=engine, overlap=overlap or default_overlap, transfer=transfer,
-        calibration=DEFAULT_CALIBRATION.for_engine(engine),
-        slo_percentile=float(slo_at[1:]),
+        slo_s=slo, model=m, gpu=g, hbm=cat.tier("hbm"), host=host,
+        xmem=cat.tier(xmem_tier), workload=work, load=load, engine=engine,
+        overlap=overlap or default_overlap, transfer=transfer, calibration=cal, shape=shape,
+        slo_percentile=float(slo_at[1:]), slo_on=slo_on, output_tokens=out,
+        requests=requests, seed=seed, working_set_tokens=ws_tokens, max_gpus=max_gpus,
+        mixed=mixed, auto_shape=tp is None, assumptions=tuple(said),
     )
     if req.xmem.node_bandwidth_bytes_per_s is None:
         raise UsageError(f"tier '{req.xmem.name}' has no node_bandwidth",

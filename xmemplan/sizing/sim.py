@@ -11,7 +11,8 @@ think[i]) (prev = -1: open loop; else the request it follows in its session, so 
 users and a trace's think times are the same mechanism).
 
 Routing. route[i] >= 0 pins a replica; -1 joins the replica with the fewest unfinished
-requests (prefilling or decoding; lowest index on ties); -2 follows prev's replica (session affinity).
+requests (prefilling or decoding; lowest index on ties); -2 follows prev's replica
+(session affinity).
 
 Scheduling (per replica, one iteration at a time, SGLang's prefill-first FCFS):
 - if prefills wait: a batch takes the queue in order, up to `chunk` new tokens and
@@ -205,6 +206,9 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
     bm = np.full((R, bmax), -1, np.int64)
     btk = np.zeros((R, bmax))
     bcount = np.zeros(R, np.int64)
+    rh_t = np.empty(R + 1)  # replicas running, by end time (one entry each)
+    rh_i = np.empty(R + 1, np.int64)
+    rhn = 0
 
     # flows
     fmax = 2 * n + 2 * R + 2
@@ -233,12 +237,9 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
     while True:
         # next events
         t_h = ht[0] if hn > 0 else INF
-        t_r = INF
-        r_min = -1
-        for r in range(R):
-            if rstate[r] == 1 and rend[r] < t_r:
-                t_r = rend[r]
-                r_min = r
+        t_r = rh_t[0] if rhn > 0 else INF
+        r_min = rh_i[0] if rhn > 0 else -1
+        touched = -1
         t_f = INF
         f_min = -1
         for a in range(nact):
@@ -298,6 +299,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         e += lo_ / layers
                     rend[rr] = e
                     rstate[rr] = 1
+                    rhn = _heap_push(rh_t, rh_i, rhn, e, rr)
             # rates change
             for a in range(nact):
                 g = active[a]
@@ -311,6 +313,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
         if t_r <= t_h:
             # --- a replica's iteration ends ------------------------------------------
             r = r_min
+            rhn = _heap_pop(rh_t, rh_i, rhn)
+            touched = r
             busy[r] += now - rbstart[r]
             rstate[r] = 0
             rend[r] = INF
@@ -435,6 +439,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
             else:
                 r = rep[i]
             if r >= 0:
+                touched = r
                 t_ready[i] = now
                 if qtail[r] >= 0:
                     qnext[qtail[r]] = i
@@ -443,8 +448,10 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                 qtail[r] = i
                 qnext[i] = -1
 
-        # --- start iterations on idle replicas -----------------------------------------
-        for r in range(R):
+        # --- start an iteration on the replica the event touched, if idle --------------
+        lo_r = touched if touched >= 0 else 0
+        hi_r = touched + 1 if touched >= 0 else 0
+        for r in range(lo_r, hi_r):
             if rstate[r] != 0:
                 continue
             if qhead[r] < 0 and dcount[r] == 0:
@@ -559,6 +566,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
             else:
                 rstate[r] = 1
                 rend[r] = now + fixed + comp
+                rhn = _heap_push(rh_t, rh_i, rhn, rend[r], r)
             if rdecode[r] == 1 and not prefill:
                 stats[S_DECODE_STEPS] += 1
 

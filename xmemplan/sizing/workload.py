@@ -1,15 +1,23 @@
-"""The workload `size` plans for: prompt/hit samples, working set, arrival rate.
+"""The workload `size` plans for: per-request samples, arrivals, working set, LRU curve.
 
 From flags (one prompt length and one hit ratio), from a `hitrate` profile (its
 `requests_sample`, else its prompt-length and hit-ratio statistics), or the documented
 default: the seed scenario of the Netpreme blog (Qwen3-30B-A3B-FP8 on an H100-class GPU,
-64Ki-token prompts, 8 prefills in flight, hit ratio 0.98).
+64Ki-token prompts, hit ratio 0.98).
+
+Arrivals for the simulator (`arrivals`):
+- Poisson at a rate (requests/s over the deployment);
+- closed-loop users: each user sends its next request a think time (exponential, seeded)
+  after the previous one is done;
+- a trace's own timestamps per session (profile sample with `session` and `timestamp_s`):
+  session starts are compressed by the load factor, each session's gaps are kept, and a
+  request never starts before the previous one of its session is done.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,7 +29,8 @@ if TYPE_CHECKING:
     from xmemplan.profile import Profile
 
 __all__ = [
-    "SEED_HIT_RATE", "SEED_MODEL", "SEED_PROMPT_TOKENS", "Workload", "from_flags", "from_profile",
+    "SEED_HIT_RATE", "SEED_MODEL", "SEED_PROMPT_TOKENS", "Arrivals", "Workload", "arrivals",
+    "from_flags", "from_profile",
 ]
 MAX_SAMPLES = 10_000
 
@@ -36,28 +45,36 @@ class Workload:
     token_hit_ratio: float
     working_set_tokens: float | None = None
     capacity_curve: tuple[tuple[float, float], ...] = ()
-    rate_rps: float | None = None
+    rate_rps: float | None = None  # the trace's own arrival rate
     model: str | None = None
     kv_bytes_per_token: int | None = None
+    output_tokens: np.ndarray | None = None  # per request, when the profile has it
+    session: np.ndarray | None = None  # per request session index (profile v2 sample)
+    timestamp_s: np.ndarray | None = None  # per request arrival time in the trace
+    live_sessions: float | None = None  # the trace's mean live sessions
+    excluded_over_context: int = 0
 
     @property
     def prompt_p50(self) -> float:
         return float(np.median(self.prompt_tokens))
 
-    def hit_at_capacity(self, capacity_tokens: float, working_set_tokens: float) -> float:
-        """Token hit ratio when the cache holds `capacity_tokens` (<= the unlimited one).
+    def hit_at_capacity(self, capacity_tokens: float, working_set_tokens: float | None
+                        ) -> float:
+        """Token hit ratio of an LRU cache of `capacity_tokens` (at most the unlimited one).
 
-        From the profile's capacity curve when it has one, else the unlimited ratio scaled
-        by the share of the working set that fits (LRU with uniform reuse, a rough guide).
+        From the profile's LRU curve (hit ratio against capacity, exact for the trace) when
+        it has one. Without a curve: the unlimited ratio when the working set fits, else 0
+        (an LRU over a cyclically reused working set larger than itself keeps nothing that
+        is asked for again); with no working set known, the unlimited ratio.
         """
         h = self.token_hit_ratio
         if self.capacity_curve:
             caps = np.array([c for c, _ in self.capacity_curve])
             hits = np.array([r for _, r in self.capacity_curve])
-            return float(min(h, np.interp(capacity_tokens, caps, hits)))
-        if working_set_tokens <= 0:
+            return float(min(h, np.interp(capacity_tokens, caps, hits, left=0.0)))
+        if working_set_tokens is None or capacity_tokens >= working_set_tokens:
             return h
-        return h * min(1.0, capacity_tokens / working_set_tokens)
+        return 0.0
 
 
 def check_hit_rate(h: float) -> float:
@@ -74,6 +91,23 @@ def from_flags(prompt_tokens: int, hit_rate: float, description: str) -> Workloa
     return Workload(description, s, np.floor(s * hit_rate), hit_rate)
 
 
+def _sample_field(prof: Profile, name: str, n: int) -> np.ndarray | None:
+    """An optional per-request array of the profile's `requests_sample` (schema v2)."""
+    sample = prof.doc.get("requests_sample") if isinstance(prof.doc, dict) else None
+    v = sample.get(name) if isinstance(sample, dict) else None
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) != n or any(
+            isinstance(x, bool) or not isinstance(x, int | float) for x in v):
+        raise InputError(f"expected a list of {n} numbers", path=prof.path,
+                         field=f"requests_sample.{name}")
+    a = np.asarray(v, dtype=np.float64)
+    if not np.all(np.isfinite(a)) or (a.size and a.min() < 0):
+        raise InputError("a value is negative or not finite", path=prof.path,
+                         field=f"requests_sample.{name}")
+    return a
+
+
 def from_profile(prof: Profile) -> Workload:
     """Samples from `requests_sample` if present, else from the prompt histogram/quantiles."""
     path = prof.path
@@ -81,11 +115,17 @@ def from_profile(prof: Profile) -> Workload:
     if h is None:
         h = prof.rounds_ge1_token_hit_ratio
     how: str
+    out = sess = ts = None
     if prof.sample_prompt.size:
-        s = prof.sample_prompt[:MAX_SAMPLES]
-        p = prof.sample_hit[:MAX_SAMPLES]
-        keep = s > 0
-        s, p = s[keep], p[keep]
+        n_all = prof.sample_prompt.size
+        out = _sample_field(prof, "output_tokens", n_all)
+        sess = _sample_field(prof, "session", n_all)
+        ts = _sample_field(prof, "timestamp_s", n_all)
+        keep = prof.sample_prompt > 0
+        keep[MAX_SAMPLES:] = False
+        s = prof.sample_prompt[keep]
+        p = prof.sample_hit[keep]
+        out, sess, ts = (None if a is None else a[keep] for a in (out, sess, ts))
         if h is None:
             h = float(p.sum() / s.sum()) if s.sum() else 0.0
         how = f"{len(s):,} sampled requests"
@@ -102,6 +142,8 @@ def from_profile(prof: Profile) -> Workload:
     check_hit_rate(h)
     # The capacity curve is only the deployment's when one cache served every session.
     curve = prof.capacity_curve if prof.scope == "global" else ()
+    arrival = prof.doc.get("arrival") if isinstance(prof.doc, dict) else None
+    live = arrival.get("concurrency_mean") if isinstance(arrival, dict) else None
     return Workload(
         description=f"profile {path} ({how})",
         prompt_tokens=s,
@@ -112,7 +154,31 @@ def from_profile(prof: Profile) -> Workload:
         rate_rps=prof.rate_rps,
         model=prof.model,
         kv_bytes_per_token=prof.kv_bytes_per_token,
+        output_tokens=out,
+        session=sess,
+        timestamp_s=ts,
+        live_sessions=float(live) if isinstance(live, int | float) and live > 0 else None,
     )
+
+
+def drop_over_context(w: Workload, max_context: int) -> Workload:
+    """`w` without the requests longer than the model's context (an engine rejects them)."""
+    if not max_context:
+        return w
+    keep = w.prompt_tokens <= max_context
+    if keep.all():
+        return w
+    if not keep.any():
+        raise UsageError(f"every prompt of the workload is longer than the model's "
+                         f"{max_context:,}-token context", "pick a model with a longer context")
+
+    def k(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[keep]
+
+    return replace(w, prompt_tokens=w.prompt_tokens[keep], hit_tokens=w.hit_tokens[keep],
+                   output_tokens=k(w.output_tokens), session=k(w.session),
+                   timestamp_s=k(w.timestamp_s),
+                   excluded_over_context=int((~keep).sum()))
 
 
 def _prompt_samples(prof: Profile) -> np.ndarray:
@@ -135,3 +201,76 @@ def _prompt_samples(prof: Profile) -> np.ndarray:
     p99 = prof.prompt_p99 if prof.prompt_p99 is not None else p90
     mx = prof.prompt_max or p99
     return np.maximum(1.0, np.repeat([p50, p90, p99, mx], [50, 40, 9, 1]))
+
+
+# --- arrivals ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Arrivals:
+    """How requests arrive: `kind` is poisson, users or trace. `scale` multiplies the
+    load (the planner's p99-vs-load sweep and goodput search)."""
+
+    kind: str
+    rate_rps: float | None = None  # poisson
+    users: int | None = None  # closed loop
+    think_s: float = 0.0  # closed loop: mean think time
+    trace_rate_rps: float | None = None  # trace: the trace's own rate, for the load factor
+
+    def describe(self) -> str:
+        if self.kind == "poisson":
+            return f"Poisson arrivals at {self.rate_rps:g} requests/s"
+        if self.kind == "users":
+            return f"{self.users} closed-loop users, {self.think_s:g} s mean think time"
+        return f"the trace's timestamps, sessions compressed to {self.rate_rps:g} requests/s"
+
+    def load_rps(self) -> float | None:
+        return self.rate_rps
+
+
+def arrivals(a: Arrivals, n: int, seed: int, *, scale: float = 1.0,
+             session: np.ndarray | None = None, timestamp_s: np.ndarray | None = None,
+             order: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival, prev, think, route) arrays for `n` requests in the order they are sent.
+
+    route: -1 (least-loaded replica) for open arrivals and the first request of a user or
+    session, -2 (the previous request's replica, where its prefix sits) after it.
+    """
+    rng = np.random.default_rng(seed)
+    if a.kind == "poisson":
+        rate = (a.rate_rps or 0.0) * scale
+        if rate <= 0:
+            raise UsageError("the arrival rate must be positive")
+        arr = np.cumsum(rng.exponential(1.0 / rate, n))
+        return arr, np.full(n, -1, np.int64), np.zeros(n), np.full(n, -1, np.int64)
+    if a.kind == "users":
+        users = max(1, int(round((a.users or 1) * scale)))
+        idx = np.arange(n)
+        prev = idx - users
+        prev[prev < 0] = -1
+        think = rng.exponential(a.think_s, n) if a.think_s > 0 else np.zeros(n)
+        # users start spread over one think time, so that they do not all send at once
+        arr = np.where(prev < 0, rng.uniform(0, max(a.think_s, 1e-3), n), 0.0)
+        return arr, prev, think, np.where(prev >= 0, -2, -1).astype(np.int64)
+    # trace: sessions keep their internal gaps; starts are compressed by the load factor
+    assert session is not None and timestamp_s is not None
+    factor = (a.rate_rps or 1.0) * scale / (a.trace_rate_rps or 1.0)
+    ts = np.asarray(timestamp_s, dtype=np.float64)
+    sess = np.asarray(session, dtype=np.int64)
+    start: dict[int, float] = {}
+    for s_, t in zip(sess.tolist(), ts.tolist(), strict=True):
+        start[s_] = min(t, start.get(s_, math.inf))
+    t0 = min(start.values())
+    s_start = np.array([start[s_] for s_ in sess.tolist()])
+    arr = (s_start - t0) / factor + (ts - s_start)
+    order_ = np.argsort(arr, kind="stable")
+    arr = arr[order_]
+    sess = sess[order_]
+    prev = np.full(n, -1, np.int64)
+    last: dict[int, int] = {}
+    for i, s_ in enumerate(sess.tolist()):
+        prev[i] = last.get(s_, -1)
+        last[s_] = i
+    if order is not None:
+        order[:] = order_
+    return arr, prev, np.zeros(n), np.where(prev >= 0, -2, -1).astype(np.int64)
