@@ -137,6 +137,9 @@ def hitrate(
                 f"format pass --trace-format {fmt}") if fmt in READERS else (
                 f"use one of {', '.join(OUTPUT_FORMATS)}, or --trace-format for the input")
         raise UsageError(f"unknown output format '{fmt}'", hint)
+    from xmemplan.units import MAX_PAGE_TOKENS, check_int
+
+    check_int(page_size, "--page-size", 1, MAX_PAGE_TOKENS, "tokens")
     if out is not None and out.suffix not in (".parquet", ".csv"):
         raise UsageError(f"cannot tell the type of '{out}'", "end --out with .parquet or .csv")
     # Outputs are checked before the replay: a missing folder or an input named as an output
@@ -168,12 +171,15 @@ def hitrate(
             "matches no known trace format", path=result.unrecognized[0],
             hint="pass --trace-format NAME, or remove the file",
         )
+    _scope_note(result)
     if result.summary["requests"] == 0:
+        _warn_skips(result)  # the notes say why (e.g. "add --subagents") before the error
         if any("add --subagents" in n for n in result.notes):
             raise InputError("the input holds only sub-agent requests",
                              hint="add --subagents to read them")
+        named = ", ".join(str(t) for t in traces[:3]) + (" ..." if len(traces) > 3 else "")
         raise InputError(
-            "no requests could be read from the input",
+            f"no requests could be read from the input ({named})",
             hint=_skip_text(result) or "check the paths and --trace-format",
         )
     calls = None
@@ -206,13 +212,34 @@ def hitrate(
 
 def _skip_text(result: HitrateResult) -> str:
     parts = []
-    if result.skips.total:
-        parts.append(f"{result.skips.total:,} lines skipped")
+    files = result.skips.files
+    lines = result.skips.total - files
+    if lines:
+        parts.append(f"{lines:,} lines skipped")
+    if files:
+        parts.append(f"{files:,} files skipped")
+    if result.skips.total_warned:
+        parts.append(f"{result.skips.total_warned:,} lines read with a warning")
     if result.unrecognized:
         parts.append(f"{len(result.unrecognized)} files in no known format")
     if result.empty:
         parts.append(f"{len(result.empty)} empty files")
     return ", ".join(parts)
+
+
+def _scope_note(result: HitrateResult) -> None:
+    """`--scope session` on a format without sessions: every request is its own session, so
+    the ratio is 0 by construction. Say so rather than print a bare 0.0."""
+    from xmemplan.traces.registry import get_reader
+
+    if result.scope != "session":
+        return
+    none = sorted(n for n in result.files_by_format if not get_reader(n).HAS_SESSIONS)
+    if none:
+        result.notes.append(
+            f"{', '.join(none)} traces carry no session ids: under --scope session every "
+            "request is its own session and can hit only itself (0 by construction); use "
+            "--scope global (or auto)")
 
 
 def _warn_skips(result: HitrateResult) -> None:
@@ -225,6 +252,8 @@ def _warn_skips(result: HitrateResult) -> None:
     if text:
         render.warn(f"{text}.")
         for ex in result.skips.examples[:5]:
+            render.warn(f"  {ex.where()}: {ex.reason}")
+        for ex in result.skips.warn_examples[:5]:
             render.warn(f"  {ex.where()}: {ex.reason}")
         for p in result.unrecognized[:5]:
             render.warn(f"  {p}: matches no known trace format (skipped)")
@@ -254,6 +283,7 @@ def _report(
             "unrecognized_files": result.unrecognized,
             "empty_files": result.empty,
             "notes": result.notes,
+            "warnings": dict(result.skips.warned),
         }
         if result.reported is not None:
             payload["reported"] = result.reported

@@ -160,8 +160,7 @@ def _curve(text: str, bpt: int | None) -> tuple[list[Capacity], bool]:
             )
         grid = np.unique(np.geomspace(lo.tokens, hi.tokens, n).round().astype(np.int64))
         return [_tokens_capacity(int(t), bpt) for t in grid], False
-    return [parse_capacity(p, bpt, "--capacity-curve point")
-            for p in text.split(",") if p.strip()], False
+    return [parse_capacity(p, bpt, "--capacity-curve point") for p in text.split(",")], False
 
 
 def _tokens_capacity(tokens: int, bpt: int | None) -> Capacity:
@@ -171,24 +170,23 @@ def _tokens_capacity(tokens: int, bpt: int | None) -> Capacity:
 def _tiers(text: str, bpt: int | None) -> list[Tier]:
     tiers: list[Tier] = []
     for part in text.split(","):
-        if not part.strip():
-            continue
         name, sep, size = part.partition("=")
         if not sep or not name.strip() or not size.strip():
             raise UsageError(
-                f"cannot read tier '{part.strip()}'",
+                f"--tiers: cannot read tier '{part.strip()}'",
                 "write --tiers NAME=SIZE,... fastest first, like HBM=60GB,DRAM=1TB,XMEM=24TB",
             )
         tier = Tier(name.strip(), parse_capacity(size, bpt, f"--tiers {name.strip()} size"))
         if tiers and tier.capacity.tokens <= tiers[-1].capacity.tokens:
             raise UsageError(
-                f"tier {tier.name} ({tier.capacity.label}) is not larger than tier "
+                f"--tiers: tier {tier.name} ({tier.capacity.label}) is not larger than tier "
                 f"{tiers[-1].name} ({tiers[-1].capacity.label})",
                 "tiers are inclusive (each holds everything the tiers before it hold): list "
                 "them fastest first, each larger than the one before",
             )
         if any(t.name.lower() == tier.name.lower() for t in tiers):
-            raise UsageError(f"tier {tier.name} is listed twice", "give each tier one size")
+            raise UsageError(f"--tiers: tier {tier.name} is listed twice",
+                             "give each tier one size")
         tiers.append(tier)
     if not tiers:
         raise UsageError("--tiers is empty", "write it like HBM=60GB,DRAM=1TB,XMEM=24TB")

@@ -256,8 +256,8 @@ def discover(
             f"folder or a link) and read once: {shown}{more}")
     if found.linked_dirs:
         found.notes.append(
-            f"{len(found.linked_dirs)} links lead to a folder already read (a loop or a "
-            f"second way in), not followed: {', '.join(str(p) for p in found.linked_dirs[:3])}")
+            f"{len(found.linked_dirs)} folders were reached a second time (a link loop or a "
+            f"second way in) and read once: {', '.join(str(p) for p in found.linked_dirs[:3])}")
     if found.hidden:
         found.notes.append(
             f"{found.hidden} hidden files or folders (names starting with '.') were not read")
