@@ -8,6 +8,25 @@ from xmemplan.cli.main import run
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
+FAKE_XMEM = str(ROOT / "tests" / "fake_xmem")  # fake `xmem` SDK and `cuda` bindings
+
+
+def forget_fake_xmem() -> None:
+    """Drop imported `xmem`/`cuda` modules (the fake SDK is re-imported per test)."""
+    import sys
+
+    for name in [m for m in sys.modules if m == "xmem" or m.split(".")[0] == "cuda"]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def fake_xmem_sdk(monkeypatch: pytest.MonkeyPatch):
+    """Put the fake xmem/cuda packages (tests/fake_xmem) first on sys.path; forget them
+    afterwards."""
+    monkeypatch.syspath_prepend(FAKE_XMEM)
+    forget_fake_xmem()
+    yield
+    forget_fake_xmem()
 
 
 def shared_trace(*parts: str) -> Path:

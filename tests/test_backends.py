@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,25 +19,13 @@ from xmemplan.backends.hostpool import HostPool
 from xmemplan.backends.xmem import PageCorruptError, XMemHiCacheStorage
 from xmemplan.errors import UsageError
 
-FAKE = str(Path(__file__).parent / "fake_xmem")
 MODES = ["emulate", "dram", "real"]
 PAGE = 256
 
 
-@pytest.fixture
-def fake_sdk(monkeypatch):
-    """Put the fake xmem/cuda packages first on sys.path; forget them afterwards."""
-    monkeypatch.syspath_prepend(FAKE)
-    for name in [m for m in sys.modules if m == "xmem" or m.split(".")[0] == "cuda"]:
-        monkeypatch.delitem(sys.modules, name)
-    yield
-    for name in [m for m in sys.modules if m == "xmem" or m.split(".")[0] == "cuda"]:
-        del sys.modules[name]
-
-
 def make(mode: str, request: pytest.FixtureRequest, **kw) -> XMemHiCacheStorage:
     if mode == "real":
-        request.getfixturevalue("fake_sdk")
+        request.getfixturevalue("fake_xmem_sdk")
     kw.setdefault("capacity_bytes", 4 * PAGE)
     kw.setdefault("banks", 2)
     kw.setdefault("page_bytes", PAGE)
@@ -270,6 +257,6 @@ def test_shaping_follows_configured_bandwidth_and_latency():
     assert time.perf_counter() - t0 == pytest.approx(3 * 4 * n / 400e6, rel=0.25)
 
 
-def test_emulate_mode_never_imports_the_sdk(fake_sdk):
+def test_emulate_mode_never_imports_the_sdk(fake_xmem_sdk):
     create_backend(mode="emulate", page_bytes=PAGE, capacity_bytes=4 * PAGE).set(1, page(1))
     assert "xmem" not in sys.modules

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from xmemplan.backends import create_backend
 
-FAKE = str(Path(__file__).parent / "fake_xmem")
 PAGE = 64 << 10
 KEYS = 48
 RUN_S = 0.6
@@ -25,12 +22,10 @@ def content(key: int) -> np.ndarray:
 
 
 @pytest.fixture(params=["emulate", "real"])
-def mode(request, monkeypatch):
+def mode(request):
     if request.param == "real":
-        monkeypatch.syspath_prepend(FAKE)
-    yield request.param
-    for name in [m for m in sys.modules if m == "xmem" or m.split(".")[0] == "cuda"]:
-        del sys.modules[name]
+        request.getfixturevalue("fake_xmem_sdk")
+    return request.param
 
 
 def hammer(b, seconds: float, seed: int, errors: list, written: set, lock: threading.Lock):

@@ -3,33 +3,19 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import forget_fake_xmem
 
 from xmemplan.backends import create_backend
 from xmemplan.backends.media import XMEM_UNAVAILABLE
 from xmemplan.errors import ExitCode, NotAvailableError
 
-FAKE = str(Path(__file__).parent / "fake_xmem")
 PAGE = 4096
 
 
-def _forget_sdk() -> None:
-    for name in [m for m in sys.modules if m == "xmem" or m.split(".")[0] == "cuda"]:
-        del sys.modules[name]
-
-
-@pytest.fixture
-def sdk(monkeypatch):
-    monkeypatch.syspath_prepend(FAKE)
-    _forget_sdk()
-    yield
-    _forget_sdk()
-
-
-def test_allocates_once_per_bank_and_copies_with_pointers(sdk):
+def test_allocates_once_per_bank_and_copies_with_pointers(fake_xmem_sdk):
     b = create_backend(mode="real", capacity_bytes=8 * PAGE, banks=4, page_bytes=PAGE)
     import xmem
     from cuda.bindings import runtime
@@ -43,7 +29,7 @@ def test_allocates_once_per_bank_and_copies_with_pointers(sdk):
                      int(runtime.cudaMemcpyKind.cudaMemcpyDeviceToHost)}
 
 
-def test_banks_capped_by_hardware(sdk, monkeypatch):
+def test_banks_capped_by_hardware(fake_xmem_sdk, monkeypatch):
     monkeypatch.setenv("FAKE_XMEM_BANKS", "2")
     b = create_backend(mode="real", capacity_bytes=8 * PAGE, banks=8, page_bytes=PAGE)
     assert b._medium.banks == 2
@@ -53,7 +39,7 @@ def test_banks_capped_by_hardware(sdk, monkeypatch):
     ("oserror", "OSError: MTier shared library not found"),
     ("service", "MTier service did not start"),
 ])
-def test_import_failures_become_not_available(sdk, monkeypatch, how, words):
+def test_import_failures_become_not_available(fake_xmem_sdk, monkeypatch, how, words):
     monkeypatch.setenv("FAKE_XMEM_IMPORT", how)
     with pytest.raises(NotAvailableError) as info:
         create_backend(mode="real", page_bytes=PAGE)
@@ -63,25 +49,25 @@ def test_import_failures_become_not_available(sdk, monkeypatch, how, words):
 
 
 def test_no_sdk_at_all_is_not_available(monkeypatch):
-    _forget_sdk()
+    forget_fake_xmem()
     monkeypatch.setattr(sys, "path", [p for p in sys.path if "fake_xmem" not in p])
     with pytest.raises(NotAvailableError, match=XMEM_UNAVAILABLE):
         create_backend(mode="real", page_bytes=PAGE)
 
 
-def test_tier_not_ready(sdk, monkeypatch):
+def test_tier_not_ready(fake_xmem_sdk, monkeypatch):
     monkeypatch.setenv("FAKE_XMEM_NOT_READY", "1")
     with pytest.raises(NotAvailableError, match="not ready"):
         create_backend(mode="real", page_bytes=PAGE)
 
 
-def test_out_of_memory_names_the_bank(sdk, monkeypatch):
+def test_out_of_memory_names_the_bank(fake_xmem_sdk, monkeypatch):
     monkeypatch.setenv("FAKE_XMEM_BANK_BYTES", str(PAGE))
     with pytest.raises(NotAvailableError, match="bank 0 has 4,096 bytes free"):
         create_backend(mode="real", capacity_bytes=64 * PAGE, banks=4, page_bytes=PAGE)
 
 
-def test_copy_failure_fails_the_page_not_the_store(sdk):
+def test_copy_failure_fails_the_page_not_the_store(fake_xmem_sdk):
     b = create_backend(mode="real", capacity_bytes=4 * PAGE, banks=2, page_bytes=PAGE)
     from cuda.bindings import runtime
 
@@ -96,7 +82,7 @@ def test_copy_failure_fails_the_page_not_the_store(sdk):
     np.testing.assert_array_equal(b.get(1), np.ones(PAGE, dtype=np.uint8))
 
 
-def test_auto_mode_uses_hardware_when_present(sdk, monkeypatch, tmp_path):
+def test_auto_mode_uses_hardware_when_present(fake_xmem_sdk, monkeypatch, tmp_path):
     lib = tmp_path / "libmtier.so"
     lib.write_bytes(b"")
     monkeypatch.setenv("MTIER_LIB_PATH", str(lib))
@@ -105,7 +91,7 @@ def test_auto_mode_uses_hardware_when_present(sdk, monkeypatch, tmp_path):
     assert create_backend(mode="auto", page_bytes=PAGE).mode == "emulate"
 
 
-def test_auto_mode_falls_back_when_the_sdk_fails(sdk, monkeypatch, tmp_path):
+def test_auto_mode_falls_back_when_the_sdk_fails(fake_xmem_sdk, monkeypatch, tmp_path):
     lib = tmp_path / "libmtier.so"
     lib.write_bytes(b"")
     monkeypatch.setenv("MTIER_LIB_PATH", str(lib))

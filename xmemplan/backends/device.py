@@ -208,7 +208,22 @@ class DeviceShaper:
     def __init__(self, node: EmulatedNode) -> None:
         self.node = node
         self._link_free = 0.0
+        self._stream_from = -math.inf
         self._lock = threading.Lock()
+
+    def _in_batch(self, now: float) -> bool:
+        return self._stream_from > -math.inf
+
+    def end_batch(self) -> None:
+        with self._lock:
+            self._stream_from = -math.inf
+
+    def begin_batch(self, now: float) -> None:
+        """A batch call starts: its pages stream back to back on the link from here (the
+        reader's own time between pages is not lost link time, as with a DMA queue)."""
+        with self._lock:
+            self._stream_from = max(now, self._link_free)
+            self._link_free = self._stream_from
 
     def reserve(self, direction: str, pages: Sequence[tuple[int, Sequence[int]]],
                 now: float) -> float:
@@ -217,7 +232,7 @@ class DeviceShaper:
         link_s = sum(dev.copy_seconds(bank, parts) for bank, parts in pages)
         total = sum(sum(parts) for _, parts in pages)
         with self._lock:
-            start = max(now, self._link_free)
+            start = self._link_free if self._in_batch(now) else max(now, self._link_free)
             self._link_free = start + scale * link_s
             link_end = self._link_free
         return max(link_end, self.node.bucket.take(total, now))

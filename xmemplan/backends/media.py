@@ -298,6 +298,12 @@ class Shaper:
     def batch_latency(self) -> float:
         return 0.0  # included in the batch's deadline
 
+    def begin_batch(self, now: float) -> None:
+        return None
+
+    def end_batch(self) -> None:
+        return None
+
     def reserve(self, direction: str, pages: Sequence[tuple[int, Sequence[int]]],
                 now: float) -> float:
         """Reserve the tier for one batch of pages [(bank, copy sizes)]; the deadline

@@ -224,6 +224,7 @@ class XMemHiCacheStorage(HiCacheStorageBase):
                 results.append(True)
         shaper = self._shaper
         deadline = t0
+        shaper.begin_batch(t0)
         if todo and not shaper.per_page:
             deadline = shaper.reserve("write", [(e.slot % medium.banks, [p.shape[0] for p in ps])
                                                 for e, ps in todo], t0)
@@ -251,6 +252,7 @@ class XMemHiCacheStorage(HiCacheStorageBase):
                 shaper.wait_until(page_deadline)
         if todo:
             deadline = max(deadline, time.perf_counter() + shaper.batch_latency())
+        shaper.end_batch()
         shaper.wait_until(deadline)
         if failed:
             # Map failures back to the keys they belong to.
@@ -285,6 +287,7 @@ class XMemHiCacheStorage(HiCacheStorageBase):
                 break
         shaper = self._shaper
         deadline = t0
+        shaper.begin_batch(t0)
         live = [(i, e) for i, e in enumerate(pinned) if e is not None]
         if live and not shaper.per_page:
             deadline = shaper.reserve("read", [(e.slot % medium.banks, _sizes(pages[i], e))
@@ -341,6 +344,7 @@ class XMemHiCacheStorage(HiCacheStorageBase):
         misses += len(keys) - len(pinned)
         if live:
             deadline = max(deadline, time.perf_counter() + shaper.batch_latency())
+        shaper.end_batch()
         shaper.wait_until(deadline)
         elapsed = time.perf_counter() - t0
         with self._lock:

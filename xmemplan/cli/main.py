@@ -9,7 +9,7 @@ import typer
 from typer.exceptions import TyperException
 
 from xmemplan import __version__
-from xmemplan.cli import calibrate, catalog, hitrate, size, validate
+from xmemplan.cli import calibrate, catalog, export, hitrate, size, validate
 
 app = typer.Typer(
     name="xmemplan",
@@ -49,7 +49,7 @@ def _main(
     render.set_quiet(quiet)
 
 
-for _module in (hitrate, size, validate, catalog, calibrate):
+for _module in (hitrate, size, validate, catalog, calibrate, export):
     _module.register(app)
 
 

@@ -1,4 +1,5 @@
-"""`xmemplan validate --backend xmem`: real KV pages through a HiCache backend vs the model."""
+"""`xmemplan validate`: real KV pages through a HiCache backend (or AIPerf's records of a
+live server) vs the model."""
 
 from __future__ import annotations
 
@@ -19,16 +20,28 @@ def register(app: typer.Typer) -> None:
 def validate(
     backend: str = typer.Option("xmem", "--backend", "-b", help="xmem or dram."),
     emulate: bool = typer.Option(
-        False, "--emulate", help="Use the emulated tier even where X-Mem hardware exists."
+        False, "--emulate", help="Use the emulated node even where X-Mem hardware exists."
     ),
     real: bool = typer.Option(
         False, "--real", help="Insist on X-Mem hardware; fail (exit 4) without it."
     ),
     calibrate: bool = typer.Option(
         False, "--calibrate",
-        help="Measure this machine's copy bandwidth (no shaping) and use it as the tier's "
-        "bandwidth in the prediction.",
+        help="Measure this machine's copy bandwidth (no shaping) and predict with it.",
     ),
+    readers: int = typer.Option(
+        1, "--readers", min=1, max=64,
+        help="Simulated GPUs loading from one emulated node at once (threads)."),
+    device: str | None = typer.Option(
+        None, "--device", help="Emulated node: a name in data/devices or a TOML file "
+        "(default xmem-node)."),
+    page_tokens: int = typer.Option(64, "--page-tokens", min=1, max=4096,
+                                    help="Tokens per KV page."),
+    layout: str = typer.Option("page_first", "--layout",
+                               help="Host pool layout: page_first or layer_first."),
+    aiperf: Path | None = typer.Option(
+        None, "--aiperf", help="Judge an AIPerf profile run: its artifact directory (with "
+        "--traces, the mooncake_trace file it replayed)."),
     plan: Path | None = typer.Option(None, "--plan", help="A plan from 'xmemplan size' (JSON)."),
     workload: Path | None = typer.Option(
         None, "--workload", help="A workload profile from 'xmemplan hitrate' (JSON)."
@@ -43,10 +56,11 @@ def validate(
         f"{SEED_GPU})."
     ),
     tier: str | None = typer.Option(
-        None, "--tier", help="Catalog tier (default: xmem, or host-dram-pcie5 for dram)."
+        None, "--tier", help="Catalog tier (default: xmem, or host-dram-pcie5 for dram and "
+        "--aiperf)."
     ),
     tolerance: str = typer.Option(
-        "15%", "--tolerance", help="Largest p50 TTFT error that passes (15% or 0.15)."
+        "15%", "--tolerance", help="Largest p50/p90 error that passes (15% or 0.15)."
     ),
     predict_bandwidth: str | None = typer.Option(
         None, "--predict-bandwidth",
@@ -61,135 +75,183 @@ def validate(
         "1024", "--growth-tokens", help="Seed scenario: tokens added per round."
     ),
     max_requests: int = typer.Option(12, "--max-requests", min=1,
-                                     help="Replay at most N measured requests."),
+                                     help="Replay at most N measured requests per reader."),
     max_bytes: str = typer.Option(
         "4GB", "--max-bytes", help="Scale token counts so that at most this much KV moves."
     ),
     repeats: int = typer.Option(3, "--repeats", min=1,
                                 help="Reads per request; the fastest is its load time."),
     catalog: list[Path] = typer.Option(
-        [], "--catalog", help="Extra catalog TOML files (repeatable)."
+        [], "--catalog", help="Extra catalog TOML files (repeatable), e.g. calibrate's overlay."
     ),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
     show_requests: bool = typer.Option(False, "--requests", help="Also print every request."),
 ) -> None:
     """Push real KV pages through the X-Mem HiCache backend and compare with the model.
 
-    Without X-Mem hardware the emulated tier runs, and the first line says so. Exits 5
-    when the p50 TTFT error of a request class exceeds --tolerance.
+    Without X-Mem hardware an emulated node (its own device model, data/devices) runs, and
+    the first lines say what was emulated and what the verdict covers. Exits 5 when the p50
+    or p90 load time (and TTFT where compute was measured) of a request class is off by
+    more than --tolerance. With --aiperf, judges AIPerf's per-request TTFT records instead.
     """
     from xmemplan import units
     from xmemplan.cli.views import render
     from xmemplan.errors import CheckFailedError, UsageError
-    from xmemplan.validate.harness import run_validate
-    from xmemplan.validate.options import ValidateOptions
-    from xmemplan.validate.workload import pairs_from_file, pairs_from_traces
 
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(
             f"unknown output format '{fmt}'", f"use one of {', '.join(OUTPUT_FORMATS)}"
         )
-    inputs = [p for p in (plan, workload, traces) if p is not None]
+    tol = units.parse_percent(tolerance, "--tolerance")
+    if aiperf is not None:
+        _aiperf(aiperf, traces, model, gpu, tier, tol, tuple(str(p) for p in catalog), fmt,
+                page_tokens)
+        return
+    opts = _options(locals(), tol)
+    with render.progress(None, "Replaying") as bar:
+        result = _run(opts, bar.update)
+    _report(result, fmt, show_requests)
+    if not result.passed:
+        raise CheckFailedError(
+            f"measured loads differ from the planner's prediction by {result.error:.1%} "
+            f"({result.verdict_on}), more than the tolerance {result.tolerance:.0%}",
+            "See the table above: the planner's bandwidth, contention or transfer-size term "
+            "is off for this device",
+        )
+
+
+def _run(opts: Any, on_progress: Any) -> Any:
+    from xmemplan.validate.harness import run_validate
+
+    return run_validate(opts, on_progress)
+
+
+def _options(flags: dict[str, Any], tol: float) -> Any:
+    """ValidateOptions from the command's flags (workload files read here)."""
+    from xmemplan import units
+    from xmemplan.errors import UsageError
+    from xmemplan.validate.options import ValidateOptions
+    from xmemplan.validate.workload import pairs_from_file, pairs_from_traces
+
+    f = flags
+    inputs = [p for p in (f["plan"], f["workload"], f["traces"]) if p is not None]
     if len(inputs) > 1:
         raise UsageError("give one of --plan, --workload, --traces")
     pairs: tuple[tuple[int, int], ...] = ()
     source = "seed scenario (long prompts, high hit rate, scaled to this machine)"
-    extra_notes: list[str] = []
-    file_input = plan if plan is not None else workload
+    model, gpu = f["model"], f["gpu"]
+    file_input = f["plan"] if f["plan"] is not None else f["workload"]
     if file_input is not None:
-        got = pairs_from_file(file_input, max_requests)
+        got = pairs_from_file(file_input, f["max_requests"])
         pairs, source = got.pairs, got.source
         model, gpu = model or got.model, gpu or got.gpu
         if got.concurrency and got.concurrency > 1:
-            extra_notes.append(
-                f"the plan assumes {got.concurrency} prefills in flight per GPU; validate "
-                "replays one at a time, so its predictions are for concurrency 1")
-    elif traces is not None:
-        pairs, source = pairs_from_traces([traces], max_requests)
-    opts = ValidateOptions(
-        backend=backend, emulate=emulate, real=real, calibrate=calibrate,
-        model=model or SEED_MODEL, gpu=gpu or SEED_GPU,
-        tier=tier, tolerance=_fraction(tolerance),
+            source += (f"; the plan assumes {got.concurrency} prefills in flight per GPU, "
+                       "validate replays one per reader")
+    elif f["traces"] is not None:
+        pairs, source = pairs_from_traces([f["traces"]], f["max_requests"])
+    return ValidateOptions(
+        backend=f["backend"], emulate=f["emulate"], real=f["real"], calibrate=f["calibrate"],
+        model=model or SEED_MODEL, gpu=gpu or SEED_GPU, tier=f["tier"], device=f["device"],
+        readers=f["readers"], page_tokens=f["page_tokens"], layout=f["layout"], tolerance=tol,
         predict_bandwidth_bytes_per_s=(
-            units.parse_bandwidth(predict_bandwidth, "--predict-bandwidth")
-            if predict_bandwidth else None),
-        sessions=sessions, rounds=rounds,
-        prompt_tokens=units.parse_count(prompt_tokens, "--prompt-tokens"),
-        growth_tokens=units.parse_count(growth_tokens, "--growth-tokens"),
-        pairs=pairs, max_requests=max_requests,
-        max_bytes=units.parse_bytes(max_bytes, "--max-bytes"), repeats=repeats,
-        catalog_files=tuple(str(p) for p in catalog), source=source,
+            units.parse_bandwidth(f["predict_bandwidth"], "--predict-bandwidth")
+            if f["predict_bandwidth"] is not None else None),
+        sessions=f["sessions"], rounds=f["rounds"],
+        prompt_tokens=units.parse_count(f["prompt_tokens"], "--prompt-tokens"),
+        growth_tokens=units.parse_count(f["growth_tokens"], "--growth-tokens"),
+        pairs=pairs, max_requests=f["max_requests"],
+        max_bytes=units.parse_bytes(f["max_bytes"], "--max-bytes"), repeats=f["repeats"],
+        catalog_files=tuple(str(p) for p in f["catalog"]), source=source,
     )
-    with render.progress(None, "Replaying") as bar:
-        def on_progress(done: int, total: int) -> None:
-            if bar._progress is not None:
-                bar._progress.update(bar._task, completed=done, total=total)
-
-        result = run_validate(opts, on_progress)
-    result.notes.extend(extra_notes)
-    _report(result, fmt, show_requests)
-    if not result.passed:
-        raise CheckFailedError(
-            f"measured TTFT differs from the prediction by {result.error:.1%} at p50, more "
-            f"than the tolerance {result.tolerance:.0%}",
-            "See the table above; --calibrate predicts with this machine's real copy bandwidth",
-        )
-
-
-def _fraction(text: str) -> float:
-    from xmemplan.errors import UsageError
-
-    t = text.strip()
-    try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise UsageError(f"cannot read tolerance '{text}'", "write it like 15% or 0.15") from None
-    if not value > 0:
-        raise UsageError("--tolerance must be positive")
-    return value
 
 
 def _report(result: Any, fmt: str, show_requests: bool) -> None:
     from xmemplan.cli.views import render
 
     if fmt == "json":
-        render.info(result.note)
+        for text in (result.note, *result.preamble):
+            render.info(text)
         render.emit_json(result.as_dict())
         return
     render.line(result.note)
-    render.table(
-        ["class", "requests", "TTFT p50 ms", "predicted", "error", "TTFT p99 ms", "predicted",
-         "error", "load p50 ms", "predicted", "error"],
-        [(c.name, c.requests, c.ttft_p50_ms, c.predicted_ttft_p50_ms, _pct(c.error_p50),
-          c.ttft_p99_ms, c.predicted_ttft_p99_ms, _pct(c.error_p99), c.load_p50_ms,
-          c.predicted_load_p50_ms, _pct(c.load_error_p50)) for c in result.classes],
-        title=f"Measured vs predicted TTFT ({result.model} on {result.gpu}, tier "
-              f"{result.tier}; cold: hit < 50%, warm: hit >= 50%)",
-    )
+    for text in result.preamble:
+        render.line(text)
+    ttft = result.compute_measured
+    cols = ["class", "requests", "load p50 ms", "predicted", "error", "load p90 ms",
+            "predicted", "error"] + (["TTFT p50 ms", "predicted", "error"] if ttft else [])
+    rows = []
+    for c in result.classes:
+        row = [c.name, c.requests, c.load_p50_ms, c.predicted_load_p50_ms,
+               _pct(c.load_error_p50), c.load_p90_ms, c.predicted_load_p90_ms,
+               _pct(c.load_error_p90)]
+        if ttft:
+            row += [c.ttft_p50_ms, c.predicted_ttft_p50_ms, _pct(c.ttft_error_p50)]
+        rows.append(row)
+    render.table(cols, rows, title=f"Measured vs predicted KV loads ({result.model} on "
+                 f"{result.gpu}, tier {result.tier}, {result.readers} reader(s); cold: hit "
+                 "< 50%, warm: hit >= 50%)")
     gb = 1e9
     render.line(
-        f"bandwidth: predicted {result.predicted_bandwidth_bytes_per_s / gb:.4g} GB/s, achieved "
-        f"{result.achieved_bandwidth_bytes_per_s / gb:.4g} GB/s (tier time); this machine: "
-        f"backend copies {result.machine_copy_bandwidth_bytes_per_s / gb:.3g} GB/s, numpy "
-        f"memcpy {result.memcpy_bandwidth_bytes_per_s / gb:.3g} GB/s"
-    )
+        f"bandwidth per reader: predicted {result.predicted_bandwidth_bytes_per_s / gb:.4g} "
+        f"GB/s, achieved {result.achieved_bandwidth_bytes_per_s / gb:.4g} GB/s; this "
+        f"machine: backend copies {result.machine_copy_bandwidth_bytes_per_s / gb:.3g} GB/s, "
+        f"numpy memcpy {result.memcpy_bandwidth_bytes_per_s / gb:.3g} GB/s")
     render.line(
         f"moved: {result.bytes_written / gb:.3g} GB written, {result.bytes_read / gb:.3g} GB "
-        f"read, every byte verified; {len(result.requests)} requests in {result.wall_s:.1f} s"
-    )
+        f"read, every byte verified; {len(result.requests)} requests in {result.wall_s:.1f} s")
     if show_requests:
         render.table(
-            ["session", "round", "prompt", "hit", "load ms", "predicted", "TTFT ms", "predicted"],
-            [(r.session, r.round, r.prompt_tokens, r.hit_tokens, r.load_s * 1e3,
-              r.predicted_load_s * 1e3, r.ttft_s * 1e3, r.predicted_ttft_s * 1e3)
-             for r in result.requests],
+            ["reader", "session", "round", "prompt", "hit", "load ms", "predicted"],
+            [(r.reader, r.session, r.round, r.prompt_tokens, r.hit_tokens, r.load_s * 1e3,
+              r.predicted_load_s * 1e3) for r in result.requests],
             title="Requests",
         )
     for note in result.notes:
         render.line(f"note: {note}")
     verdict = "PASS" if result.passed else "FAIL"
-    render.line(f"{verdict}: p50 TTFT error {result.error:.2%} (tolerance {result.tolerance:.0%})")
+    render.line(f"{verdict}: largest error {result.error:.2%} ({result.verdict_on}; tolerance "
+                f"{result.tolerance:.0%})")
 
 
-def _pct(x: float) -> str:
-    return "-" if x != x else f"{x:.1%}"
+def _aiperf(directory: Path, traces: Path | None, model: str | None, gpu: str | None,
+            tier: str | None, tol: float, catalogs: tuple[str, ...], fmt: str,
+            page_tokens: int) -> None:
+    from xmemplan.cli.views import render
+    from xmemplan.errors import CheckFailedError, UsageError
+    from xmemplan.validate.aiperf import AiperfOptions, judge
+
+    if traces is None:
+        raise UsageError("--aiperf needs --traces: the mooncake_trace file AIPerf replayed",
+                         "write it with 'xmemplan export TRACES --to aiperf -o FILE'")
+    res = judge(AiperfOptions(
+        directory=directory, trace=traces, model=model or SEED_MODEL, gpu=gpu or SEED_GPU,
+        tier=tier or "host-dram-pcie5", tolerance=tol, catalog_files=catalogs))
+    if fmt == "json":
+        for text in res.preamble:
+            render.info(text)
+        render.emit_json(res.as_dict())
+    else:
+        for text in res.preamble:
+            render.line(text)
+        render.table(
+            ["class", "requests", "TTFT p50 ms", "predicted", "error", "TTFT p90 ms",
+             "predicted", "error"],
+            [(c.name, c.requests, c.ttft_p50_ms, c.predicted_ttft_p50_ms, _pct(c.error_p50),
+              c.ttft_p90_ms, c.predicted_ttft_p90_ms, _pct(c.error_p90)) for c in res.classes],
+            title=f"AIPerf TTFT vs predicted ({res.model} on {res.gpu}, tier {res.tier})")
+        for note in res.notes:
+            render.line(f"note: {note}")
+        render.line(f"{'PASS' if res.passed else 'FAIL'}: largest p50 TTFT error "
+                    f"{res.error:.2%} (tolerance {res.tolerance:.0%})")
+    if not res.passed:
+        raise CheckFailedError(
+            f"AIPerf's measured TTFT differs from the prediction by {res.error:.1%} at p50, "
+            f"more than the tolerance {res.tolerance:.0%}",
+            "See the table above; check --model, --gpu and --tier match the server")
+
+
+def _pct(x: float | None) -> str:
+    if x is None or x != x:
+        return "-"
+    return "inf" if x == float("inf") else f"{x:.1%}"

@@ -16,7 +16,10 @@ class ValidateOptions:
     model: str = SEED_MODEL
     gpu: str = SEED_GPU
     tier: str | None = None  # default: xmem or host-dram-pcie5
+    device: str | None = None  # emulated node: name in data/devices or a TOML file
+    readers: int = 1  # simulated GPUs loading from one node at once (threads)
     page_tokens: int = 64
+    layout: str = "page_first"  # host pool layout: page_first | layer_first
     overlap: str = "layer"
     tolerance: float = 0.15
     predict_bandwidth_bytes_per_s: float | None = None  # override (e.g. to test a mismatch)
@@ -28,7 +31,7 @@ class ValidateOptions:
     pairs: tuple[tuple[int, int], ...] = ()  # (prompt, hit) tokens, replaces sessions
     max_requests: int = 12
     repeats: int = 3  # reads of each request's hit pages; the fastest is its load time
-    max_bytes: float = 4e9  # cap on the KV bytes moved, to fit the machine
+    max_bytes: float = 4e9  # cap on the KV bytes moved (all readers together)
     capacity_bytes: float | None = None
     catalog_files: tuple[str, ...] = ()
     seed: int = 0

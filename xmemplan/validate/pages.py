@@ -17,6 +17,7 @@ class Pattern:
         words = -(-page_bytes // 8)
         self.base = np.random.default_rng(seed).integers(0, 2**63, words, dtype=np.int64)
         self.page_bytes = page_bytes
+        self.seed = seed
         self._scratch = np.empty(words, dtype=np.int64)
 
     def fill(self, key: int, parts: list[np.ndarray]) -> None:

@@ -37,12 +37,14 @@ class Calibrator:
     """
 
     def __init__(self, mode: str, model: Any, page_tokens: int, pages: int, banks: int,
-                 pattern: Pattern, sink: CudaSink | None = None) -> None:
+                 pattern: Pattern, sink: CudaSink | None = None,
+                 layout: str = "page_first") -> None:
         from xmemplan.backends import create_backend
 
         # With a GPU (DRAM tier), the load that matters is pinned host -> GPU: sample that.
         self.sink = sink
-        self.pool = host_pool(model, pages, page_tokens, pinned=sink is not None)
+        self.pool = host_pool(model, pages, page_tokens, layout=layout,
+                              pinned=sink is not None)
         self.pages = pages
         self.backend = create_backend(
             "xmem", mode=mode, capacity_bytes=self.pool.page_bytes * (pages + 1), banks=banks,

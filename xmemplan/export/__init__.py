@@ -1,0 +1,1 @@
+"""Write traces in other tools' formats (`xmemplan export`): AIPerf's mooncake_trace."""

@@ -1,0 +1,140 @@
+"""Any trace xmemplan reads -> AIPerf's `mooncake_trace` JSONL, for `aiperf profile`.
+
+One row per request, in replay order (timestamp, then file order):
+`{"timestamp": ms, "input_length": L, "output_length": n, "hash_ids": [...],
+"session_id": "xm000042", "block_tokens": B, "extra": {"xmemplan_row": 42}}`.
+
+hash_ids: the prompt cut into blocks of B tokens (`--block-tokens`, AIPerf's
+`--isl-block-size`), each block's id chained on the one before it, so two requests share
+ids exactly as far as they share a prefix (AIPerf synthesizes one cached token block per id).
+A block is identified by (previous id, the source keys it covers, its offset and length):
+a partial last block gets its own id (AIPerf refuses an id seen at two sizes), and tokens
+that the source trace gives no key for (its last partial page) get ids of their own.
+len(hash_ids) == ceil(L / B). Each row has its own `session_id` (AIPerf treats rows that
+share one as delta turns of a chat, which would double-count the prefix); `extra` is merged
+into the request body and lets a test server find the row. `block_tokens` is ignored by
+AIPerf (unknown keys are allowed) and read back by `validate --aiperf`.
+
+Format: research/serving-sim.md 4.1 (aiperf 0.13.0 `dataset/loader/mooncake_trace.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xmemplan.errors import InputError, UsageError
+
+ROW_PREFIX = "xm"
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: str
+    rows: int
+    block_tokens: int
+    blocks: int  # hash ids written
+    unique_blocks: int
+    files: int
+    skipped: int
+    notes: list[str]
+
+
+def chained_block_ids(keys: np.ndarray, source_block: int, prompt_tokens: int,
+                      block_tokens: int, intern: dict[Any, int], row: int) -> list[int]:
+    """The hash ids of one request: blocks of `block_tokens`, chained on the previous id."""
+    ids: list[int] = []
+    prev = -1
+    covered = len(keys) * source_block  # tokens the source trace gives keys for
+    for a in range(0, prompt_tokens, block_tokens):
+        b = min(prompt_tokens, a + block_tokens)
+        if b > covered:
+            ident: Any = ("tail", row, a)  # no key for these tokens: never shared
+        else:
+            first, last = a // source_block, (b - 1) // source_block
+            ident = (prev, keys[first:last + 1].tobytes(), a % source_block, b - a)
+        got = intern.get(ident)
+        if got is None:
+            got = intern[ident] = len(intern)
+        ids.append(got)
+        prev = got
+    return ids
+
+
+def export_aiperf(paths: list[Path], out: Path, *, block_tokens: int = 512,
+                  format_name: str | None = None, speedup: float = 1.0,
+                  limit: int | None = None, default_output_tokens: int = 1,
+                  spacing_ms: float | None = None) -> ExportResult:
+    """Read `paths` (any format xmemplan reads) and write `out` as mooncake_trace JSONL.
+
+    `spacing_ms`: timestamps row x spacing instead of the trace's (one request at a time,
+    in replay order, when the spacing exceeds every TTFT)."""
+    from xmemplan.traces.base import ReadOptions, SkipLog
+    from xmemplan.traces.registry import discover
+    from xmemplan.traces.schema import NULL_INT, concat_batches
+
+    if block_tokens < 1:
+        raise UsageError("--block-tokens must be at least 1")
+    if not speedup > 0 or not math.isfinite(speedup):
+        raise UsageError("--speedup must be a positive number")
+    if spacing_ms is not None and (not spacing_ms > 0 or not math.isfinite(spacing_ms)):
+        raise UsageError("--spacing must be a positive duration")
+    found = discover(paths, format_name)
+    if not found.files:
+        raise InputError("no trace files recognized", path=paths[0],
+                         hint="name the format with --format")
+    skips = SkipLog()
+    batches = [b for f, reader in found.files for b in reader.read(f, ReadOptions(), skips)]
+    if not batches or not sum(len(b) for b in batches):
+        raise InputError("no requests could be read from the traces", path=paths[0])
+    t = concat_batches(batches)
+    n = len(t)
+    ts = np.asarray(t.timestamp_s, dtype=np.float64)
+    known = ~np.isnan(ts)
+    # Replay order: by timestamp where known (stable: file order breaks ties).
+    order = np.argsort(np.where(known, ts, np.inf), kind="stable") if known.any() \
+        else np.arange(n)
+    if limit is not None:
+        order = order[:limit]
+    t0 = float(np.nanmin(ts)) if known.any() else 0.0
+    intern: dict[Any, int] = {}
+    blocks = 0
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            for row, i in enumerate(order):
+                keys = t.keys[t.key_offsets[i]:t.key_offsets[i + 1]]
+                prompt = int(t.prompt_tokens[i])
+                ids = chained_block_ids(keys, int(t.block_tokens[i]), prompt, block_tokens,
+                                        intern, row)
+                blocks += len(ids)
+                rec: dict[str, Any] = {}
+                if spacing_ms is not None:
+                    rec["timestamp"] = round(row * spacing_ms, 3)
+                elif known[i]:
+                    ms = (float(ts[i]) - t0) * 1e3 / speedup
+                    rec["timestamp"] = round(ms, 3)
+                out_tok = int(t.output_tokens[i])
+                rec.update({
+                    "input_length": prompt,
+                    "output_length": out_tok if out_tok != NULL_INT and out_tok > 0
+                    else default_output_tokens,
+                    "hash_ids": ids, "session_id": f"{ROW_PREFIX}{row:06d}",
+                    "block_tokens": block_tokens, "extra": {"xmemplan_row": row}})
+                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write the export ({exc.strerror})", path=out) from exc
+    notes = list(found.notes)
+    if skips.total:
+        notes.append(f"{skips.total} input lines skipped")
+    if not known.all() and spacing_ms is None:
+        notes.append(f"{int((~known).sum())} requests have no timestamp: written without one")
+    return ExportResult(str(out), len(order), block_tokens, blocks, len(intern),
+                        len(found.files), skips.total, notes)
