@@ -140,7 +140,7 @@ def analyze_calls(paths: list[Path], options: HitrateOptions) -> CallsReport | N
     calls: list[Call] = []
     file_of: list[str] = []
     for p in files:
-        fc = CT.calls(p, ro, SkipLog(), enc)
+        fc = CT.calls(p, ro, SkipLog(), enc, kinds=True)
         calls.extend(fc.calls)
         file_of.extend([str(p)] * len(fc.calls))
     if not calls:

@@ -299,6 +299,7 @@ class _Transcript:
                 self.nodes[self.by_uuid[n.parent]].children.append(n.index)
         self._dangling: set[str] = set()
         self._messages: dict[tuple[int, ...], np.ndarray] = {}
+        self._kinds: dict[tuple[int, ...], np.ndarray] = {}
         self.compacted: bool = False  # set by chain(): the last chain stopped at a boundary
 
     def chain(self, first: _Node, group: frozenset[int] = frozenset()) -> list[int]:
@@ -383,14 +384,18 @@ class _Transcript:
 
     def kind_tokens(self, group: tuple[int, ...], n_tokens: int) -> np.ndarray:
         """A message's tokens split by kind (text, tool results, code) in proportion to the
-        characters of each kind (the chat markers count as text)."""
+        characters of each kind (the chat markers count as text); cached per message."""
+        got = self._kinds.get(group)
+        if got is not None:
+            return got
         chars = np.zeros(3, dtype=np.float64)
         for i in group:
             chars += self.nodes[i].kind_chars
         total = chars.sum()
-        if total <= 0:
-            return np.array([n_tokens, 0, 0], dtype=np.float64)
-        return chars / total * n_tokens
+        got = (chars / total * n_tokens if total > 0
+               else np.array([n_tokens, 0, 0], dtype=np.float64))
+        self._kinds[group] = got
+        return got
 
 
 @dataclass
@@ -439,9 +444,10 @@ def _usage_key(usage: Any) -> tuple[Any, ...] | None:
 
 
 def calls(
-    path: Path, options: ReadOptions, skips: SkipLog, enc: ChunkEncoder
+    path: Path, options: ReadOptions, skips: SkipLog, enc: ChunkEncoder, kinds: bool = False
 ) -> FileCalls:
-    """Every API call in one transcript file, in file order."""
+    """Every API call in one transcript file, in file order; `kinds` also splits each
+    prompt's tokens by message kind (for the calibration report; costs a pass per call)."""
     data = path.read_bytes()
     nodes = [
         _node(i, line, obj, path, skips, path.stem)
@@ -482,16 +488,18 @@ def calls(
         compacted = t.compacted
         # The request left when its newest prompt record was written (the first record of
         # the response is written when it ends): the cache's lifetimes count from there.
-        stamps = [x for g in msgs for i in g if (x := nodes[i].timestamp) is not None]
+        stamps = [x for i in (msgs[-1] if msgs else ()) if (x := nodes[i].timestamp)
+                  is not None]
         sent = max(stamps) if stamps else ts
         parts = [t._message(g) for g in msgs]
         n_tokens = sum(k.shape[0] for k in parts)
         if n_tokens == 0:
             skips.skip(path, first.line, "assistant record with no prompt before it", "parentUuid")
             continue
-        kinds = np.zeros(3, dtype=np.float64)
-        for g, arr in zip(msgs, parts):
-            kinds += t.kind_tokens(g, arr.shape[0])
+        split = np.zeros(3, dtype=np.float64)
+        if kinds and parts:
+            split = np.sum([t.kind_tokens(g, arr.shape[0]) for g, arr in zip(msgs, parts)],
+                           axis=0)
         usage = next(
             (n.usage for n in (last, first) if n.usage is not _MISSING), _MISSING
         )
@@ -500,7 +508,7 @@ def calls(
         out.calls.append(Call(
             line=first.line, session=first.session,
             context=f"{path}#{agent}" if agent else str(path),
-            timestamp=ts, sent=sent, parts=parts, blocks=[len(g) for g in msgs], kinds=kinds,
+            timestamp=ts, sent=sent, parts=parts, blocks=[len(g) for g in msgs], kinds=split,
             reported=rep, creation_1h=_creation_1h(usage), version=first.version,
             model=first.model, compacted=compacted, sidechain=first.sidechain,
         ))
