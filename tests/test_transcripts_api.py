@@ -214,3 +214,44 @@ def test_subagent_file_alone_is_read_and_beside_its_session_needs_the_flag(tmp_p
     r = cli("hitrate", tmp_path / "agent-x1.jsonl")
     assert r.code == 3 and "add --subagents" in r.err.lower()
     assert "--trace-format" not in r.err
+
+
+def test_fixed_hidden_prefix_and_calibration_alone(tmp_path):
+    p = _session(tmp_path, 9_000, 2, lambda i, api: _normal(i, api, 9_000), calls=3)
+    plain = analyze([p], HitrateOptions()).requests_frame()["prompt_tokens"].to_list()
+    fixed = analyze([p], HitrateOptions(hidden_prefix="500")).requests_frame()
+    assert fixed["prompt_tokens"].to_list() == [n + 500 for n in plain]
+    assert fixed["hit_tokens"].to_list()[1:] == fixed["prompt_tokens"].to_list()[:-1]
+    cal = analyze([p], HitrateOptions(tokens="calibrated")).requests_frame()
+    assert all(abs(c - 2 * n) <= 8 for c, n in zip(cal["prompt_tokens"].to_list(), plain))
+
+
+def test_standin_is_shared_across_sessions_under_global_scope(tmp_path):
+    """Two sessions of the same client version and model: the second's first call hits the
+    first's stand-in under --scope global, never under --scope session."""
+    a = _session(tmp_path, 9_000, 1, lambda i, api: _normal(i, api, 9_000), calls=3)
+    rows = [dict(r, sessionId="second-session") for r in json.loads(
+        "[" + ",".join(a.read_text().splitlines()) + "]")]
+    rows[0]["message"] = {"role": "user", "content": "Another task entirely."}
+    (tmp_path / "second").mkdir()
+    _write(tmp_path / "second" / "second-session.jsonl", rows)
+    files = [a, tmp_path / "second" / "second-session.jsonl"]
+    for scope, expect in (("global", 9_000), ("session", 0)):
+        f = analyze(files, HitrateOptions(hidden_prefix="auto", scope=scope,
+                                          tokens="calibrated")).requests_frame()
+        second = f.filter(f["session_id"] == "second-session")
+        first_hit = second.sort("timestamp_s")["hit_tokens"][0]
+        # the stand-in, and at most the chat marker of the (different) first message
+        assert expect <= first_hit <= expect + 4
+
+
+def test_json_output_carries_the_per_file_comparison(tmp_path, cli):
+    p = _session(tmp_path, 9_000, 1, lambda i, api: _normal(i, api, 9_000), calls=3)
+    r = cli("hitrate", p, "--hidden-prefix", "auto", "--cache-model", "anthropic", "-f", "json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)["transcripts"]
+    (f,) = doc["files"]
+    assert f["calls"] == 3 and f["anthropic"] == pytest.approx(f["api"], abs=0.01)
+    (h,) = doc["hidden_prefix"]
+    assert h["hidden_tokens"] == 9_000 and h["spread_tokens"]["max"] == 9_000
+    assert doc["cache_rules"]["min_cacheable"] == {"claude-opus-4-6": 4096}
