@@ -332,11 +332,18 @@ class Planner:
         return hi
 
     def fewest_nodes(self, gpus: int, slo_s: float | None = None) -> int | None:
-        """Fewest X-Mem nodes whose bandwidth lets `gpus` GPUs meet the SLO."""
+        """Fewest X-Mem nodes whose bandwidth lets `gpus` GPUs meet the SLO.
+
+        Never more than the count at which the nodes give every GPU its full link at once
+        (more cannot speed a load up)."""
         slo_ms = (self.req.slo_s if slo_s is None else slo_s) * 1e3
+        e = engine_for(self.req.setup, replicas=max(1, gpus // self.req.shape.gpus), nodes=1)
+        one = e.node_bandwidth * self.req.shape.gpus  # one node, over all its GPUs
+        ceiling = max(1, math.ceil(gpus * e.xmem_bandwidth / one - 1e-9)) \
+            if math.isfinite(one) else 1
 
         def ok(n: int) -> bool:
-            return self.run("xmem", gpus, n).slo_value_ms <= slo_ms
+            return n >= ceiling or self.run("xmem", gpus, n).slo_value_ms <= slo_ms
 
         if ok(1):
             return 1
@@ -474,7 +481,7 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         cheapest = "xmem"
         host_txt = (f"host DRAM needs {g_host} GPUs, {saved} more" if g_host is not None
                     else f"host DRAM meets it with no GPU count up to {req.max_gpus}")
-        answer = (f"{n_rec} X-Mem node{'s' if n_rec != 1 else ''} for {g_x} GPUs meet the "
+        answer = (f"{n_rec} X-Mem node{'s' if n_rec != 1 else ''} for {g_x} GPUs: meets the "
                   f"{slo_ms:g} ms SLO at {load} ({host_txt}); binding: {binding}.")
         if saved:
             reasons.append(f"X-Mem is the cheaper option if {n_rec} node(s) cost less than "
