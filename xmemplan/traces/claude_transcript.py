@@ -20,7 +20,8 @@ cache_read_input_tokens + cache_creation_input_tokens`. Usage inside `progress` 
 mirrors sub-agent messages that the sidechain files hold as well and is never counted.
 
 Sub-agent (sidechain) requests are left out unless `--subagents`, which merges them into
-the parent session, as for the Claude Code block traces. Sub-agent calls that appear only as
+the parent session, as for the Claude Code block traces; a sub-agent file whose session file
+is not beside it (nor two folders up, as in `<session>/subagents/`) is read as it is. Sub-agent calls that appear only as
 `agent_progress` copies (no sidechain file beside the session) are counted and reported, not
 read: the copies are lossy (they lack the assistant messages' text blocks).
 
