@@ -251,7 +251,6 @@ def test_plan_from_size(capsys, monkeypatch, tmp_path):
     doc = json.loads(out)
     assert doc["model"] == "llama-3.1-8b"
     assert [(r["prompt_tokens"], r["hit_tokens"]) for r in doc["requests"]] == [(2048, 1792)]
-    assert "prefills in flight per GPU" in err
     assert doc["classes"][0]["name"] == "warm"
 
 
