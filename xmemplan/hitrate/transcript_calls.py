@@ -17,7 +17,9 @@ tokenizer vs the API's, with hc the calibrated hit without the stand-in), `hidde
 (hw - hc), then the gap `C - hw`:
 - above the ceiling: `unrecorded`, the part beyond the whole previous prompt of the
   conversation (the API's own count), or beyond the warm prefix on a first call: content no
-  earlier call in the transcript carried, so a request the transcript does not hold wrote it;
+  earlier call in the transcript carried, so a request the transcript does not hold wrote it
+  (Claude Code sends cache warm-up requests that it does not record:
+  anthropics/claude-agent-sdk-python issue #445);
 - below it: `compaction` or `edit` (the prompt does not extend the previous one: the whole
   shortfall), else what the API's rules predict, at most the shortfall: `ttl` (an entry
   expired: more than 5 minutes, or 1 hour, since it was last used), `min_length`, or
