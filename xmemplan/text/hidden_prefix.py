@@ -20,7 +20,8 @@ consecutive calls, `api_i - api_{i-1} = sum_kind k_kind * (ours_kind_i - ours_ki
 a least-squares fit of the calls whose prompt extends the previous one.
 
 - `--hidden-prefix auto|N|none` prepends a stand-in of `H` tokens (auto) or N tokens. Its
-  token ids are a function of the client version, the model and the position only, so two
+  token ids (above every vocabulary) are a function of the client version, the model and the
+  position only, so two
   contexts of the same client version and model share the stand-in up to the shorter
   length, and a global-scope replay sees the sharing the API's cache sees.
 - `--tokens calibrated` resamples each message's tokens to `round(n * k)` (one factor per
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from xmemplan.traces.claude_transcript import Call
 
 KINDS = ("text", "tool_result", "code")
-_POS_BITS = 24  # positions per stand-in (16 M tokens, far above any context window)
+_POS_BITS = 24  # the longest stand-in, 16 M tokens (far above any context window)
 
 
 def parse_mode(value: str | None) -> str | int | None:
@@ -67,11 +68,18 @@ def parse_mode(value: str | None) -> str | int | None:
 def standin(version: str, model: str, n: int) -> np.ndarray:
     """`n` stand-in token ids for the hidden prefix of (client version, model).
 
-    The ids lie above 2**62, far from any tokenizer's ids; a shorter stand-in of the same
-    version and model is a prefix of a longer one."""
-    tag = xxhash.xxh3_64_intdigest(f"{version}\0{model}".encode()) & ((1 << 37) - 1)
-    base = (1 << 62) | (tag << _POS_BITS)
-    ids = base + np.arange(n, dtype=np.int64)
+    Pseudo-random ids in [2**30, 2**31), above every vocabulary and within the int32 range
+    that text prompts are stored in, drawn by position from a seed of (version, model): a
+    shorter stand-in of the same version and model is a prefix of a longer one, and two
+    versions or models differ from the first token (splitmix64 of seed + position)."""
+    seed = xxhash.xxh3_64_intdigest(f"{version}\0{model}".encode())
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(
+            0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    ids = (np.int64(1 << 30) + (z & np.uint64((1 << 30) - 1)).astype(np.int64))
     ids.flags.writeable = False
     return ids
 
