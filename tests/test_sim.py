@@ -12,7 +12,16 @@ from hypothesis import strategies as st
 
 from xmemplan.catalog import load_catalog
 from xmemplan.errors import UsageError
-from xmemplan.sizing.sim import LAYER, MAX, SUM, Engine, SimResult, Traffic, simulate
+from xmemplan.sizing.sim import (
+    LAYER,
+    MAX,
+    S_DECODE_STEPS,
+    SUM,
+    Engine,
+    SimResult,
+    Traffic,
+    simulate,
+)
 from xmemplan.sizing.sim_reference import simulate_reference
 from xmemplan.sizing.simmodel import Setup, engine_for, single_request_ttft
 
@@ -174,6 +183,12 @@ def test_kernel_matches_reference(case: tuple[Traffic, Engine]) -> None:
                                    err_msg=name)
     np.testing.assert_array_equal(a.replica, b.replica)
     _little_ok(a)
+    # runs of decode steps (one event per run) give the times of one event per step
+    c = simulate_reference(tr, e, one_step_per_event=True)
+    for name in ("arrival", "ready", "start", "first", "done", "busy"):
+        np.testing.assert_allclose(getattr(a, name), getattr(c, name), rtol=1e-9, atol=1e-9,
+                                   err_msg=name)
+    assert a.stats[S_DECODE_STEPS] == c.stats[S_DECODE_STEPS]
 
 
 # --- determinism and inputs ------------------------------------------------------------

@@ -19,7 +19,10 @@ Scheduling (per replica, one iteration at a time, SGLang's prefill-first FCFS):
   `max_batch` requests; the last one taken may be cut (chunked prefill) and stays first in
   the queue. With `mixed` (vLLM: running requests first), every decoding request adds one
   token to the batch and uses one token of the budget.
-- else if requests decode: one decode step, every running request gains one token;
+- else if requests decode: decode steps, every running request gains one token per step;
+  the replica runs steps back to back until the first running request finishes, or until
+  a prefill arrives (the step in progress then ends the run): the same times as one step
+  per event, computed without an event per step;
 - else idle.
 - batch time = max(linear FLOP time, weight byte time) + max(attention FLOP time, KV
   byte time) + fixed overhead (a roofline per operator class, as model.compute_parts);
@@ -118,6 +121,19 @@ def _heap_pop(ht: np.ndarray, hi: np.ndarray, n: int) -> int:
 
 
 @njit(cache=True)
+def _decode_step(nd, ctx, lin, attn, kvb, wdense, wexp, miss, hbm):  # noqa: ANN001, ANN202
+    """Compute time of one decode step of `nd` requests holding `ctx` tokens in all."""
+    tokens = 0.0 + nd
+    lin_t = 0.0 + lin * nd
+    attn_t = 0.0 + attn * (2.0 * ctx + nd)
+    kv_read = 0.0 + ctx * kvb
+    wb = wdense + wexp * (1.0 - miss ** tokens) if tokens > 0 else 0.0
+    w_t = wb / hbm
+    kv_t = kv_read / hbm
+    return (lin_t if lin_t >= w_t else w_t) + (attn_t if attn_t >= kv_t else kv_t)
+
+
+@njit(cache=True)
 def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, output,
                     route, fpar, ipar):  # noqa: C901 (one event loop, kept in one place)
     n = arrival.shape[0]
@@ -206,8 +222,10 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
     bm = np.full((R, bmax), -1, np.int64)
     btk = np.zeros((R, bmax))
     bcount = np.zeros(R, np.int64)
-    rh_t = np.empty(R + 1)  # replicas running, by end time (one entry each)
-    rh_i = np.empty(R + 1, np.int64)
+    rsteps = np.ones(R, np.int64)  # decode steps in the current iteration
+    rmacro = np.zeros(R, np.int64)  # 1: a run of decode-only steps (see the module doc)
+    rh_t = np.empty(R + n + 1)  # replicas running, by end time (stale entries skipped)
+    rh_i = np.empty(R + n + 1, np.int64)
     rhn = 0
 
     # flows
@@ -237,6 +255,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
     while True:
         # next events
         t_h = ht[0] if hn > 0 else INF
+        while rhn > 0 and (rstate[rh_i[0]] != 1 or rend[rh_i[0]] != rh_t[0]):
+            rhn = _heap_pop(rh_t, rh_i, rhn)
         t_r = rh_t[0] if rhn > 0 else INF
         r_min = rh_i[0] if rhn > 0 else -1
         touched = -1
@@ -354,11 +374,16 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
             bcount[r] = 0
             if rdecode[r] == 1:
                 rdecode[r] = 0
+                ks = rsteps[r]
+                if rmacro[r] == 1:
+                    stats[S_DECODE_STEPS] += ks
+                rsteps[r] = 1
+                rmacro[r] = 0
                 i = dhead[r]
-                dctx[r] += dcount[r]
+                dctx[r] += dcount[r] * ks
                 while i >= 0:
                     nx = dnext[i]
-                    remaining[i] -= 1
+                    remaining[i] -= ks
                     if remaining[i] == 0:
                         if dprev[i] >= 0:
                             dnext[dprev[i]] = nx
@@ -441,6 +466,21 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
             if r >= 0:
                 touched = r
                 t_ready[i] = now
+                if qhead[r] < 0 and rstate[r] == 1 and rmacro[r] == 1 and rsteps[r] > 1:
+                    # a prefill now waits: the run of decode steps stops after this step
+                    e = rbstart[r]
+                    nd = dcount[r]
+                    k = 0
+                    while k < rsteps[r]:
+                        e = e + dec_ovh + _decode_step(nd, dctx[r] + k * nd, lin, attn, kvb,
+                                                       wdense, wexp, miss, hbm)
+                        k += 1
+                        if e > now:
+                            break
+                    if k < rsteps[r]:
+                        rsteps[r] = k
+                        rend[r] = e
+                        rhn = _heap_push(rh_t, rh_i, rhn, e, r)
                 if qtail[r] >= 0:
                     qnext[qtail[r]] = i
                 else:
@@ -565,10 +605,24 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                 rstate[r] = 2
             else:
                 rstate[r] = 1
-                rend[r] = now + fixed + comp
-                rhn = _heap_push(rh_t, rh_i, rhn, rend[r], r)
-            if rdecode[r] == 1 and not prefill:
-                stats[S_DECODE_STEPS] += 1
+                e = now + fixed + comp
+                if not prefill:
+                    # decode only: run steps until the first request finishes (an arriving
+                    # prefill cuts the run short at the step in progress)
+                    ks = remaining[dhead[r]]
+                    i = dnext[dhead[r]]
+                    while i >= 0:
+                        if remaining[i] < ks:
+                            ks = remaining[i]
+                        i = dnext[i]
+                    nd = dcount[r]
+                    for k in range(1, ks):
+                        e = e + fixed + _decode_step(nd, dctx[r] + k * nd, lin, attn, kvb,
+                                                     wdense, wexp, miss, hbm)
+                    rsteps[r] = ks
+                    rmacro[r] = 1
+                rend[r] = e
+                rhn = _heap_push(rh_t, rh_i, rhn, e, r)
 
     stats[S_AREA] = area
     stats[S_SPAN_END] = now

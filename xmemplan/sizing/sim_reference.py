@@ -44,9 +44,14 @@ class _Replica:
     outstanding: int = 0
     held: float = 0.0
     busy: float = 0.0
+    steps: int = 1  # decode steps in the current iteration
+    macro: bool = False  # a run of decode-only steps
 
 
-def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: C901
+def simulate_reference(traffic: Traffic, engine: Engine, *,  # noqa: C901
+                       one_step_per_event: bool = False) -> SimResult:
+    """The simulation in plain Python. `one_step_per_event` runs every decode step as its
+    own event (no runs of steps): the kernel's shortcut must give the same times."""
     t = traffic
     e = engine
     e.arrays()  # the same checks as the kernel's driver
@@ -113,6 +118,15 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
         else:
             cnt_x += 1
         rerate()
+
+    def decode_step(nd: int, ctx: float) -> float:
+        tokens = 0.0 + nd
+        wb = (e.dense_weight_bytes + e.expert_weight_bytes * (1.0 - e.expert_miss ** tokens)
+              if tokens > 0 else 0.0)
+        w_t = wb / e.hbm_bandwidth
+        kv_t = (0.0 + ctx * e.kv_bytes_per_token) / e.hbm_bandwidth
+        return (max(0.0 + e.lin_s_per_token * nd, w_t)
+                + max(0.0 + e.attn_s_per_unit * (2.0 * ctx + nd), kv_t))
 
     def arrive_next(j: int) -> None:
         ta = now + float(t.think[j])
@@ -198,10 +212,14 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
             rp.batch = []
             if rp.decode:
                 rp.decode = False
-                rp.ctx += len(rp.running)
+                ks = rp.steps
+                if rp.macro:
+                    decode_steps += ks
+                rp.steps, rp.macro = 1, False
+                rp.ctx += len(rp.running) * ks
                 still = []
                 for i in rp.running:
-                    remaining[i] -= 1
+                    remaining[i] -= ks
                     if remaining[i] == 0:
                         rp.ctx -= float(t.prompt[i]) + int(t.output[i]) - 1
                         t_done[i] = now
@@ -242,7 +260,18 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
                 r = rep[i]
             if r >= 0:
                 t_ready[i] = now
-                reps[r].queue.append(i)
+                rp = reps[r]
+                if not rp.queue and rp.state == 1 and rp.macro and rp.steps > 1:
+                    # a prefill now waits: the run of decode steps ends with this step
+                    end = rp.start
+                    for k in range(rp.steps):
+                        end = end + e.decode_fixed_s + decode_step(len(rp.running),
+                                                                   rp.ctx + k * len(rp.running))
+                        if end > now:
+                            break
+                    if k + 1 < rp.steps:
+                        rp.steps, rp.end = k + 1, end
+                rp.queue.append(i)
 
         for r, rp in enumerate(reps):
             if rp.state != 0 or (not rp.queue and not rp.running):
@@ -313,9 +342,14 @@ def simulate_reference(traffic: Traffic, engine: Engine) -> SimResult:  # noqa: 
             if nb:
                 rp.flows, rp.load_end, rp.state = nb, now, 2
             else:
-                rp.state, rp.end = 1, now + fixed + rp.compute
-            if rp.decode and not prefill:
-                decode_steps += 1
+                end = now + fixed + rp.compute
+                if not prefill:  # decode only: steps until the first request finishes
+                    ks = 1 if one_step_per_event else min(remaining[i] for i in rp.running)
+                    for k in range(1, ks):
+                        end = end + fixed + decode_step(len(rp.running),
+                                                        rp.ctx + k * len(rp.running))
+                    rp.steps, rp.macro = ks, True
+                rp.state, rp.end = 1, end
 
     stats = np.array([area, span_start, now, batches, decode_steps], dtype=np.float64)
     arrays = (np.array(t_arr), np.array(t_ready), np.array(t_start), np.array(t_first),
