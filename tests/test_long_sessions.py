@@ -157,3 +157,28 @@ def test_merge_maps_every_root_to_one():
     merged, bases = PromptSet.merge([a.prompts, b.prompts])
     assert merged.parent[0] == -1 and bases == [0, a.prompts.parent.shape[0] - 1]
     assert (merged.parent[1:] >= 0).all() and (merged.parent[1:] < np.arange(1, len(merged.parent))).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1, 30), st.lists(message, max_size=3)), min_size=1,
+                max_size=30))
+def test_extend_gives_the_prompt_a_full_list_gives(spec):
+    """`Extend(row, parts)` (a reader that knows its call continues an earlier one) and the
+    full message list build the same prompts and the same figures."""
+    from xmemplan.traces._build import Extend
+
+    by_list, by_extend = BatchBuilder("a", 1), BatchBuilder("b", 1)
+    prompts: list[list[np.ndarray]] = []
+    for i, (base, parts) in enumerate(spec):
+        arrays = [np.array(p, dtype=np.int64) for p in parts]
+        row = base % i if i and base >= 0 else None
+        full = (prompts[row] if row is not None else []) + arrays
+        prompts.append(full)
+        n = int(sum(len(a) for a in full))
+        by_list.add("s", None, n, list(full))
+        by_extend.add("s", None, n, Extend(row, arrays) if row is not None else arrays)
+    a, b = by_list.build(), by_extend.build()
+    assert np.array_equal(a.keys, b.keys) and np.array_equal(a.key_offsets, b.key_offsets)
+    resets = np.zeros(len(spec), dtype=bool)
+    assert np.array_equal(match_prompts(a.prompts, a.nodes, resets),
+                          match_prompts(b.prompts, b.nodes, resets))

@@ -13,8 +13,8 @@ for them (`TextBatch.keys`).
 
 Consecutive prompts of a file share most of their message list, usually the very same
 array objects, so `add` finds the shared lead by comparing object ids in numpy against the
-previous prompt and interns only the messages after it: the Python work per request is the
-number of new messages, not the prompt length.
+previous prompt and interns (hashes) only the messages after it: the Python work per request
+is the number of new messages, not the prompt length. Tokens are stored as int32.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class PromptSet:
     prompt followed by chunk `chunk[n]`; `depth[n]` is its length in tokens.
     """
 
-    tokens: np.ndarray  # int64
+    tokens: np.ndarray  # int32 token ids
     chunk_start: np.ndarray  # int64 (C,)
     chunk_len: np.ndarray  # int64 (C,)
     parent: np.ndarray  # int64 (P,), -1 for the root
@@ -164,14 +164,29 @@ def concat_text(batches: list[TextBatch]) -> TextBatch:
     )
 
 
+@dataclass(frozen=True)
+class Extend:
+    """A prompt given as an earlier row's prompt followed by `parts` (token arrays).
+
+    For a reader that knows its call continues an earlier one (an agent resends the
+    conversation and appends to it): `builder.add(..., keys=Extend(row, new_parts))` costs
+    the new parts only, where a full list costs a compare per message.
+    """
+
+    row: int  # an earlier row of the same builder
+    parts: list[np.ndarray]
+
+
 class _Interner:
-    """Builds a PromptSet one prompt (list of token arrays) at a time."""
+    """Builds a PromptSet one prompt (list of token arrays) at a time.
+
+    Chunks are stored as int32 (token ids are below 2^31 in every vocabulary), half the
+    memory of the int64 keys; a chunk with a larger value is refused (ValueError).
+    """
 
     def __init__(self) -> None:
-        self.by_object: dict[int, int] = {}  # id(array) -> chunk (the array is kept alive)
-        self.by_content: dict[int, int] = {}  # xxh3-128 of the tokens -> chunk
-        self.arrays: list[np.ndarray] = []  # chunk -> tokens
-        self.held: list[Any] = []  # every array seen, so that its id() is never reused
+        self.by_content: dict[int, int] = {}  # xxh3-128 of the int32 tokens -> chunk
+        self.arrays: list[np.ndarray] = []  # chunk -> tokens (int32)
         self.children: dict[tuple[int, int], int] = {}  # (node, chunk) -> node
         self.parent: list[int] = [-1]
         self.chunk: list[int] = [-1]
@@ -181,30 +196,23 @@ class _Interner:
         self.prev_parts: list[Any] = []
 
     def _chunk_of(self, part: Any) -> int:
-        c = self.by_object.get(id(part))
-        if c is not None:
-            return c
-        arr = np.ascontiguousarray(part, dtype=np.int64)
+        arr = np.asarray(part)
+        if arr.dtype != np.int32:
+            if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(np.int32).max):
+                raise ValueError("text prompt token ids must lie in [0, 2^31)")
+            arr = arr.astype(np.int32)
+        arr = np.ascontiguousarray(arr)
         h = xxhash.xxh3_128_intdigest(arr.data)
         c = self.by_content.get(h)
         if c is None:
             c = len(self.arrays)
             self.by_content[h] = c
             self.arrays.append(arr)
-        self.by_object[id(part)] = c
-        self.held.append(part)
         return c
 
-    def add(self, parts: list[Any]) -> tuple[int, int]:
-        """(node, tokens) of the prompt made of `parts`, in order."""
-        n = len(parts)
-        ids = np.fromiter(map(id, parts), dtype=np.int64, count=n)
-        m = min(n, self.prev_ids.shape[0])
-        same = ids[:m] == self.prev_ids[:m]
-        k = m if same.all() else int(np.argmin(same))
-        node = int(self.prev_path[k])
-        path = [node]
-        for part in parts[k:]:
+    def extend(self, node: int, parts: list[Any]) -> int:
+        """The node of the prompt `node` followed by `parts`."""
+        for part in parts:
             c = self._chunk_of(part)
             length = self.arrays[c].shape[0]
             if length:
@@ -216,10 +224,26 @@ class _Interner:
                     self.chunk.append(c)
                     self.depth.append(self.depth[node] + length)
                 node = child
+        return node
+
+    def add(self, parts: list[Any]) -> tuple[int, int]:
+        """(node, tokens) of the prompt made of `parts`, in order.
+
+        The lead shared with the previous prompt (the same array objects: compared by id,
+        in numpy) reuses its path; only the parts after it are hashed and looked up."""
+        n = len(parts)
+        ids = np.fromiter(map(id, parts), dtype=np.int64, count=n)
+        m = min(n, self.prev_ids.shape[0])
+        same = ids[:m] == self.prev_ids[:m]
+        k = m if same.all() else int(np.argmin(same))
+        node = int(self.prev_path[k])
+        path = [node]
+        for part in parts[k:]:
+            node = self.extend(node, [part])
             path.append(node)
         self.prev_path = np.concatenate([self.prev_path[: k + 1], path[1:]]).astype(np.int64)
         self.prev_ids = ids
-        self.prev_parts = parts  # keeps the ids compared against alive
+        self.prev_parts = parts  # keeps the objects whose ids are compared alive
         return node, self.depth[node]
 
     def build(self) -> PromptSet:
@@ -227,9 +251,10 @@ class _Interner:
         starts = np.zeros(lengths.shape[0], dtype=np.int64)
         if lengths.shape[0] > 1:
             np.cumsum(lengths[:-1], out=starts[1:])
-        tokens = np.concatenate(self.arrays) if self.arrays else np.empty(0, dtype=np.int64)
+        tokens = np.concatenate(self.arrays) if self.arrays else np.empty(0, dtype=np.int32)
+        self.arrays = []
         return PromptSet(
-            tokens=tokens.astype(np.int64, copy=False),
+            tokens=tokens,
             chunk_start=starts,
             chunk_len=lengths,
             parent=np.array(self.parent, dtype=np.int64),
@@ -259,13 +284,14 @@ class BatchBuilder:
         session_id: str,
         timestamp_s: float | None,
         prompt_tokens: int,
-        keys: np.ndarray | list[np.ndarray],
+        keys: np.ndarray | list[np.ndarray] | Extend,
         output_tokens: int | None = None,
         reported_cached_tokens: int | None = None,
         reported_prompt_tokens: int | None = None,
     ) -> None:
         """Add one request; `keys` is its key array, or (text readers) its list of message
-        token arrays, which are interned instead of concatenated."""
+        token arrays, which are interned instead of concatenated, or an `Extend` of an
+        earlier row's prompt."""
         self.session_id.append(session_id)
         self.timestamp_s.append(np.nan if timestamp_s is None else float(timestamp_s))
         self.prompt_tokens.append(prompt_tokens)
@@ -278,10 +304,17 @@ class BatchBuilder:
         )
         if reported_cached_tokens is not None:
             self._any_reported = True
-        if isinstance(keys, list):
+        if isinstance(keys, list | Extend):
             if self._interner is None:
                 self._interner = _Interner()
-            node, n_tokens = self._interner.add(keys)
+            if isinstance(keys, Extend):
+                base = self.nodes[keys.row]
+                if base < 0:
+                    raise ValueError(f"row {keys.row} is not a text prompt")
+                node = self._interner.extend(base, keys.parts)
+                n_tokens = self._interner.depth[node]
+            else:
+                node, n_tokens = self._interner.add(keys)
             self.nodes.append(node)
             self.key_counts.append(n_tokens)
         else:
