@@ -185,7 +185,7 @@ def report(calls: Sequence[Call], file_of: Sequence[str], options: HitrateOption
     hw = np.maximum(hw, warm)
 
     # The API's cache rules over the calibrated calls with the stand-in.
-    one_hour = {c.context for c in calls if c.creation_1h > 0}
+    one_hour = _one_hour_contexts(calls)
     mcalls = []
     for i, c in enumerate(calls):
         parts = full.parts[i]
@@ -295,6 +295,20 @@ def report(calls: Sequence[Call], file_of: Sequence[str], options: HitrateOption
                      "lookback_blocks": A.LOOKBACK_BLOCKS,
                      "min_cacheable": {c.model: A.min_cacheable(c.model) for c in calls}},
     )
+
+
+def _one_hour_contexts(calls: Sequence[Call]) -> set[str]:
+    """Conversations whose cache entries live 1 hour: their usage reports 1-hour writes; or
+    it reports no write at all (every entry it read was written by requests the transcript
+    does not hold, with a lifetime it cannot tell) and it is a main conversation, which
+    Claude Code writes with 1 hour on a subscription (code.claude.com/docs/en/prompt-caching,
+    "which TTL each request gets", as quoted in anthropics/claude-code issue #84253;
+    sub-agents get 5 minutes)."""
+    writes: dict[str, tuple[int, int, bool]] = {}
+    for c in calls:
+        w, w1, side = writes.get(c.context, (0, 0, c.sidechain))
+        writes[c.context] = (w + c.creation, w1 + c.creation_1h, side)
+    return {ctx for ctx, (w, w1, side) in writes.items() if w1 > 0 or (w == 0 and not side)}
 
 
 def _ratio(rows: list[dict[str, Any]], hit: str, prompt: str) -> float:

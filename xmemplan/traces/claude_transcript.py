@@ -21,9 +21,10 @@ mirrors sub-agent messages that the sidechain files hold as well and is never co
 
 Sub-agent (sidechain) requests are left out unless `--subagents`, which merges them into
 the parent session, as for the Claude Code block traces; a sub-agent file whose session file
-is not beside it (nor two folders up, as in `<session>/subagents/`) is read as it is. Sub-agent calls that appear only as
-`agent_progress` copies (no sidechain file beside the session) are counted and reported, not
-read: the copies are lossy (they lack the assistant messages' text blocks).
+is not beside it (nor two folders up, as in `<session>/subagents/`) is read as it is.
+Sub-agent calls that appear only as `agent_progress` copies (no sidechain file beside the
+session) are counted and reported, not read: the copies are lossy (they lack the assistant
+messages' text blocks).
 
 What the transcript lacks: the system prompt and tool definitions that Claude Code sends
 before the messages are not written to it, so reconstructed prompts are shorter than the
@@ -412,7 +413,8 @@ class Call:
     blocks: list[int]  # records (content blocks) per message
     kinds: np.ndarray  # tokens by kind over the whole prompt (text, tool results, code)
     reported: tuple[int, int, int | None] | None  # (cached, prompt, output) from usage
-    creation_1h: int  # cache writes with the 1-hour TTL (usage.cache_creation)
+    creation: int  # cache writes (usage.cache_creation_input_tokens)
+    creation_1h: int  # of which with the 1-hour TTL (usage.cache_creation)
     version: str
     model: str
     compacted: bool  # the chain stops at a compact_boundary
@@ -430,6 +432,11 @@ class FileCalls:
     subagents_excluded: int = 0
     progress_only: int = 0
     shared_ids: int = 0  # message ids that name two API calls (merged into one)
+
+
+def _creation(usage: Any) -> int:
+    v = usage.get("cache_creation_input_tokens") if isinstance(usage, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
 
 
 def _creation_1h(usage: Any) -> int:
@@ -510,8 +517,9 @@ def calls(
             line=first.line, session=first.session,
             context=f"{path}#{agent}" if agent else str(path),
             timestamp=ts, sent=sent, parts=parts, blocks=[len(g) for g in msgs], kinds=split,
-            reported=rep, creation_1h=_creation_1h(usage), version=first.version,
-            model=first.model, compacted=compacted, sidechain=first.sidechain,
+            reported=rep, creation=_creation(usage), creation_1h=_creation_1h(usage),
+            version=first.version, model=first.model, compacted=compacted,
+            sidechain=first.sidechain,
         ))
     out.progress_only = _progress_only_calls(path, nodes)
     return out
