@@ -147,6 +147,8 @@ def test_cli_flags_say_what_was_added(tmp_path, cli):
     f = pl.read_csv(out)
     assert f["hidden_prefix_tokens"].to_list() == [9_000] * 4
     assert f["hit_tokens_anthropic"].to_list()[1:] == f["reported_cached_tokens"].to_list()[1:]
+    csv = cli("hitrate", p, "--hidden-prefix", "auto", "-f", "csv")
+    assert csv.code == 0 and "a stand-in of 9,000 tokens was put before each of 4 calls" in csv.err
     bad = cli("hitrate", p, "--hidden-prefix", "lots")
     assert bad.code == 2
     assert cli("hitrate", p, "--cache-model", "lru").code == 2

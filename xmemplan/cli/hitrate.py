@@ -188,6 +188,8 @@ def hitrate(
 
         options.scope = result.scope
         calls = analyze_calls(list(traces), options)
+        if calls is not None:
+            tv.say_added(calls)  # stderr, whatever the format
     if out is not None:
         import io
 
@@ -340,6 +342,4 @@ def _report(
             ),
         )
     if calls is not None:
-        added = int(result.summary.get("requests", 0) or 0)
-        total = sum(r["hidden_prefix_tokens"] for r in calls.rows)
-        tv.show(calls, cache_model, total, total // max(len(calls.rows), 1) if added else 0)
+        tv.show(calls, cache_model)

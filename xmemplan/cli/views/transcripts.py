@@ -54,13 +54,24 @@ def to_json(rep: CallsReport, cache_model: str | None) -> dict[str, Any]:
     }
 
 
-def show(rep: CallsReport, cache_model: str | None, added: int, per_call: int) -> None:
+def say_added(rep: CallsReport) -> None:
+    """What --hidden-prefix put before the calls, and how large it was (stderr)."""
     from xmemplan.cli.views import render
 
-    if added:
-        render.info(f"Hidden prefix: a stand-in of {per_call:,} tokens on average was put "
-                    f"before each call ({added:,} tokens in all); its length per conversation "
-                    "is below.")
+    sizes = [r["hidden_prefix_tokens"] for r in rep.rows]
+    total = sum(sizes)
+    if not total:
+        return
+    lo, hi = min(sizes), max(sizes)
+    each = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
+    render.info(f"Hidden prefix: a stand-in of {each} tokens was put before each of "
+                f"{len(sizes):,} calls ({total:,} tokens in all); per conversation below "
+                "(json: transcripts.hidden_prefix).")
+
+
+def show(rep: CallsReport, cache_model: str | None) -> None:
+    from xmemplan.cli.views import render
+
     rows = []
     for e in rep.estimates.values():
         kr = e.kind_ratios()
