@@ -174,10 +174,10 @@ def hitrate(
     _scope_note(result)
     if result.summary["requests"] == 0:
         _warn_skips(result)  # the notes say why (e.g. "add --subagents") before the error
-        if any("add --subagents" in n for n in result.notes):
-            raise InputError("the input holds only sub-agent requests",
-                             hint="add --subagents to read them")
         named = ", ".join(str(t) for t in traces[:3]) + (" ..." if len(traces) > 3 else "")
+        if any("add --subagents" in n for n in result.notes):
+            raise InputError(f"the input ({named}) holds only sub-agent requests",
+                             hint="add --subagents to read them")
         raise InputError(
             f"no requests could be read from the input ({named})",
             hint=_skip_text(result) or "check the paths and --trace-format",
