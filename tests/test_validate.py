@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -207,6 +208,47 @@ def test_nothing_predicted_but_something_measured_is_an_infinite_error():
     assert rel_error(0.0, 0.0) != rel_error(0.0, 0.0)  # nan: nothing to judge
     c = ClassSummary("warm", 1, 1.0, 0.0, float("inf"), 1.0, 0.0, float("inf"))
     assert verdict_error([c]) == float("inf")
+
+
+def test_p90_is_judged_only_with_enough_requests():
+    few = ClassSummary("warm", 9, 1.0, 1.0, 0.0, 2.0, 1.0, 1.0)
+    many = ClassSummary("warm", 10, 1.0, 1.0, 0.0, 2.0, 1.0, 1.0)
+    assert verdict_error([few]) == 0.0 and verdict_error([many]) == 1.0
+
+
+def test_points_for_calibrate_only_where_ttft_was_measured(tmp_path):
+    from xmemplan.sizing.calibration import read_measurements
+    from xmemplan.validate.points import points_from_validate, write_points
+
+    req = {"prompt_tokens": 4096, "hit_tokens": 3584, "load_s": 0.01, "compute_s": 0.02,
+           "ttft_s": 0.05}
+    doc = {"gpu": "h200-sxm", "model": "qwen3-30b-a3b", "tier": "host-dram-pcie5",
+           "backend": "dram", "readers": 1, "requests": [req] * 4 + [
+               dict(req, ttft_s=None, compute_s=None)]}
+    pts = points_from_validate(doc)
+    assert len(pts) == 4 and pts[0]["ttft_ms"] == 50.0 and pts[0]["load_ms"] == 10.0
+    write_points(pts, tmp_path / "p.json", tmp_path / "p.csv")
+    assert [p["role"] for p in pts] == ["fit", "fit", "held-out", "fit"]
+    for f in ("p.json", "p.csv"):  # calibrate reads both
+        got = read_measurements(tmp_path / f)
+        assert [(m.prompt_tokens, m.hit_tokens, m.value) for m in got] == [(4096, 3584, 50.0)] * 4
+        assert [m.role for m in got] == ["fit", "fit", "held-out", "fit"]
+
+
+def test_gpu_check_dry_run(tmp_path):
+    """benchmarks/gpu_check.sh --dry-run: the GPU script's steps, on this CPU."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.sh"
+    env = dict(os.environ, OUT=str(tmp_path), PYTHON=sys.executable)
+    proc = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4/4 points for xmemplan calibrate" in proc.stdout
+    for name in ("validate_dram_calibrate.json", "validate_dram.json", "sweep.json",
+                 "gpu_check_points.json", "gpu_check_points.csv", "env.txt"):
+        assert (tmp_path / name).is_file(), name
+    sweep = json.loads((tmp_path / "sweep.json").read_text())
+    assert sorted({r["prompt_tokens"] for r in sweep["requests"]}) == [1024, 2048]
+    assert json.loads((tmp_path / "gpu_check_points.json").read_text()) == {"points": []}
 
 
 def test_workload_profile_input(capsys, monkeypatch, tmp_path):

@@ -56,6 +56,7 @@ class XMemConfig:
     link_bytes_per_s: float | None = None  # this client's link (per GPU)
     op_latency_s: float = 0.0  # fixed cost of one batch operation
     shaping: bool = True  # False: copies run at memory speed, no sleeps
+    pin_host: bool = True  # dram mode: page-lock the arena when torch sees CUDA
     # Wall time of the emulated tier is time_scale x the tier's time: lets a machine whose
     # memcpy is slower than the tier emulate it faithfully (validate divides it back out).
     time_scale: float = 1.0

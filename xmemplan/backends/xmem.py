@@ -137,7 +137,7 @@ class XMemHiCacheStorage(HiCacheStorageBase):
                     medium = XMemMedium(c.capacity_bytes, page_bytes, c.banks, c.device)
                 else:
                     medium = ArenaMedium(self.mode, c.capacity_bytes, page_bytes, c.banks,
-                                         pinned=self.mode == "dram")
+                                         pinned=self.mode == "dram" and c.pin_host)
                 self._index = SlotIndex(medium.slots, c.eviction)
                 self._medium = medium
                 self._stats.capacity_pages = medium.slots
