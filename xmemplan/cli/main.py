@@ -92,6 +92,12 @@ def _run(args: list[str]) -> int:
         else:
             render.error(exc.format_message())
         return errors.ExitCode.USAGE
+    except MemoryError:
+        if _state["debug"]:
+            raise
+        render.error("out of memory: the input needs more memory than this machine (or its "
+                     "ulimit) allows. Split the input, or run it on a larger machine")
+        return errors.ExitCode.INPUT
     except errors.XmemplanError as exc:
         if _state["debug"]:
             raise

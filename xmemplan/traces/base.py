@@ -27,6 +27,7 @@ import io
 import lzma
 import math
 import os
+import re
 import resource
 from collections import Counter
 from collections.abc import Iterator
@@ -131,31 +132,37 @@ def _corrupt(path: Path, exc: Exception) -> InputError:
     )
 
 
+_NONSPACE = re.compile(rb"[^ \t\r\n]")
+
+
 def head_bytes(path: Path, minimum: int = SNIFF_BYTES) -> bytes:
     """The first bytes of `path` (decompressed, no BOM): at least `minimum` and always the whole
-    first non-blank line, however long, so sniffers see one complete record."""
-    limit = memory_limit()
+    first non-blank line, however long, so sniffers see one complete record.
+
+    Bounded: a first line longer than a quarter of the memory a file may take
+    (`memory_limit`) is an InputError, not a MemoryError."""
+    limit = memory_limit() // 2
     try:
         with open_input(path) as f:
             buf = bytearray(f.read(minimum))
             while True:
-                body = buf[3:] if buf.startswith(BOM) else buf
-                start = len(body) - len(body.lstrip())
-                if start < len(body) and body.find(b"\n", start) >= 0:
+                m = _NONSPACE.search(buf, 3 if buf.startswith(BOM) else 0)
+                if m is not None and buf.find(b"\n", m.start()) >= 0:
                     break
-                chunk = f.read(max(minimum, len(buf)))
-                if not chunk:
-                    break
-                buf += chunk
-                if len(buf) > limit:
+                if len(buf) >= limit:
                     raise InputError(
                         f"first line is longer than {limit / 1e9:.3g} GB", path=path,
                         hint="a trace holds one record per line; is this a trace?")
+                chunk = f.read(min(max(minimum, len(buf)), limit - len(buf)))
+                if not chunk:
+                    break
+                buf += chunk
     except (EOFError, OSError, lzma.LZMAError) as exc:
         if isinstance(exc, PermissionError):
             raise InputError("permission denied", path=path) from exc
         raise _corrupt(path, exc) from exc
     data = bytes(buf)
+    del buf
     return data[3:] if data.startswith(BOM) else data
 
 
@@ -177,8 +184,8 @@ def read_input(path: Path) -> bytes:
                     out.write(chunk)
                     if out.tell() > limit:
                         raise InputError(
-                            f"decompresses to more than {limit / 1e9:.3g} GB, half this "
-                            "machine's memory", path=path,
+                            f"decompresses to more than {limit / 1e9:.3g} GB, half the "
+                            "memory this process may use", path=path,
                             hint=f"decompress it yourself ({_UNPACK[kind]}) and split it",
                         )
         except (EOFError, OSError, lzma.LZMAError) as exc:

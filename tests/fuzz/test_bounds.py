@@ -1,0 +1,115 @@
+"""Bounded work: each case runs `xmemplan` in a subprocess under an address-space limit
+(RLIMIT_AS) and a wall-clock timeout, and must end inside both with a documented exit code,
+no traceback, and a message naming the file or flag. Class 3 of docs/reliability.md."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from fuzzlib import DOCUMENTED, digest, run_bounded
+
+from xmemplan.errors import ExitCode
+
+CORPUS = Path(__file__).resolve().parent.parent / "corpus"
+GiB = 1 << 30
+
+
+def _check(r, codes, names=()):
+    assert not r.timed_out, f"ran past its timeout ({r.wall_s:.0f} s)"
+    assert r.code in codes, f"exit {r.code}:\n{r.err[-2000:]}"
+    assert "Traceback" not in r.out + r.err, r.err[-2000:]
+    if r.code != ExitCode.OK and names:
+        assert any(n in r.err for n in names), r.err[-2000:]
+
+
+@pytest.fixture(scope="module")
+def bombs(tmp_path_factory) -> Path:
+    """1 GiB of 'x' without a newline, and 8 MiB lines, each ~5 MB gzip'd (members repeated)."""
+    d = tmp_path_factory.mktemp("bombs")
+    member = gzip.compress(b"x" * (16 << 20), compresslevel=1, mtime=0)
+    (d / "noline.jsonl.gz").write_bytes(member * 64)
+    row = b'{"session_id": "s", "input_ids": [' + b"1," * (4 << 20) + b"1]}\n"
+    (d / "lines.jsonl.gz").write_bytes(gzip.compress(row, mtime=0) * 80)
+    return d
+
+
+@pytest.mark.parametrize("name,extra,text", [
+    ("noline.jsonl.gz", [], "first line is longer than"),
+    ("noline.jsonl.gz", ["-t", "tokens"], "decompresses to more than"),
+    ("lines.jsonl.gz", [], "decompresses to more than"),
+])
+def test_compression_bombs_stop_at_the_memory_limit(bombs, name, extra, text):
+    before = digest([bombs / name])
+    r = run_bounded(["hitrate", bombs / name, *extra], memory=GiB, timeout=60)
+    _check(r, {ExitCode.INPUT}, [name])
+    assert text in r.err
+    assert digest([bombs / name]) == before
+
+
+def test_fifo_in_a_folder_does_not_block(tmp_path):
+    import os
+
+    shutil.copy(CORPUS / "tokens" / "plain.jsonl", tmp_path / "t.jsonl")
+    os.mkfifo(tmp_path / "p.jsonl")
+    r = run_bounded(["hitrate", tmp_path], memory=2 * GiB, timeout=60)
+    _check(r, {ExitCode.OK})
+    assert "p.jsonl" in r.err
+
+
+def test_long_capacity_curve_is_bounded():
+    r = run_bounded(["hitrate", CORPUS / "tokens" / "plain.jsonl", "--capacity-curve",
+                     "1:1e15:1000", "-f", "json"], memory=2 * GiB, timeout=60)
+    _check(r, {ExitCode.OK})
+    assert len(json.loads(r.out)["capacity"]["curve"]) >= 2
+
+
+def test_max_requests_holds(cli, tmp_path, monkeypatch):
+    """validate --traces trims to --max-requests before building anything (in-process: the
+    harness is replaced by a probe that records what it was handed)."""
+    from xmemplan.errors import XmemplanError
+
+    class Handed(XmemplanError):
+        exit_code = ExitCode.OK
+
+    seen = {}
+
+    def probe(opts, *_a, **_k):
+        seen["pairs"] = len(opts.pairs)
+        raise Handed("probed")
+
+    monkeypatch.setattr("xmemplan.validate.harness.run_validate", probe)
+    rows = "".join(
+        json.dumps({"session_id": f"s{s}", "timestamp": r, "input_ids": list(range(64 * (r + 1)))})
+        + "\n" for s in range(10) for r in range(5))
+    (tmp_path / "t.jsonl").write_text(rows)
+    r = cli("validate", "--emulate", "--traces", tmp_path / "t.jsonl", "--max-requests", "3")
+    assert r.code == ExitCode.OK, r.err
+    assert 1 <= seen["pairs"] <= 3
+
+
+_SIZE = "owner: issue 11/12 (cli/size.py, sizing/): cap the flag with xmemplan.units.check_int"
+_VALIDATE = ("owner: issue 13 (cli/validate.py, validate/): cap --sessions x --rounds and trim "
+             "before building requests")
+
+
+@pytest.mark.parametrize("args,flag", [
+    pytest.param(["size", "--ttft-slo", "500ms", "--users", "100000000"], "--users",
+                 id="size-users"),
+    pytest.param(["size", "--ttft-slo", "500ms", "--requests", "100000000"], "--requests",
+                 marks=pytest.mark.xfail(strict=True, reason=_SIZE), id="size-requests"),
+    pytest.param(["size", "--ttft-slo", "500ms", "--max-gpus", "100000000"], "--max-gpus",
+                 marks=pytest.mark.xfail(strict=True, reason=_SIZE), id="size-max-gpus"),
+    pytest.param(["validate", "--emulate", "--sessions", "100000", "--rounds", "1000"],
+                 "--sessions", marks=pytest.mark.xfail(strict=True, reason=_VALIDATE),
+                 id="validate-sessions-rounds"),
+])
+def test_flags_that_ask_for_unbounded_work(args, flag):
+    """A flag that asks for more than the machine can do is refused (2) or trimmed (0), inside
+    2 GiB and 90 s; running out of memory (even cleanly, exit 3) does not pass."""
+    r = run_bounded(args, memory=2 * GiB, timeout=90)
+    _check(r, {ExitCode.OK, ExitCode.USAGE}, [flag])
+    assert r.code in DOCUMENTED
