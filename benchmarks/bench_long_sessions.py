@@ -36,7 +36,11 @@ sys.path.insert(0, sys.argv[2])
 from xmemplan.hitrate.pipeline import replay
 from xmemplan.text.encoder import ChunkEncoder
 from xmemplan.text.tokenizer import get_tokenizer
-from xmemplan.traces._build import BatchBuilder, Extend
+from xmemplan.traces._build import BatchBuilder
+try:
+    from xmemplan.traces._build import Extend
+except ImportError:  # a checkout from before the interned prompts (--root): full lists
+    Extend = None
 
 calls = int(sys.argv[1])
 enc = ChunkEncoder(get_tokenizer("qwen2.5"))
@@ -49,7 +53,7 @@ for k in range(calls):
     body = "".join(f"{i:6d}\tdef handler_{k}_{i}(request, store):  # line {i} of module {k % 37}\n"
                    for i in range(30))
     # each call is the previous one plus its two new messages, as a linear reader gives it
-    b.add("s", float(k), n, list(conv) if k == 0 else Extend(k - 1, conv[-2:]))
+    b.add("s", float(k), n, list(conv) if k == 0 or Extend is None else Extend(k - 1, conv[-2:]))
     total += n
     conv.append(enc.chunk("assistant", f"Step {k}: reading module {k % 37}. [tool_use Read]"))
     conv.append(enc.chunk("user", body))
@@ -60,13 +64,14 @@ t1 = time.perf_counter()
 assert int(batch.prompt_tokens.sum()) == total
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"calls": calls, "prompt_tokens": total, "hit_tokens": int(hit.sum()),
-                  "distinct_tokens": int(batch.prompts.tokens.shape[0]),
+                  "distinct_tokens": int(batch.prompts.tokens.shape[0])
+                  if hasattr(batch, "prompts") else int(batch.keys.shape[0]),
                   "seconds": t1 - t0, "peak_rss_mib": rss}))
 """
 
 
-def stage(calls: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", STAGE, str(calls), str(ROOT)],
+def stage(calls: int, root: Path) -> dict:
+    out = subprocess.run([sys.executable, "-c", STAGE, str(calls), str(root)],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -99,11 +104,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", default="1000,4000,20000", help="stage: session lengths")
     ap.add_argument("--whole", default="1000", help="whole command: session lengths ('' none)")
+    ap.add_argument("--root", type=Path, default=ROOT,
+                    help="stage: the checkout to import xmemplan from (e.g. a worktree of an "
+                    "older commit, for the before figures: it then gets full message lists)")
     args = ap.parse_args()
-    print(f"machine: {machine()}")
+    print(f"machine: {machine()}; stage from {args.root}")
     print(f"{'what':<7}{'calls':>8}{'prompt tokens':>16}{'distinct':>12}{'s':>8}{'peak MiB':>10}")
     for n in (int(c) for c in args.calls.split(",") if c):
-        r = stage(n)
+        r = stage(n, args.root)
         print(f"{'stage':<7}{n:>8,}{r['prompt_tokens']:>16,}{r['distinct_tokens']:>12,}"
               f"{r['seconds']:>8.2f}{r['peak_rss_mib']:>10.0f}")
     for n in (int(c) for c in args.whole.split(",") if c):
