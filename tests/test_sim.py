@@ -128,7 +128,7 @@ def _case(draw: st.DrawFn) -> tuple[Traffic, Engine]:
     R = draw(st.integers(1, 4))
     gaps = draw(st.lists(st.floats(0, 0.05), min_size=n, max_size=n))
     prompt = np.array(draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n)), float)
-    split = [draw(st.lists(st.floats(0, 1), min_size=3, max_size=3)) for _ in range(n)]
+    split = [draw(st.lists(st.integers(0, 100), min_size=3, max_size=3)) for _ in range(n)]
     hb, hd, hx = [], [], []
     for s, (a, b, c) in zip(prompt, split):
         tot = a + b + c

@@ -146,7 +146,7 @@ def _report(r: Any, fmt: str) -> None:
             ["SLO ms", "GPUs, host DRAM", "GPUs, X-Mem", "X-Mem nodes", "GPUs saved"],
             [[f"{t['ttft_slo_ms']:,.0f}", _n(t["gpus_host_dram"]), _n(t["gpus_xmem"]),
               _n(t["xmem_nodes"]), _n(t["gpus_saved"])] for t in r.table],
-            title="GPUs and X-Mem nodes by SLO at the same load",
+            title=f"GPUs and X-Mem nodes by SLO, same load, {r.shape} replicas",
         )
     for reason in r.reasons:
         render.line(f"- {reason}")

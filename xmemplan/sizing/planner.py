@@ -414,7 +414,7 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) 
             wider.reasons.insert(0, f"At {req.shape.label} no GPU count meets the SLO: "
                                  f"{res.answer}")
             wider.answer = wider.answer.rstrip(".") + f", as {shape.label} replicas."
-            wider.binding = "compute at " + req.shape.label + "; " + wider.binding
+            wider.binding = f"compute at {req.shape.label}; at {shape.label} {wider.binding}"
             return wider
     if tried:
         res.reasons.append(f"Wider replicas ({', '.join(tried)}) do not meet it either.")
@@ -456,7 +456,7 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         answer = (f"No option meets the {slo_ms:g} ms SLO with up to {req.max_gpus} GPUs "
                   f"at {load}: even with instant loads TTFT p{req.slo_percentile:g} is "
                   f"{alone.slo_value_ms:,.0f} ms (compute).")
-        binding, cheapest = "compute", "none"
+        binding, cheapest = "compute (no GPU count complies)", "none"
         reasons.append("Raise the SLO, use a faster GPU or tensor parallelism (--tp), or "
                        "shorten prompts; no memory tier changes compute.")
     elif g_host is not None and (g_x is None or g_host <= g_x):
@@ -465,7 +465,8 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         headroom = hh.slo_value_ms - hx.slo_value_ms
         cheapest = ("hbm-only" if g_hbm is not None and g_hbm <= g_host else "host-dram")
         g_best = g_hbm if cheapest == "hbm-only" else g_host
-        binding = "compute" if g_instant is not None and g_instant >= g_host else "bandwidth"
+        binding = ("compute sets the GPUs" if g_instant is not None and g_instant >= g_host
+                   else "load bandwidth sets the GPUs")
         answer = (f"0 X-Mem nodes for {g_best} GPUs: "
                   f"{'HBM alone' if cheapest == 'hbm-only' else 'host DRAM'} meets the "
                   f"{slo_ms:g} ms SLO at {load}; X-Mem adds {headroom:,.0f} ms of "
@@ -473,11 +474,12 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
                   f"{hx.slo_value_ms:,.0f} ms on {g_host} GPUs).")
     else:
         assert g_x is not None and n_rec is not None and n_bw is not None
-        node_bind = ("capacity" if n_cap > n_bw else "node bandwidth" if n_bw > 1
-                     else "neither (one node is the least)")
+        node_bind = ("capacity sets the nodes" if n_cap > n_bw
+                     else "node bandwidth sets the nodes" if n_bw > 1
+                     else "one node suffices")
         gpu_bind = ("compute" if g_instant is not None and g_instant >= g_x
                     else "per-GPU load bandwidth")
-        binding = f"{gpu_bind} (GPUs), {node_bind} (nodes)"
+        binding = f"{gpu_bind} sets the GPUs, {node_bind}"
         cheapest = "xmem"
         host_txt = (f"host DRAM needs {g_host} GPUs, {saved} more" if g_host is not None
                     else f"host DRAM meets it with no GPU count up to {req.max_gpus}")
