@@ -143,3 +143,111 @@ def test_internal_errors_hide_traceback_unless_debug(cli, tmp_path, monkeypatch)
     assert r.code == 1 and "internal error (RuntimeError: kaput)" in r.err and "--debug" in r.err
     with pytest.raises(RuntimeError):
         cli("--debug", "hitrate", p)
+
+
+# --- Inputs that silently changed the figures (issue 10, class 6): the right figure -------
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+def _json(cli, *args) -> dict:
+    r = cli(*args, "-f", "json")
+    assert r.code == ExitCode.OK, r.err
+    return json.loads(r.out)
+
+
+def test_same_file_named_twice_is_read_once(cli, tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_bytes((CORPUS / "tokens" / "plain.jsonl").read_bytes())
+    once = _json(cli, "hitrate", p)
+    for args in ((p, p), (tmp_path, p), (p, tmp_path / "." / "t.jsonl")):
+        twice = _json(cli, "hitrate", *args)
+        assert twice["requests"] == once["requests"] == 6
+        assert twice["token_hit_ratio"] == once["token_hit_ratio"]
+        assert any("read once" in n for n in twice["notes"])
+
+
+def test_block_traces_with_the_same_id_share_no_cache(cli):
+    # Two files, one session each with the same `id`, 3 requests of 69, 133, 197 tokens whose
+    # block ids are [0], [0, 1], [0, 1, 2]: each file alone hits 64 + 128 = 192 of 399.
+    # A cache shared through the id would add 64 + 128 + 192 false hits for the second file.
+    doc = _json(cli, "hitrate", CORPUS / "blocks" / "a", CORPUS / "blocks" / "b",
+                "--scope", "global")
+    assert doc["requests"] == 6 and doc["prompt_tokens"] == 798
+    assert doc["token_hit_ratio"] == pytest.approx(384 / 798)
+
+
+def test_mooncake_files_of_the_same_name_keep_their_requests_apart(cli):
+    doc = _json(cli, "hitrate", CORPUS / "mooncake" / "a", CORPUS / "mooncake" / "b")
+    assert doc["requests"] == 3 and doc["sessions"] == 3  # was 2: conv#1 merged
+
+
+@pytest.mark.parametrize("name,field", [("mooncake_null_hash.jsonl", "hash_ids"),
+                                        ("nulls_ids.jsonl", "input_ids")])
+def test_a_null_id_list_never_takes_a_nested_list(cli, name, field):
+    # Line 2's list is null; a nested field holds the same ids as line 1, which would make
+    # line 2 a full hit (ratio 0.5 over the two lines) if it were taken.
+    doc = _json(cli, "hitrate", CORPUS / "bad" / name, "--scope", "global")
+    assert doc["requests"] == 1 and doc["token_hit_ratio"] == 0.0
+    assert doc["skipped"]["by_reason"] == {f"missing field ({field})": 1}
+
+
+def test_unreadable_timestamps_keep_file_order(cli):
+    # Prompts of 10, 30, 20, 40 identical tokens, times 0, "noon", null, 3. In file order the
+    # hits are 0, 10, 20, 30 = 60 of 100. Moving the null one to the end (and dropping the
+    # "noon" one) gave 0, 10, 20 = 30 of 70.
+    doc = _json(cli, "hitrate", CORPUS / "bad" / "timestamps.jsonl")
+    assert doc["requests"] == 4 and doc["token_hit_ratio"] == pytest.approx(0.6)
+    assert sum(doc["warnings"].values()) == 2 and doc["skipped"]["lines"] == 0
+    strict = cli("hitrate", CORPUS / "bad" / "timestamps.jsonl", "--strict")
+    assert strict.code == ExitCode.INPUT and "timestamps.jsonl:2" in strict.err
+
+
+def test_requests_before_the_first_timestamp_stay_first(cli, tmp_path):
+    rows = [(None, 10), (None, 20), (5, 30)]
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps({"session_id": "s", "timestamp": t, "input_ids": [1] * n})
+                         + "\n" for t, n in rows))
+    doc = _json(cli, "hitrate", p)
+    assert doc["token_hit_ratio"] == pytest.approx((0 + 10 + 20) / 60)
+    assert sum(doc["warnings"].values()) == 1
+
+
+def test_scope_session_without_sessions_says_why_it_is_zero(cli):
+    r = cli("hitrate", CORPUS / "mooncake", "--scope", "session", "-f", "json")
+    assert r.code == ExitCode.OK and json.loads(r.out)["token_hit_ratio"] == 0.0
+    assert "carry no session ids" in r.err and "--scope global" in r.err
+    auto = _json(cli, "hitrate", CORPUS / "mooncake")
+    assert auto["token_hit_ratio"] > 0 and not any("session ids" in n for n in auto["notes"])
+
+
+def test_notes_print_when_zero_requests_are_read(cli):
+    r = cli("hitrate", CORPUS / "blocks" / "subagent_only.json")
+    assert r.code == ExitCode.INPUT
+    assert "2 sub-agent requests not included" in r.err and "subagent_only.json" in r.err
+    assert _json(cli, "hitrate", CORPUS / "blocks" / "subagent_only.json",
+                 "--subagents")["requests"] == 2
+
+
+def test_numpy_warnings_stay_off_stderr(tmp_path):
+    """A numpy RuntimeWarning raised during a run (forced here: a mean of an empty slice in
+    the summary) reaches stderr only with --debug."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, xmemplan.hitrate.metrics as m\n"
+        "orig = m.summarize\n"
+        "def noisy(*a, **k):\n"
+        "    np.mean(np.array([]))\n"
+        "    return orig(*a, **k)\n"
+        "m.summarize = noisy\n"
+        "from xmemplan.cli.main import run\n"
+        "sys.exit(run(sys.argv[1:]))\n"
+    )
+    trace = CORPUS / "tokens" / "plain.jsonl"
+    for debug, expect in (([], False), (["--debug"], True)):
+        r = subprocess.run([sys.executable, "-c", code, *debug, "hitrate", str(trace)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert ("RuntimeWarning" in r.stderr) is expect, r.stderr
