@@ -169,7 +169,10 @@ class Planner:
         self.req = req
         w = req.workload
         n = req.requests
+        # KV bytes per token: one GPU's share (what HBM holds and each GPU loads), and the
+        # whole token's (what a tier stores: every rank backs up its own heads)
         self.kvb = M.kv_bytes_per_token_per_gpu(req.model, req.shape)
+        self.kvb_all = float(req.model.kv_bytes_per_token)
         rng = np.random.default_rng(req.seed)
         self.trace_order = w.session is not None and w.timestamp_s is not None \
             and req.load.kind == "trace"
@@ -193,7 +196,7 @@ class Planner:
     def hbm_tokens(self, gpus: int) -> float:
         m, g, s = self.req.model, self.req.gpu, self.req.shape
         per = max(0.0, g.hbm_capacity_bytes * HBM_USABLE - M.weight_bytes_per_gpu(m, s))
-        return per * gpus / self.kvb
+        return per / self.kvb * max(1, gpus // s.gpus)  # tokens per replica x replicas
 
     def tier_tokens(self, option: str, gpus: int, nodes: int) -> float:
         if option == "hbm-only":
@@ -206,7 +209,7 @@ class Planner:
             cap *= math.ceil(gpus / self.req.gpu.gpus_per_server)
         else:
             cap *= gpus
-        return cap / self.kvb
+        return cap / self.kvb_all
 
     def working_set_tokens(self) -> float | None:
         ws = self.req.working_set_tokens
@@ -389,7 +392,7 @@ def nodes_for_capacity(p: Planner) -> int:
     node_cap = p.req.xmem.capacity_bytes or math.inf
     if ws is None:
         return 1
-    return max(1, math.ceil(ws * p.kvb / node_cap))
+    return max(1, math.ceil(ws * p.kvb_all / node_cap))
 
 
 SHAPES_TP = (2, 4, 8)
@@ -504,7 +507,8 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         model=req.model.name, gpu=req.gpu.name, engine=req.engine, overlap=req.overlap,
         ttft_slo_ms=slo_ms, slo_percentile=req.slo_percentile, slo_on=req.slo_on,
         prompt_tokens_p50=w.prompt_p50, hit_ratio=w.token_hit_ratio,
-        kv_bytes_per_token=p.kvb, working_set_bytes=None if ws is None else ws * p.kvb,
+        kv_bytes_per_token=p.kvb_all,
+        working_set_bytes=None if ws is None else ws * p.kvb_all,
         options=options, recommended_nodes=n_rec, nodes_for_bandwidth=n_bw,
         nodes_for_capacity=n_cap, gpus_host_dram=g_host, gpus_xmem=g_x,
         gpus_saved_by_xmem=saved, headroom_ms=headroom, table=table, load_curve=curve,
