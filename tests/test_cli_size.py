@@ -159,8 +159,10 @@ def test_profile_of_another_schema_version(capsys: pytest.CaptureFixture[str],
 
 @pytest.mark.parametrize("args, code, needle", [
     (["--ttft-slo", "500"], 2, "no time unit"),
-    (["--ttft-slo", "500ms", "--hit-rate", "1.5"], 2, "outside [0, 1]"),
-    (["--ttft-slo", "500ms", "--prompt-tokens", "0"], 2, "at least 1"),
+    (["--ttft-slo", "500ms", "--hit-rate", "1.5"], 2, "Allowed: [0, 1]"),
+    (["--ttft-slo", "500ms", "--prompt-tokens", "0"], 2, "--prompt-tokens"),
+    (["--ttft-slo", "500ms", "--prompt-tokens", "300000"], 2, "262,144-token context"),
+    (["--ttft-slo", "500ms", "--rate", "nan"], 2, "--rate"),
     (["--ttft-slo", "500ms", "--model", "llama-3.1-9b"], 2, "known models"),
     (["--ttft-slo", "500ms", "--format", "xml"], 2, "unknown output format"),
     (["--ttft-slo", "500ms", "--plot", "x.svg"], 2, "End --plot with .png"),

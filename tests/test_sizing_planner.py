@@ -124,8 +124,8 @@ def test_arrivals_generators() -> None:
 
 @pytest.mark.parametrize("kwargs, needle", [
     ({"ttft_slo": "500"}, "no time unit"),
-    ({"ttft_slo": "500ms", "hit_rate": 1.2}, "outside [0, 1]"),
-    ({"ttft_slo": "500ms", "prompt_tokens": "0"}, "at least 1"),
+    ({"ttft_slo": "500ms", "hit_rate": 1.2}, "--hit-rate '1.2' is out of range"),
+    ({"ttft_slo": "500ms", "prompt_tokens": "0"}, "--prompt-tokens '0' is out of range"),
     ({"ttft_slo": "500ms", "model": "qwen3-30b-a4b"}, "Closest: qwen3-30b-a3b"),
     ({"ttft_slo": "500ms", "engine": "trt"}, "unknown engine"),
     ({"ttft_slo": "500ms", "rate": 1.0, "users": 3}, "not both"),

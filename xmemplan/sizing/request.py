@@ -54,33 +54,31 @@ def build_request(
     if overlap is not None and overlap not in ("sum", "layer", "max"):
         raise UsageError(f"unknown overlap '{overlap}'", "use sum, layer or max")
     if page_tokens is not None:
-        if page_tokens < 1:
-            raise UsageError("--page-tokens must be at least 1")
+        units.check_int(page_tokens, "--page-tokens", 1, units.MAX_PAGE_TOKENS)
         transfer = replace(transfer, page_tokens=page_tokens)
-    if rate is not None and rate <= 0:
-        raise UsageError("--rate must be a positive number of requests per second")
-    if users is not None and users < 1:
-        raise UsageError("--users must be at least 1")
+    if rate is not None:
+        rate = units.parse_rate(rate, "--rate")
+    if users is not None:
+        units.check_int(users, "--users", 1, units.MAX_CONCURRENCY)
     if rate is not None and users is not None:
         raise UsageError("give --rate or --users, not both")
     think_s = units.parse_duration(think, "--think")
-    if output_tokens is not None and output_tokens < 1:
-        raise UsageError("--output-tokens must be at least 1")
+    if output_tokens is not None:
+        units.check_int(output_tokens, "--output-tokens", 1, units.MAX_PROMPT_TOKENS)
     if slo_at not in ("p50", "p90", "p99"):
         raise UsageError(f"unknown percentile '{slo_at}'", "use p50, p90 or p99")
     if slo_on not in ("warm", "all"):
         raise UsageError(f"unknown request set '{slo_on}'", "use warm or all")
-    if requests < 200:
-        raise UsageError("--requests must be at least 200", "percentiles need requests")
-    if max_gpus < 1:
-        raise UsageError("--max-gpus must be at least 1")
+    units.check_int(requests, "--requests", 200, 1_000_000)
+    units.check_int(max_gpus, "--max-gpus", 1, units.MAX_GPUS)
+    if tp is not None:
+        units.check_int(tp, "--tp", 1, min(1024, max_gpus))
+    units.check_int(seed, "--seed", 0, 2**63 - 1)
     if hit_rate is not None:
-        wl.check_hit_rate(hit_rate)
+        hit_rate = units.parse_fraction(hit_rate, "--hit-rate")
     prompt = None
     if prompt_tokens is not None:
-        prompt = units.parse_count(prompt_tokens, "--prompt-tokens")
-        if prompt <= 0:
-            raise UsageError("--prompt-tokens must be at least 1", "write it like '64Ki'")
+        prompt = units.parse_tokens(prompt_tokens, "--prompt-tokens")
 
     cat = load_catalog(catalog)
     notes: list[str] = []
@@ -119,6 +117,10 @@ def build_request(
         notes.append(
             f"the profile was written for {work.kv_bytes_per_token:,} KV bytes per token; "
             f"{m.name} has {m.kv_bytes_per_token:,} (the catalog's figure is used)")
+    if prompt is not None and m.max_context and prompt > m.max_context:
+        raise UsageError(f"--prompt-tokens {prompt:,} is longer than {m.name}'s "
+                         f"{m.max_context:,}-token context",
+                         f"allowed: 1 to {m.max_context:,} for this model")
     work = wl.drop_over_context(work, m.max_context)
     if work.excluded_over_context:
         notes.append(f"{work.excluded_over_context:,} sampled requests are longer than "
@@ -126,9 +128,13 @@ def build_request(
     ws_tokens = None
     if working_set is not None:
         if units.is_byte_quantity(working_set):
-            ws_tokens = units.parse_bytes(working_set, "--working-set") / m.kv_bytes_per_token
+            ws_bytes = units.parse_bytes(working_set, "--working-set")
+            if ws_bytes <= 0:
+                raise UsageError(f"--working-set '{working_set}' is not positive")
+            ws_tokens = ws_bytes / m.kv_bytes_per_token
         else:
-            ws_tokens = float(units.parse_count(working_set, "--working-set"))
+            ws_tokens = float(units.parse_count(working_set, "--working-set", lo=1,
+                                                hi=int(units.MAX_CACHE_TOKENS)))
         said.append((f"KV working set {ws_tokens:,.0f} tokens", "flag"))
     elif work.working_set_tokens is not None:
         said.append((f"KV working set {work.working_set_tokens:,.0f} tokens in the trace, "
