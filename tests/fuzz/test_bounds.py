@@ -91,7 +91,6 @@ def test_max_requests_holds(cli, tmp_path, monkeypatch):
     assert 1 <= seen["pairs"] <= 3
 
 
-_SIZE = "owner: issue 11/12 (cli/size.py, sizing/): cap the flag with xmemplan.units.check_int"
 _VALIDATE = ("owner: issue 13 (cli/validate.py, validate/): cap --sessions x --rounds and trim "
              "before building requests")
 
@@ -100,9 +99,9 @@ _VALIDATE = ("owner: issue 13 (cli/validate.py, validate/): cap --sessions x --r
     pytest.param(["size", "--ttft-slo", "500ms", "--users", "100000000"], "--users",
                  id="size-users"),
     pytest.param(["size", "--ttft-slo", "500ms", "--requests", "100000000"], "--requests",
-                 marks=pytest.mark.xfail(strict=True, reason=_SIZE), id="size-requests"),
+                 id="size-requests"),
     pytest.param(["size", "--ttft-slo", "500ms", "--max-gpus", "100000000"], "--max-gpus",
-                 marks=pytest.mark.xfail(strict=True, reason=_SIZE), id="size-max-gpus"),
+                 id="size-max-gpus"),
     pytest.param(["validate", "--emulate", "--sessions", "100000", "--rounds", "1000"],
                  "--sessions", marks=pytest.mark.xfail(strict=True, reason=_VALIDATE),
                  id="validate-sessions-rounds"),
