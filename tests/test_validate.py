@@ -135,15 +135,18 @@ def test_calibrate_predicts_with_this_machines_bandwidth(capsys, monkeypatch):
     assert "predicted by: this machine's copy bandwidth" in err
 
 
-def test_dram_backend_makes_real_copies_against_a_quick_probe(capsys, monkeypatch):
-    code, out, err = cli([*SMALL, "--backend", "dram", "--tolerance", "50%"], capsys,
-                         monkeypatch, columns=400)
+def test_dram_backend_makes_real_copies_against_a_probe(capsys, monkeypatch):
+    # Real copies on a shared 2-core machine: bursts of other tenants' memory traffic move
+    # single requests by tens of percent; a load model that is wrong is off by far more.
+    code, out, err = cli([*SMALL, "--repeats", "3", "--backend", "dram", "--tolerance", "100%"],
+                         capsys, monkeypatch, columns=400)
     assert code == ExitCode.OK, err
     lines = out.splitlines()
     assert lines[0].startswith("validate: backend dram on host DRAM, real copies (no GPU on "
                                "this machine)")
     assert lines[1].startswith("predicted by: this machine's copy bandwidth")
-    assert lines[1].split(", 1 reader")[0].endswith("GB/s (quick probe)")
+    assert lines[1].split(", 1 reader")[0].endswith("GB/s (probe: median of samples through "
+                                                    "the run)")
     assert "tier host-dram-pcie5" in out
 
 
@@ -333,3 +336,64 @@ def test_trace_directory_input(capsys, monkeypatch):
     assert len(doc["requests"]) == 4
     assert all(r["hit_tokens"] <= r["prompt_tokens"] for r in doc["requests"])
     assert f"workload: traces {traces}" in err
+
+
+class _FakeSink:
+    """Stands in for the CUDA destination: host copies, timed."""
+
+    def __init__(self, nbytes: int) -> None:
+        import numpy as np
+
+        self.dst = np.empty(max(nbytes, 1), dtype=np.uint8)
+
+    def copy(self, *host) -> float:
+        import time
+
+        import numpy as np
+
+        t0 = time.perf_counter()
+        off = 0
+        for h in host:
+            flat = np.ascontiguousarray(h).reshape(-1).view(np.uint8)
+            self.dst[off:off + flat.size] = flat
+            off += flat.size
+        return time.perf_counter() - t0
+
+
+def test_gpu_path_with_a_stand_in_gpu(monkeypatch):
+    """The GPU branch (pinned pool, pages copied to the device, compute timed, TTFT judged)
+    run with a host stand-in for CUDA: it has never run on a GPU here, so at least its
+    plumbing is tested."""
+    import types
+
+    import numpy as np
+
+    from xmemplan.validate import harness, pages, points
+
+    class FakeTensor:
+        def __init__(self, n):
+            self.a = np.empty(n, dtype=np.uint8)
+
+        def numpy(self):
+            return self.a
+
+    fake_torch = types.SimpleNamespace(uint8="uint8",
+                                       empty=lambda n, dtype=None, pin_memory=False: FakeTensor(n))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(harness, "cuda_sink", lambda n: _FakeSink(n))
+    monkeypatch.setattr(harness, "gpu_matmul_seconds", lambda flops: flops / 400e12)
+    assert pages.host_pool  # the pinned branch uses torch.empty(pin_memory=True)
+    res = run_validate(ValidateOptions(backend="dram", sessions=1, rounds=3, prompt_tokens=1024,
+                                       growth_tokens=512, repeats=1, tolerance=10.0))
+    assert res.backend_mode == "dram" and res.compute_measured
+    assert res.preamble[-1] == ("verdict covers: KV load times and TTFT (compute measured on "
+                                "this GPU)")
+    assert res.preamble[0].startswith("predicted by: the planner's host-DRAM tier "
+                                      "host-dram-pcie5 (shipped calibration)")
+    warm = next(c for c in res.classes if c.name == "warm")
+    assert warm.ttft_p50_ms is not None and warm.ttft_error_p50 is not None
+    hit = [r for r in res.requests if r.hit_pages]
+    assert all(r.compute_s is not None and r.ttft_s is not None for r in res.requests)
+    assert all(r.ttft_s >= r.load_s for r in hit)
+    pts = points.points_from_validate(res.as_dict())
+    assert len(pts) == 3 and pts[0]["gpu"] == res.gpu and pts[0]["tier"] == "host-dram-pcie5"

@@ -235,7 +235,8 @@ def prediction_basis(opts: ValidateOptions, mode: ModeChoice, machine_bw: float,
             return PredictionBasis(None, f"the planner's host-DRAM tier {tier.name} "
                                    "(shipped calibration)")
         return PredictionBasis(machine_bw, f"this machine's copy bandwidth "
-                               f"{machine_bw / 1e9:.4g} GB/s (quick probe)")
+                               f"{machine_bw / 1e9:.4g} GB/s (probe: median of samples "
+                               "through the run)")
     if opts.calibrate:
         return PredictionBasis(machine_bw, f"this machine's copy bandwidth "
                                f"{machine_bw / 1e9:.4g} GB/s (--calibrate)")
@@ -392,6 +393,10 @@ def replay(opts: ValidateOptions, rig: Rig, work: Workload, pattern: Pattern, mo
                for i, (b, p, reqs) in enumerate(zip(rig.backends, rig.pools, work.readers))]
     k = len(readers)
     barrier = threading.Barrier(k)
+    # Where this machine's copy speed is the tier (--calibrate, or host DRAM without a GPU),
+    # sample it between requests: on a shared machine it drifts, and the median of samples
+    # taken through the replay is what the replay saw.
+    sample_machine = opts.calibrate or (mode.mode == "dram" and not mode.gpu_sink)
     errors: list[BaseException] = []
     n_req = len(work.readers[0])
 
@@ -414,7 +419,7 @@ def replay(opts: ValidateOptions, rig: Rig, work: Workload, pattern: Pattern, mo
                     rd.measured.append(Measured(rd.index, rd.reqs[i], hit_pages,
                                                 len(rd.keys[i]), load))
                 if rd.index == 0:
-                    if opts.calibrate and hit_pages:
+                    if sample_machine and hit_pages:
                         calibrator.sample()
                     if on_progress is not None:
                         on_progress(i + 1, n_req)
