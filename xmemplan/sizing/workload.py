@@ -144,6 +144,10 @@ def from_profile(prof: Profile) -> Workload:
     curve = prof.capacity_curve if prof.scope == "global" else ()
     arrival = prof.doc.get("arrival") if isinstance(prof.doc, dict) else None
     live = arrival.get("concurrency_mean") if isinstance(arrival, dict) else None
+    if isinstance(live, int | float) and not isinstance(live, bool) and live > 0 \
+            and not math.isfinite(live):
+        raise InputError(f"not a finite number ({live!r})", path=path,
+                         field="arrival.concurrency_mean")
     return Workload(
         description=f"profile {path} ({how})",
         prompt_tokens=s,
