@@ -203,3 +203,27 @@ def test_help_does_not_import_heavy_modules() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip().endswith("0 []"), out
+
+
+def test_profile_with_per_request_times_replays_the_trace(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # The per-request fields the simulator reads when a profile has them (proposed schema
+    # addition): sessions and timestamps give the trace's own arrivals, compressed to --rate.
+    n = 8
+    p = _profile(tmp_path, requests_sample={
+        "prompt_tokens": [10_000, 20_000, 30_000, 40_000] * 2,
+        "hit_tokens": [0, 19_000, 29_500, 39_800, 0, 19_500, 29_000, 39_000],
+        "session": [0, 0, 0, 0, 1, 1, 1, 1],
+        "timestamp_s": [0.0, 20.0, 40.0, 60.0, 5.0, 25.0, 45.0, 65.0],
+        "output_tokens": [50] * n,
+    })
+    code, out, err = _run(capsys, "size", "--ttft-slo", "5s", "--workload", str(p), "--rate",
+                          "0.5", "-f", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert "the trace's timestamps" in doc["load"]
+    assert not any("Poisson" in a["assumption"] for a in doc["assumptions"])
+    bad = _profile(tmp_path, requests_sample={
+        "prompt_tokens": [10_000, 20_000], "hit_tokens": [0, 19_000], "session": [0]})
+    code, _, err = _run(capsys, "size", "--ttft-slo", "5s", "--workload", str(bad))
+    assert code == 3 and "requests_sample.session" in err
