@@ -411,6 +411,12 @@ def analyze(
         )
 
     notes = list(found.notes)  # files named twice (read once), links, hidden files
+    if options.executor == "ray" and pending:
+        notes.append(
+            f"--executor ray: files were read by Ray tasks; {sum(len(b) for b in pending):,} "
+            "requests whose cache spans files (--scope global, or sessions that may continue "
+            "in another file) were replayed on this machine, in one ordered pass"
+        )
     if options.page_size > 1 and any(
         r.NAME not in ("tokens",) and not getattr(r, "TOKEN_LEVEL", False) for _, r in found.files
     ):
