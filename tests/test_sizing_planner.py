@@ -137,3 +137,17 @@ def test_bad_requests(kwargs: dict[str, object], needle: str) -> None:
     with pytest.raises(UsageError) as info:
         build_request(**kwargs)  # type: ignore[arg-type]
     assert needle in info.value.render()
+
+
+def test_blog_direction_xmem_sustains_more_load_per_gpu() -> None:
+    # The seed blog: at the same SLO and a > 95 % hit, X-Mem carries more load per GPU.
+    from xmemplan.sizing.planner import blog_ratio
+
+    req = _req("500ms", prompt_tokens="64Ki", hit_rate=0.99, rate=5.0, output_tokens=1,
+               requests=1500)
+    r = blog_ratio(req, gpus=4)
+    assert r["ratio"] is not None and r["ratio"] > 1.5
+    low = blog_ratio(_req("500ms", prompt_tokens="64Ki", hit_rate=0.95, rate=1.0,
+                          output_tokens=1, requests=1500), gpus=4)
+    # at 95 % the residual prefill hides the load: the tier barely matters
+    assert low["ratio"] is not None and low["ratio"] < r["ratio"]

@@ -498,6 +498,12 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
                        "GPU count is compute (prefill, decode) and queueing.")
 
     table = _table(p, n_cap) if with_table else []
+    saving = [t for t in table if t["gpus_saved"]]
+    if saving and cheapest != "xmem":
+        t = max(saving, key=lambda t: t["ttft_slo_ms"])
+        reasons.append(f"X-Mem becomes worth buying at an SLO of {t['ttft_slo_ms']:,.0f} ms or "
+                       f"tighter: it saves {t['gpus_saved']} GPU(s) there "
+                       f"({t['gpus_host_dram']} -> {t['gpus_xmem']}).")
     curve = _load_curve(p, options) if with_curve else {}
     ws = p.working_set_tokens()
     w = req.workload

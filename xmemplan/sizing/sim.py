@@ -822,4 +822,10 @@ def simulate(traffic: Traffic, engine: Engine) -> SimResult:
     t = traffic
     out = simulate_kernel(t.arrival, t.prev, t.think, t.prompt, t.hit_hbm, t.hit_dram,
                           t.hit_xmem, t.output, t.route, f, ip)
-    return SimResult(traffic, out)
+    r = SimResult(traffic, out)
+    # Little's law on every run: the event loop's own count of requests waiting for a first
+    # token, integrated over time, against arrival rate x mean TTFT.
+    L, lw = r.little()
+    if abs(L - lw) > 1e-6 * max(1.0, abs(lw)):
+        raise RuntimeError(f"simulator invariant broken: L = {L!r}, lambda W = {lw!r}")
+    return r
