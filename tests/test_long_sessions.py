@@ -3,6 +3,10 @@ memory that grows with the distinct content, not with calls x prompt length."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -182,3 +186,37 @@ def test_extend_gives_the_prompt_a_full_list_gives(spec):
     resets = np.zeros(len(spec), dtype=bool)
     assert np.array_equal(match_prompts(a.prompts, a.nodes, resets),
                           match_prompts(b.prompts, b.nodes, resets))
+
+
+def test_kernels_run_as_plain_python_for_coverage():
+    """NUMBA_DISABLE_JIT=1: the interned-prompt matcher and the materialiser as Python, with
+    the answers of the token-level tree (a message edited, then the conversation resumed)."""
+    code = (
+        "import numpy as np\n"
+        "from xmemplan.traces._build import BatchBuilder\n"
+        "from xmemplan.prefix.chunks import match_prompts\n"
+        "from xmemplan.prefix.matcher import match\n"
+        "a, b, c, d = (np.array(x) for x in ([1, 2, 3], [4, 5], [4, 6, 7], [8]))\n"
+        "bb = BatchBuilder('t', 1)\n"
+        "for p in ([a], [a, b], [a, c], [a, b, d], [a.copy(), c, d]):\n"
+        "    bb.add('s', None, sum(len(x) for x in p), list(p))\n"
+        "t = bb.build()\n"
+        "r = np.zeros(5, bool)\n"
+        "print(match_prompts(t.prompts, t.nodes, r).tolist(),"
+        " match(t.keys, t.key_offsets, r).tolist())\n"
+    )
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[0, 3, 4, 5, 6] [0, 3, 4, 5, 6]"
+
+
+def test_a_builder_given_both_kinds_of_rows_flattens_them():
+    b = BatchBuilder("mixed", 1)
+    b.add("s", None, 2, [np.array([1]), np.array([2])])
+    b.add("s", None, 3, np.array([1, 2, 3]))
+    b.add("s", None, 3, [np.array([1]), np.array([2, 9])])
+    batch = b.build()
+    assert not isinstance(batch, TextBatch)
+    assert batch.keys.tolist() == [1, 2, 1, 2, 3, 1, 2, 9]
+    assert batch.key_offsets.tolist() == [0, 2, 5, 8]
