@@ -85,9 +85,14 @@ class DeviceModel:
 
 
 def devices_dir() -> Path:
-    from xmemplan.catalog.loader import data_dir
-
-    return data_dir() / "devices"
+    """The shipped device models: `xmemplan/_data/devices` in a wheel, else `data/devices`
+    of the repository (found here, not through the catalog: backends sit beside it)."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package / "_data" / "devices", package.parent / "data" / "devices"):
+        if candidate.is_dir():
+            return candidate
+    raise InputError("the shipped device models are missing", path=package / "_data",
+                     hint="reinstall xmemplan (the wheel carries data/ as xmemplan/_data)")
 
 
 def _parse(path: Path, text: str) -> dict[str, DeviceModel]:
