@@ -65,3 +65,24 @@ def test_a_mooncake_run_loads_no_numba(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["20", "20000", "False"]
+
+
+def test_ray_executor_without_ray_says_what_to_install(monkeypatch, tmp_path):
+    """`--executor ray` where Ray is not installed: NotAvailableError (exit 4) naming the
+    extra, not a traceback; and no other run imports ray."""
+    from pathlib import Path
+
+    from xmemplan.errors import NotAvailableError
+    from xmemplan.hitrate import HitrateOptions, analyze
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 10, "output_length": 1,
+                                 "hash_ids": [1]}) + "\n")
+    try:
+        analyze([Path(trace)], HitrateOptions(executor="ray"))
+    except NotAvailableError as exc:
+        assert "xmemplan[ray]" in str(exc.hint)
+    else:
+        raise AssertionError("no NotAvailableError")
+    assert analyze([Path(trace)]).summary["requests"] == 1
