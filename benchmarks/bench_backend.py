@@ -6,10 +6,13 @@
    same run. Target: >= 70% of the numpy copy.
 2. Shaping on: achieved bandwidth of batched reads and writes with a configured tier
    bandwidth below this machine's copy speed. Target: within 5% of the configured value.
+3. `--node`: the emulated X-Mem node (data/devices/xmem-node.toml) read by 1, 4 and 8
+   readers at once (threads, one backend and host pool each): per-reader bandwidth in
+   device time against the device model's own figure, min(one reader's rate, node / k).
 
 Every figure is the median of --runs runs (each run: the best of --repeats passes).
 
-    python benchmarks/bench_backend.py [--pages 32] [--runs 7] [--json]
+    python benchmarks/bench_backend.py [--pages 32] [--runs 7] [--json] [--node]
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import threading
 import time
 
 import numpy as np
@@ -81,13 +85,69 @@ def backend_bps(pool: HostPool, pages: int, repeats: int, checksum: bool = True,
     return nbytes / r, nbytes / w
 
 
+def node_bps(readers: int, pages: int, scale: float) -> tuple[float, float]:
+    """(achieved, expected) per-reader bytes/s of `readers` reading `pages` pages each from
+    one emulated node at once (device time: wall time / scale)."""
+    from xmemplan.backends.device import EmulatedNode, load_device
+
+    dev = load_device()
+    node = EmulatedNode(dev, scale)
+    stores, pools = [], []
+    for _ in range(readers):
+        pool = HostPool(LAYERS, HEADS, HEAD_DIM, pages * PAGE_TOKENS, PAGE_TOKENS, "page_first")
+        pool.kv_buffer[:] = 1  # fault the destination in: not part of a load
+        b = create_backend("xmem", mode="emulate", banks=len(dev.bank_bytes_per_s),
+                           capacity_bytes=pool.page_bytes * (pages + 2),
+                           page_bytes=pool.page_bytes, node=node)
+        b.register_mem_pool_host(pool)
+        idx = np.concatenate([pool.page_indices(p) for p in range(pages)])
+        assert all(b.batch_set_v1([f"k{p}" for p in range(pages)], idx))
+        stores.append((b, idx))
+        pools.append(pool)
+    barrier = threading.Barrier(readers)
+    took = [0.0] * readers
+
+    def run(i: int) -> None:
+        b, idx = stores[i]
+        barrier.wait()
+        t0 = time.perf_counter()
+        assert all(b.batch_get_v1([f"k{p}" for p in range(pages)], idx))
+        took[i] = (time.perf_counter() - t0) / scale
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(readers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for b, _ in stores:
+        b.close()
+    part = pools[0].page_bytes // 2  # page_first: K and V halves
+    expect = min(dev.reader_bytes_per_s(part, len(dev.bank_bytes_per_s)),
+                 dev.node_bytes_per_s / readers)
+    return pools[0].page_bytes * pages / statistics.median(took), expect
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pages", type=int, default=32)
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--node", action="store_true",
+                    help="Only the emulated-node section (1, 4, 8 readers).")
     args = ap.parse_args()
+    if args.node:
+        out = {}
+        for k in (1, 4, 8):
+            got = [node_bps(k, 16, scale=150.0 * k) for _ in range(args.runs)]
+            ach = statistics.median(a for a, _ in got)
+            out[k] = {"achieved_bytes_per_s": ach, "device_bytes_per_s": got[0][1]}
+            if not args.json:
+                print(f"node, {k} reader(s): {ach / 1e9:7.1f} GB/s per reader, device model "
+                      f"{got[0][1] / 1e9:.1f} GB/s ({ach / got[0][1]:.1%})")
+        if args.json:
+            print(json.dumps(out, indent=2))
+        return
     pool = HostPool(LAYERS, HEADS, HEAD_DIM, args.pages * PAGE_TOKENS, PAGE_TOKENS, "page_first")
     pool.kv_buffer[:] = np.random.default_rng(1).integers(0, 2**16, pool.kv_buffer.shape)
     page_bytes = pool.page_bytes
