@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from xmemplan.errors import InputError, NotAvailableError
@@ -89,8 +90,9 @@ def test_profile_sample_is_capped(tmp_path: Path, monkeypatch):
     prompts = result.requests_frame()["prompt_tokens"].to_list()
     assert len(profile.build_profile(result, [])["requests_sample"]["prompt_tokens"]) == 12
     monkeypatch.setattr(profile, "SAMPLE_MAX", 4)
-    sample = profile.build_profile(result, [])["requests_sample"]["prompt_tokens"]
-    assert sample == [prompts[i] for i in (0, 4, 7, 11)]  # evenly spread, first and last kept
+    sample = profile.build_profile(result, [])["requests_sample"]
+    assert len(sample["prompt_tokens"]) == 4 == len(sample["session"])
+    assert set(sample["prompt_tokens"]) <= set(prompts)
 
 
 def test_size_reads_the_profile(tmp_path: Path, sessions):
@@ -172,3 +174,54 @@ def test_missing_matplotlib_fails_before_reading(cli, monkeypatch, tmp_path: Pat
     r = cli("hitrate", tmp_path / "does-not-exist.jsonl", "--plot", tmp_path / "charts")
     assert r.code == 4 and "matplotlib" in r.err
     assert not (tmp_path / "charts").exists()
+
+
+def test_v2_sample_keeps_whole_sessions_and_their_arrivals(tmp_path: Path):
+    from xmemplan import profile as P
+
+    codes = np.repeat(np.arange(50), 7)  # 50 sessions of 7 requests
+    take = P._whole_sessions(codes, 100)
+    picked = codes[take]
+    assert len(take) <= 100 and len(take) == 98  # 14 whole sessions of 7
+    for c in np.unique(picked):
+        assert (picked == c).sum() == 7
+    assert picked.min() < 10 and picked.max() > 40  # spread over the trace
+    assert P._whole_sessions(codes[:20], 100).tolist() == list(range(20))
+
+
+def test_profile_v2_fields_and_v1_still_read(tmp_path: Path, sessions):
+    synth.write_mooncake(tmp_path / "m.jsonl", sessions)
+    out = tmp_path / "p.json"
+    from xmemplan.cli.main import run
+
+    assert run(["-q", "hitrate", str(tmp_path / "m.jsonl"), "--profile-out", str(out)]) == 0
+    prof = load_profile(out)
+    assert prof.doc["schema_version"] == 2
+    n = prof.sample_prompt.size
+    assert prof.sample_session is not None and prof.sample_session.size == n
+    assert prof.sample_timestamp is not None and prof.sample_timestamp.min() == 0
+    doc = json.loads(out.read_text())
+    doc["schema_version"] = 1
+    for k in ("session", "timestamp_s", "output_tokens"):
+        doc["requests_sample"].pop(k, None)
+    out.write_text(json.dumps(doc))
+    old = load_profile(out)
+    assert old.sample_session is None and old.sample_prompt.size == n
+    doc["requests_sample"]["session"] = [0]  # wrong length
+    doc["schema_version"] = 2
+    out.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="requests_sample.session"):
+        load_profile(out)
+
+
+def test_profile_negative_rate_is_refused(tmp_path: Path, sessions):
+    synth.write_mooncake(tmp_path / "m.jsonl", sessions)
+    out = tmp_path / "p.json"
+    from xmemplan.cli.main import run
+
+    assert run(["-q", "hitrate", str(tmp_path / "m.jsonl"), "--profile-out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    doc["arrival"] = {"rate_rps": -3}
+    out.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"arrival.rate_rps.*outside the allowed range"):
+        load_profile(out)

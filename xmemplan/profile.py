@@ -4,7 +4,7 @@ One JSON document, versioned; `docs/profile.md` documents every field. Writers f
 they know and leave the rest null; readers check `schema` and `schema_version` first.
 
     {
-      "schema": "xmemplan.profile", "schema_version": 1,
+      "schema": "xmemplan.profile", "schema_version": 2,
       "source": {"paths": [...], "formats": {"claude-blocks": 44}, "scope": "session"},
       "requests": 2801, "sessions": 44,
       "model": "qwen3-30b-a3b" | null, "kv_bytes_per_token": 98304 | null,
@@ -12,14 +12,16 @@ they know and leave the rest null; readers check `schema` and `schema_version` f
       "hit_ratio": {"token_hit_ratio", "mean_request_hit_ratio", "rounds_ge1_token_hit_ratio",
                     "rounds_ge1_mean", "rounds_ge1_median", "rounds_ge1_p10",
                     "histogram": {"edges", "counts"}},
-      "requests_sample": {"prompt_tokens": [...], "hit_tokens": [...]},   # <= 10,000 pairs
+      "requests_sample": {"prompt_tokens": [...], "hit_tokens": [...],   # <= 10,000 requests
+                          "session": [...], "timestamp_s": [...], "output_tokens": [...]},
       "arrival": {"duration_s", "rate_rps", "concurrency_mean", "concurrency_p99"} | null,
       "working_set": {"peak_tokens", "p99_tokens", "peak_bytes", "p99_bytes"} | null,
       "capacity_curve": [{"capacity_tokens", "token_hit_ratio"}, ...] | null,
       "tiers": [{"name", "capacity_tokens", "hit_tokens", "bytes_to_gpu"}, ...] | null
     }
 
-Version 1 also carries `generator`, `capacities`, `reuse`, `cache_per_session`,
+Version 2 adds `session`, `timestamp_s` and `output_tokens` to `requests_sample` (whole
+sessions); version 1 files are still read. Both also carry `generator`, `capacities`, `reuse`, `cache_per_session`,
 `distinct_tokens`, and more figures inside the objects above (docs/profile.md lists them all).
 Fields are only ever added within a version; readers ignore what they do not know.
 """
@@ -41,8 +43,8 @@ if TYPE_CHECKING:
     from xmemplan.hitrate.pipeline import HitrateResult
 
 SCHEMA = "xmemplan.profile"
-SCHEMA_VERSION = 1
-READS_VERSIONS = (1,)  # every version load_profile still reads
+SCHEMA_VERSION = 2
+READS_VERSIONS = (1, 2)  # every version load_profile still reads
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,9 @@ class Profile:
     prompt_hist_counts: tuple[float, ...]
     sample_prompt: np.ndarray  # float64, requests_sample.prompt_tokens (may be empty)
     sample_hit: np.ndarray  # float64, aligned with sample_prompt
+    sample_session: np.ndarray | None  # v2: session index per sampled request
+    sample_timestamp: np.ndarray | None  # v2: seconds since the sample's first request
+    sample_output: np.ndarray | None  # v2: output tokens per sampled request
     rate_rps: float | None
     working_set_tokens: float | None  # peak (or p99) tokens, from bytes when only bytes
     capacity_curve: tuple[tuple[float, float], ...]  # (capacity tokens, token hit ratio)
@@ -145,6 +150,14 @@ def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
     if prompts.size and np.any((hits > prompts) & (prompts > 0)):
         raise InputError("a hit_tokens value is above its prompt_tokens", path=path,
                          field="requests_sample.hit_tokens")
+    optional: dict[str, np.ndarray | None] = {}
+    for name in ("session", "timestamp_s", "output_tokens"):
+        dotted = f"requests_sample.{name}"
+        a = _numbers(path, doc, dotted) if _field(doc, dotted) is not None else None
+        if a is not None and a.size != prompts.size:
+            raise InputError(f"{a.size} values for {prompts.size} sampled requests",
+                             path=path, field=dotted)
+        optional[name] = a
     edges = _numbers(path, doc, "prompt_tokens.histogram.edges")
     counts = _numbers(path, doc, "prompt_tokens.histogram.counts")
     ws = _number(path, doc, "working_set.peak_tokens", 0, MAX_TOKENS)
@@ -190,6 +203,9 @@ def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
         prompt_hist_counts=tuple(counts.tolist()),
         sample_prompt=prompts,
         sample_hit=hits,
+        sample_session=optional["session"],
+        sample_timestamp=optional["timestamp_s"],
+        sample_output=optional["output_tokens"],
         rate_rps=_number(path, doc, "arrival.rate_rps", 0, 1e9),
         working_set_tokens=ws,
         capacity_curve=tuple(sorted(curve)),
@@ -234,6 +250,37 @@ def _ratio_hist(ratios: np.ndarray) -> dict[str, Any]:
     return {"edges": HIT_EDGES, "counts": counts.tolist()}
 
 
+def _whole_sessions(codes: np.ndarray, limit: int) -> np.ndarray:
+    """Row indices of whole sessions, evenly spaced over the sessions, at most `limit` rows
+    (one session longer than `limit` is cut to its first `limit` requests)."""
+    n = codes.size
+    if n <= limit:
+        return np.arange(n, dtype=np.int64)
+    counts = np.bincount(codes)
+    order = np.argsort(codes, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    chosen: list[np.ndarray] = []
+    total = 0
+    n_sessions = counts.size
+    # Visit sessions in a stride that spreads the picks over the whole trace.
+    stride = max(1, int(round(n / limit)))
+    visit = [k for off in range(stride) for k in range(off, n_sessions, stride)]
+    for k in visit:
+        c = int(counts[k])
+        if c == 0:
+            continue
+        if total + c > limit:
+            if total == 0:
+                chosen.append(order[starts[k]:starts[k] + limit])
+                total = limit
+            continue
+        chosen.append(order[starts[k]:starts[k] + c])
+        total += c
+        if total >= limit:
+            break
+    return np.sort(np.concatenate(chosen)) if chosen else np.empty(0, dtype=np.int64)
+
+
 def build_profile(result: HitrateResult, paths: Sequence[Path | str]) -> dict[str, Any]:
     """The profile document of a `hitrate` result; see docs/profile.md."""
     from xmemplan import __version__
@@ -250,10 +297,22 @@ def build_profile(result: HitrateResult, paths: Sequence[Path | str]) -> dict[st
     later = valid & (index >= 1)
     cap = result.capacity
 
-    # An even, deterministic sample of requests in replay order (every k-th).
-    n = prompt.size
-    take = np.unique(np.linspace(0, n - 1, min(n, SAMPLE_MAX)).round().astype(np.int64))
-    take = take if n else np.empty(0, dtype=np.int64)
+    # A deterministic sample of whole sessions (evenly spaced), so that each sampled
+    # session keeps its own arrivals and think times for the simulator (schema v2).
+    _, codes = np.unique(np.asarray(r.session_id, dtype=object), return_inverse=True)
+    codes = codes.astype(np.int64).reshape(-1)
+    take = _whole_sessions(codes, SAMPLE_MAX)
+    sample: dict[str, Any] = {
+        "prompt_tokens": prompt[take].tolist(),
+        "hit_tokens": hit[take].tolist(),
+        "session": np.unique(codes[take], return_inverse=True)[1].reshape(-1).tolist(),
+    }
+    ts = r.column(S.TIMESTAMP_S)[take]
+    if ts.size and np.all(np.isfinite(ts)):
+        sample["timestamp_s"] = (ts - ts.min()).tolist()
+    out_tokens = r.column(S.OUTPUT_TOKENS)[take]
+    if out_tokens.size and np.all(out_tokens >= 0):
+        sample["output_tokens"] = out_tokens.tolist()
 
     arr = arrival(r.column(S.TIMESTAMP_S))
     ws = cap.working_set if cap is not None else None
@@ -290,10 +349,7 @@ def build_profile(result: HitrateResult, paths: Sequence[Path | str]) -> dict[st
             "histogram_all": _ratio_hist(ratio[valid]),
             "by_round": s["by_round"],
         },
-        "requests_sample": {
-            "prompt_tokens": prompt[take].tolist(),
-            "hit_tokens": hit[take].tolist(),
-        },
+        "requests_sample": sample,
         "arrival": arr,
         "working_set": ws,
         "capacity_curve": cap.curve if cap is not None else None,
