@@ -13,9 +13,9 @@ import pytest
 from xmemplan.hitrate import HitrateOptions, analyze
 from xmemplan.hitrate.transcript_calls import analyze_calls
 from xmemplan.text.encoder import get_encoder
-from xmemplan.text.hidden_prefix import estimate, parse_mode, standin
 from xmemplan.traces import claude_transcript as CT
 from xmemplan.traces.base import ReadOptions, SkipLog
+from xmemplan.traces.hidden_prefix import estimate, parse_mode, standin
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "text"))
 import generate as G  # noqa: E402

@@ -41,7 +41,7 @@ import numpy as np
 import xxhash
 
 from xmemplan.hitrate import anthropic_cache as A
-from xmemplan.text.hidden_prefix import Estimate, prepare
+from xmemplan.traces.hidden_prefix import Estimate, prepare
 
 if TYPE_CHECKING:
     from xmemplan.hitrate.pipeline import HitrateOptions

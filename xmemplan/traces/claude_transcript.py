@@ -529,7 +529,7 @@ def read_with(
     path: Path, options: ReadOptions, skips: SkipLog, enc: ChunkEncoder
 ) -> Iterator[RequestBatch]:
     """`read` with an explicit encoder (the benchmark passes one without a cache)."""
-    from xmemplan.text.hidden_prefix import prepare
+    from xmemplan.traces.hidden_prefix import prepare
 
     found = calls(path, options, skips, enc)
     hidden = getattr(options, "hidden_prefix", None)

@@ -18,7 +18,7 @@ CACHE_MODELS = ("infinite", "anthropic")
 
 def check_flags(hidden_prefix: str | None, tokens: str | None, cache_model: str | None) -> None:
     from xmemplan.errors import UsageError
-    from xmemplan.text.hidden_prefix import parse_mode
+    from xmemplan.traces.hidden_prefix import parse_mode
 
     parse_mode(hidden_prefix)
     if tokens is not None and tokens not in TOKENS_MODES:
