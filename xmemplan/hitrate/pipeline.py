@@ -57,7 +57,7 @@ class HitrateOptions:
     timestamp_field: str | None = None
     # Finite caches, curve and tiers; None = infinite only.
     capacity: CapacitySpec | None = None
-    hidden_prefix: str | None = None  # transcripts: auto, none or N (text/hidden_prefix.py)
+    hidden_prefix: str | None = None  # transcripts: auto, none or N (traces/hidden_prefix.py)
     tokens: str | None = None  # transcripts: "calibrated"
 
     def read_options(self) -> ReadOptions:

@@ -70,7 +70,7 @@ class ReadOptions:
     tokenizer: str | None = None
     session_field: str | None = None
     timestamp_field: str | None = None
-    hidden_prefix: str | None = None  # transcripts: auto, none or N tokens (text/hidden_prefix)
+    hidden_prefix: str | None = None  # transcripts: auto, none or N tokens (traces/hidden_prefix)
     tokens: str | None = None  # transcripts: "calibrated" scales to the API's token counts
 
 

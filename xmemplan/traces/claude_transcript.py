@@ -30,7 +30,7 @@ What the transcript lacks: the system prompt and tool definitions that Claude Co
 before the messages are not written to it, so reconstructed prompts are shorter than the
 API's by that prefix. `--hidden-prefix auto|N` prepends a stand-in of the length measured from
 usage, and `--tokens calibrated` scales each message to the API's token count
-(`xmemplan/text/hidden_prefix.py`; docs/text-traces.md).
+(`xmemplan/traces/hidden_prefix.py`; docs/text-traces.md).
 
 `calls()` returns the per-call details (prompt parts, usage, context, timestamps) that the
 per-call report (`xmemplan/hitrate/transcript_calls.py`) replays under the API's rules.
