@@ -22,7 +22,8 @@ they know and leave the rest null; readers check `schema` and `schema_version` f
 
 Version 2 adds `session`, `timestamp_s` and `output_tokens` to `requests_sample` (whole
 sessions); version 1 files are still read. Both also carry `generator`, `capacities`,
-`reuse`, `cache_per_session`, `distinct_tokens`, and more figures inside the objects above (docs/profile.md lists them all).
+`reuse`, `cache_per_session`, `distinct_tokens`, and more figures inside the objects above
+(docs/profile.md lists them all).
 Fields are only ever added within a version; readers ignore what they do not know.
 """
 
