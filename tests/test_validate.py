@@ -98,6 +98,10 @@ def test_contention_of_eight_readers(capsys, monkeypatch, planner_right):
     assert doc["readers"] == 8 and len(doc["requests"]) == 24
     assert {r["reader"] for r in doc["requests"]} == set(range(8))
     measured = warm(doc)["load_p50_ms"]
+    # The serving simulator, replaying the same rounds with fluid sharing, agrees with the
+    # planner's equal share (both are told the same node).
+    assert warm(doc)["simulated_load_p50_ms"] == pytest.approx(
+        warm(doc)["predicted_load_p50_ms"], rel=0.02)
     if planner_right:
         assert code == ExitCode.OK, err
         assert doc["predicted_bandwidth_bytes_per_s"] == pytest.approx(125e9)

@@ -191,6 +191,13 @@ def _report(result: Any, fmt: str, show_requests: bool) -> None:
     render.table(cols, rows, title=f"Measured vs predicted KV loads ({result.model} on "
                  f"{result.gpu}, tier {result.tier}, {result.readers} reader(s); cold: hit "
                  "< 50%, warm: hit >= 50%)")
+    for c in result.classes:
+        if c.name == "warm" and c.simulated_load_p50_ms is not None:
+            render.line(
+                f"simulator (xmemplan.sizing.sim, same requests in lock-step, fluid sharing; "
+                f"reported, not judged): warm load p50 {render.fmt(c.simulated_load_p50_ms)} "
+                f"ms ({_pct(c.simulated_load_error_p50)} off the measured), p90 "
+                f"{render.fmt(c.simulated_load_p90_ms)} ms")
     gb = 1e9
     render.line(
         f"bandwidth per reader: predicted {result.predicted_bandwidth_bytes_per_s / gb:.4g} "
