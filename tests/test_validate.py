@@ -372,7 +372,7 @@ def test_gpu_path_with_a_stand_in_gpu(monkeypatch):
 
     import numpy as np
 
-    from xmemplan.validate import harness, pages, points
+    from xmemplan.validate import harness, pages, points, verdict
 
     class FakeTensor:
         def __init__(self, n):
@@ -385,7 +385,7 @@ def test_gpu_path_with_a_stand_in_gpu(monkeypatch):
                                        empty=lambda n, dtype=None, pin_memory=False: FakeTensor(n))
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
     monkeypatch.setattr(harness, "cuda_sink", lambda n: _FakeSink(n))
-    monkeypatch.setattr(harness, "gpu_matmul_seconds", lambda flops: flops / 400e12)
+    monkeypatch.setattr(verdict, "gpu_matmul_seconds", lambda flops: flops / 400e12)
     assert pages.host_pool  # the pinned branch uses torch.empty(pin_memory=True)
     res = run_validate(ValidateOptions(backend="dram", sessions=1, rounds=3, prompt_tokens=1024,
                                        growth_tokens=512, repeats=1, tolerance=10.0))

@@ -174,7 +174,7 @@ def _metric(rec: dict[str, Any], name: str) -> float | None:
 def judge(opts: AiperfOptions) -> AiperfResult:
     from xmemplan.catalog import load_catalog
     from xmemplan.sizing.model import calibration_for, ttft
-    from xmemplan.validate.harness import rel_error
+    from xmemplan.validate.verdict import rel_error
 
     cat = load_catalog(list(opts.catalog_files))
     model, gpu, tier = cat.model(opts.model), cat.gpu(opts.gpu), cat.tier(opts.tier)

@@ -1,6 +1,7 @@
 """`xmemplan validate`: push real KV pages through a HiCache backend, compare with the model.
 
-`run_validate` runs these steps, each a function with a typed result:
+`run_validate` runs these steps, each a function with a typed result (steps 5-6 in
+`validate.replay`, 7-8 in `validate.verdict`):
 
 1. `choose_mode`: which medium really runs (X-Mem hardware, the emulated node, host DRAM)
    and whether a GPU is the destination;
@@ -29,62 +30,31 @@ are divided by it.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
-from xmemplan.errors import CheckFailedError, UsageError
+from xmemplan.errors import UsageError
 from xmemplan.validate.options import ValidateOptions
-from xmemplan.validate.pages import Pattern, host_pool, page_view
-from xmemplan.validate.probe import Calibrator, cuda_sink, gpu_matmul_seconds, memcpy_bandwidth
+from xmemplan.validate.pages import Pattern, page_view
+from xmemplan.validate.probe import Calibrator, cuda_sink, memcpy_bandwidth
+from xmemplan.validate.replay import build_rig, check_integrity, emulation_scale, replay
+from xmemplan.validate.verdict import (
+    ClassSummary,
+    RequestRow,
+    predict,
+    rel_error,
+    summarize_classes,
+    verdict_error,
+)
 from xmemplan.validate.workload import Request, from_pairs, scale_to_budget, synthetic
 
-STORAGE_BATCH_PAGES = 128  # SGLang's STORAGE_BATCH_SIZE: pages per batched storage call
-CLASS_EDGE = 0.5  # hit ratio separating "cold" from "warm" requests
-SCALE_MARGIN = 3.0  # emulated time must exceed the machine's own copy time by this factor
 LAYOUTS = ("page_first", "layer_first")
+__all__ = ["ClassSummary", "RequestRow", "ValidateResult", "rel_error", "run_validate",
+           "verdict_error"]
 
 
-# -- results ------------------------------------------------------------------------------
-@dataclass
-class RequestRow:
-    reader: int
-    session: int
-    round: int
-    prompt_tokens: int
-    hit_tokens: int
-    hit_pages: int
-    written_pages: int
-    load_s: float  # measured, device time (time scale divided out)
-    predicted_load_s: float
-    simulated_load_s: float | None  # xmemplan.sizing.sim, the same requests in lock-step
-    compute_s: float | None  # measured on a GPU; None where not measured
-    ttft_s: float | None  # measured load + measured compute; None without a GPU
-    predicted_ttft_s: float
-    klass: str
-
-
-@dataclass
-class ClassSummary:
-    name: str
-    requests: int
-    load_p50_ms: float
-    predicted_load_p50_ms: float
-    load_error_p50: float
-    load_p90_ms: float
-    predicted_load_p90_ms: float
-    load_error_p90: float
-    ttft_p50_ms: float | None = None
-    predicted_ttft_p50_ms: float | None = None
-    ttft_error_p50: float | None = None
-    simulated_load_p50_ms: float | None = None  # reported beside the planner, not judged
-    simulated_load_p90_ms: float | None = None
-    simulated_load_error_p50: float | None = None
-
-
+# -- the result ---------------------------------------------------------------------------
 @dataclass
 class ValidateResult:
     note: str  # the first line: which medium really ran
@@ -245,371 +215,6 @@ def prediction_basis(opts: ValidateOptions, mode: ModeChoice, machine_bw: float,
         return PredictionBasis(machine_bw, f"this machine's copy bandwidth "
                                f"{machine_bw / 1e9:.4g} GB/s (--calibrate)")
     return PredictionBasis(None, f"the planner's catalog tier {tier.name}")
-
-
-# -- step 5: backends ---------------------------------------------------------------------
-@dataclass
-class Rig:
-    backends: list[Any]
-    pools: list[Any]
-    sink: Any  # CUDA destination of reader 0 (GPU runs have one reader), or None
-    time_scale: float
-
-
-def emulation_scale(device: Any, readers: int, part_bytes: int, banks: int,
-                    machine_bw: float) -> float:
-    """How much slower than the device the node must run so that its timing, not this
-    machine's own copy speed, sets every load (all readers together)."""
-    reader = device.reader_bytes_per_s(part_bytes, banks)
-    aggregate = min(readers * reader, device.node_bytes_per_s)
-    return max(1.0, SCALE_MARGIN * aggregate / machine_bw)
-
-
-def build_rig(opts: ValidateOptions, mode: ModeChoice, device: Any, model: Any,
-              work: Workload, page_bytes: int, time_scale: float, sink: Any) -> Rig:
-    from xmemplan.backends import create_backend
-    from xmemplan.backends.device import EmulatedNode
-
-    node = EmulatedNode(device, time_scale) if mode.shaped else None
-    backends, pools = [], []
-    banks = len(device.bank_bytes_per_s) if device is not None else 4
-    try:
-        for reqs in work.readers:
-            working_set = len({int(k) for r in reqs for k in r.keys}) * page_bytes
-            capacity = opts.capacity_bytes or max(working_set * 1.25 + 2 * page_bytes,
-                                                  8 * page_bytes)
-            backend = create_backend(
-                "xmem", mode=mode.mode, capacity_bytes=int(capacity), banks=banks,
-                page_bytes=page_bytes, shaping=mode.shaped, model_name=model.name,
-                page_size=opts.page_tokens, node=node,
-                # The arena is not on the timed path (the pinned pool -> GPU copy is):
-                # page-locking tens of GB of it would only slow the start.
-                pin_host=False)
-            backends.append(backend)
-            pool = host_pool(model, work.max_pages, opts.page_tokens, layout=opts.layout,
-                             pinned=sink is not None)
-            backend.register_mem_pool_host(pool)
-            pools.append(pool)
-    except BaseException:
-        for b in backends:
-            b.close()
-        raise
-    return Rig(backends, pools, sink, time_scale)
-
-
-# -- step 6: replay -------------------------------------------------------------------------
-@dataclass
-class Measured:
-    reader: int
-    request: Request
-    hit_pages: int
-    pages: int
-    load_s: float
-    compute_s: float | None = None
-
-
-@dataclass
-class Replay:
-    measured: list[Measured]
-    bytes_read: int
-    bytes_written: int
-    bad_pages: list[str]
-    corrupt_pages: int
-
-
-def _matcher_hits(reqs: list[Request]) -> np.ndarray:
-    from xmemplan.prefix.matcher import match
-
-    keys_all = np.concatenate([r.keys for r in reqs])
-    offsets = np.zeros(len(reqs) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([len(r.keys) for r in reqs])
-    resets = np.array([i == 0 or reqs[i].session != reqs[i - 1].session
-                       for i in range(len(reqs))], dtype=np.bool_)
-    # One radix tree per session (sessions do not share prefixes here).
-    return np.asarray(match(keys_all, offsets, resets))
-
-
-class _Reader:
-    """One simulated GPU: its backend, its host pool, its requests."""
-
-    def __init__(self, index: int, backend: Any, pool: Any, reqs: list[Request],
-                 pattern: Pattern) -> None:
-        from xmemplan.traces.keys import sglang_style_keys
-
-        self.index, self.backend, self.pool, self.reqs = index, backend, pool, reqs
-        self.pattern = pattern
-        self.hits = _matcher_hits(reqs)
-        self.keys = [sglang_style_keys(r.keys) for r in reqs]
-        self.bytes_read = self.bytes_written = 0
-        self.bad: list[str] = []
-        self.measured: list[Measured] = []
-
-    def _idx(self, start: int, end: int) -> np.ndarray:
-        return np.concatenate([self.pool.page_indices(p) for p in range(start, end)])
-
-    def write(self, i: int) -> int:
-        """Check the backend's hits against the matcher, write the missed pages."""
-        req, keys, hit_pages = self.reqs[i], self.keys[i], int(self.hits[i])
-        found = self.backend.batch_exists(keys)
-        if found != hit_pages:
-            raise CheckFailedError(
-                f"reader {self.index} request {i}: the backend holds {found} leading pages, "
-                f"the radix matcher says {hit_pages}", "the backend lost or invented pages")
-        n = len(keys)
-        for p in range(hit_pages, n):
-            self.pattern.fill(int(req.keys[p]), page_view(self.pool, p))
-        for start in range(hit_pages, n, STORAGE_BATCH_PAGES):
-            end = min(n, start + STORAGE_BATCH_PAGES)
-            ok = self.backend.batch_set_v1(keys[start:end], self._idx(start, end))
-            if not all(ok):
-                raise CheckFailedError(f"request {i}: {ok.count(False)} page writes failed",
-                                       "the tier is full or failing")
-            self.bytes_written += (end - start) * self.pool.page_bytes
-        if hit_pages:
-            self.pool.kv_buffer.view(np.uint8).reshape(-1)[:] = 0xA5  # poison the target
-        return hit_pages
-
-    def read(self, i: int) -> float:
-        """One timed read of request i's hit pages (wall seconds)."""
-        keys, hit_pages = self.keys[i], int(self.hits[i])
-        t0 = time.perf_counter()
-        for start in range(0, hit_pages, STORAGE_BATCH_PAGES):
-            end = min(hit_pages, start + STORAGE_BATCH_PAGES)
-            ok = self.backend.batch_get_v1(keys[start:end], self._idx(start, end))
-            if not all(ok):
-                raise CheckFailedError(f"request {i}: {ok.count(False)} page reads failed")
-        self.bytes_read += hit_pages * self.pool.page_bytes
-        return time.perf_counter() - t0
-
-    def verify(self, i: int) -> None:
-        req = self.reqs[i]
-        for p in range(int(self.hits[i])):
-            if not self.pattern.check(int(req.keys[p]), page_view(self.pool, p)):
-                self.bad.append(f"reader {self.index} request {i} page {p}")
-
-
-def replay(opts: ValidateOptions, rig: Rig, work: Workload, pattern: Pattern, mode: ModeChoice,
-           calibrator: Calibrator, on_progress: Any = None) -> Replay:
-    """All readers in lock-step: writes, then every reader's timed reads at once."""
-    # Pattern keeps a scratch buffer: one per reader thread (same contents).
-    readers = [_Reader(i, b, p, reqs, pattern if i == 0 else Pattern(pattern.page_bytes,
-                                                                        pattern.seed))
-               for i, (b, p, reqs) in enumerate(zip(rig.backends, rig.pools, work.readers))]
-    k = len(readers)
-    barrier = threading.Barrier(k)
-    # Where this machine's copy speed is the tier (--calibrate, or host DRAM without a GPU),
-    # sample it between requests: on a shared machine it drifts, and the median of samples
-    # taken through the replay is what the replay saw.
-    sample_machine = opts.calibrate or (mode.mode == "dram" and not mode.gpu_sink)
-    errors: list[BaseException] = []
-    n_req = len(work.readers[0])
-
-    def run(rd: _Reader) -> None:
-        try:
-            for i in range(n_req):
-                hit_pages = rd.write(i)
-                barrier.wait()  # nobody reads while anybody still writes
-                times = []
-                for _ in range(max(1, opts.repeats) if hit_pages else 1):
-                    barrier.wait()  # all readers load at once: the node is shared
-                    times.append(rd.read(i))
-                # Best of N: on a shared machine other tenants' memory traffic comes in
-                # bursts; the fastest read measures the tier, not them (--repeats 1: one shot).
-                load = min(times) / rig.time_scale if hit_pages else 0.0
-                if rig.sink is not None and hit_pages:
-                    load = _gpu_load(opts, rd.pool, hit_pages, rig.sink, mode, load)
-                rd.verify(i)
-                if rd.reqs[i].measured:
-                    rd.measured.append(Measured(rd.index, rd.reqs[i], hit_pages,
-                                                len(rd.keys[i]), load))
-                if rd.index == 0:
-                    if sample_machine and hit_pages:
-                        calibrator.sample()
-                    if on_progress is not None:
-                        on_progress(i + 1, n_req)
-                barrier.wait()  # the next request's writes start after every read
-        except threading.BrokenBarrierError:
-            pass
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
-            errors.append(exc)
-            barrier.abort()
-
-    if k == 1:
-        run(readers[0])
-    else:
-        threads = [threading.Thread(target=run, args=(rd,), daemon=True) for rd in readers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    if errors:
-        raise errors[0]
-    corrupt = sum(b.stats().corrupt_pages for b in rig.backends)
-    return Replay(
-        measured=[m for rd in readers for m in rd.measured],
-        bytes_read=sum(rd.bytes_read for rd in readers),
-        bytes_written=sum(rd.bytes_written for rd in readers),
-        bad_pages=[b for rd in readers for b in rd.bad], corrupt_pages=corrupt)
-
-
-def _gpu_load(opts: ValidateOptions, pool: Any, hit_pages: int, sink: Any, mode: ModeChoice,
-              load: float) -> float:
-    """With a GPU: the hit pages copied host -> GPU (page_first: K and V are two runs).
-    For the DRAM tier that copy IS the load; after a tier read it adds to it."""
-    hit_tok = hit_pages * opts.page_tokens
-    if opts.layout == "page_first":
-        h2d = sink.copy(pool.kv_buffer[0, :hit_tok], pool.kv_buffer[1, :hit_tok])
-    else:
-        h2d = sink.copy(pool.kv_buffer[:, :, :hit_tok])
-    return h2d if mode.mode == "dram" else load + h2d
-
-
-def check_integrity(rep: Replay) -> None:
-    if rep.bad_pages:
-        raise CheckFailedError(
-            f"{len(rep.bad_pages)} pages read back wrong ({', '.join(rep.bad_pages[:3])})",
-            "the backend returned data that differs from what was written")
-    if rep.corrupt_pages:
-        raise CheckFailedError(f"{rep.corrupt_pages} pages failed their checksum")
-
-
-# -- step 7: prediction -----------------------------------------------------------------------
-def predict(opts: ValidateOptions, rep: Replay, model: Any, gpu: Any, tier: Any,
-            basis: PredictionBasis, calibration: Any, measure_compute: bool
-            ) -> list[RequestRow]:
-    from xmemplan.sizing.model import Transfer, combine, ttft
-
-    transfer = Transfer(page_tokens=opts.page_tokens, layout=opts.layout,  # type: ignore[arg-type]
-                        io="kernel")
-    rows = []
-    compute_cache: dict[float, float] = {}
-    simulated = simulate_loads(opts, rep, model, gpu, tier, basis, calibration, transfer)
-    for j, m in enumerate(rep.measured):
-        prompt = m.request.prompt_tokens
-        hit_tokens = min(m.hit_pages * opts.page_tokens, prompt)
-        pred = ttft(model, gpu, tier, prompt, hit_tokens, overlap=opts.overlap,
-                    transfer=transfer, gpus_loading=opts.readers, loaders=opts.readers,
-                    calibration=calibration, bandwidth_bytes_per_s=basis.bandwidth_bytes_per_s)
-        compute = measured = None
-        if measure_compute:
-            flops = float(pred.linear_flops + pred.attention_flops)
-            if flops not in compute_cache:
-                compute_cache[flops] = gpu_matmul_seconds(flops)
-            compute = compute_cache[flops]
-            measured = float(pred.fixed_s) + float(
-                combine(m.load_s, compute, opts.overlap, model.layers))
-        ratio = hit_tokens / prompt if prompt else 0.0
-        rows.append(RequestRow(
-            reader=m.reader, session=m.request.session, round=m.request.round,
-            prompt_tokens=int(prompt), hit_tokens=int(hit_tokens), hit_pages=m.hit_pages,
-            written_pages=m.pages - m.hit_pages, load_s=m.load_s,
-            predicted_load_s=float(pred.load_s),
-            simulated_load_s=None if simulated is None else float(simulated[j]),
-            compute_s=compute, ttft_s=measured,
-            predicted_ttft_s=float(pred.single_s),
-            klass="warm" if ratio >= CLASS_EDGE else "cold"))
-    return rows
-
-
-def simulate_loads(opts: ValidateOptions, rep: Replay, model: Any, gpu: Any, tier: Any,
-                   basis: PredictionBasis, calibration: Any, transfer: Any
-                   ) -> np.ndarray | None:
-    """The serving simulator's load time of every measured request, replayed as it ran:
-    round by round, the readers' requests arrive together, one per GPU (replica), and
-    their loads share the node (fluid sharing; `sum` overlap, so ready - arrival is the
-    load). None for tiers the simulator has no load path for."""
-    from xmemplan.catalog import load_catalog
-    from xmemplan.sizing.sim import Traffic, simulate
-    from xmemplan.sizing.simmodel import Setup, engine_for
-
-    if not rep.measured or tier.kind not in ("xmem", "host"):
-        return None
-    cat = load_catalog(list(opts.catalog_files))
-    host = tier if tier.kind == "host" else cat.tier("host-dram-pcie5")
-    xmem = tier if tier.kind == "xmem" else cat.tier("xmem")
-    setup = Setup(model, gpu, host, xmem, calibration=calibration, transfer=transfer,
-                  overlap="sum")
-    engine = engine_for(setup, replicas=opts.readers, nodes=1,
-                        load_tier="xmem" if tier.kind == "xmem" else "host")
-    bw = basis.bandwidth_bytes_per_s
-    if bw is not None:
-        engine = engine.replace(**({"xmem_bandwidth": bw} if tier.kind == "xmem"
-                                   else {"dram_bandwidth": bw, "switch_bandwidth": math.inf}))
-    n = len(rep.measured)
-    position: dict[int, int] = {}
-    rounds = np.zeros(n)
-    for j, m in enumerate(rep.measured):  # the k-th measured request of each reader
-        rounds[j] = position.get(m.reader, 0)
-        position[m.reader] = int(rounds[j]) + 1
-    hits = np.array([min(m.hit_pages * opts.page_tokens, m.request.prompt_tokens)
-                     for m in rep.measured], dtype=np.float64)
-    prompts = np.array([m.request.prompt_tokens for m in rep.measured], dtype=np.float64)
-    zero = np.zeros(n)
-    traffic = Traffic(rounds * 1e4, prompts,  # rounds 10^4 s apart: no overlap between them
-                      hit_xmem=hits if tier.kind == "xmem" else zero,
-                      hit_dram=hits if tier.kind == "host" else zero,
-                      route=np.array([m.reader for m in rep.measured]))
-    res = simulate(traffic, engine)
-    return np.asarray(res.ready - res.arrival)
-
-
-# -- step 8: summary and verdict ------------------------------------------------------------
-def rel_error(measured: float, predicted: float) -> float:
-    """|measured - predicted| / predicted; nothing measured nor predicted: nan (no
-    error); something measured where nothing was predicted: inf (a wrong prediction)."""
-    if predicted > 0:
-        return abs(measured - predicted) / predicted
-    return math.nan if measured <= 0 else math.inf
-
-
-def summarize_classes(rows: list[RequestRow]) -> list[ClassSummary]:
-    out = []
-    for name in ("cold", "warm", "all"):
-        sel = rows if name == "all" else [r for r in rows if r.klass == name]
-        if not sel:
-            continue
-        lm = np.array([r.load_s for r in sel]) * 1e3
-        lp = np.array([r.predicted_load_s for r in sel]) * 1e3
-        s = ClassSummary(
-            name=name, requests=len(sel),
-            load_p50_ms=float(np.percentile(lm, 50)),
-            predicted_load_p50_ms=float(np.percentile(lp, 50)),
-            load_error_p50=0.0, load_p90_ms=float(np.percentile(lm, 90)),
-            predicted_load_p90_ms=float(np.percentile(lp, 90)), load_error_p90=0.0)
-        s.load_error_p50 = rel_error(s.load_p50_ms, s.predicted_load_p50_ms)
-        s.load_error_p90 = rel_error(s.load_p90_ms, s.predicted_load_p90_ms)
-        sim = [r.simulated_load_s for r in sel if r.simulated_load_s is not None]
-        if len(sim) == len(sel):
-            s.simulated_load_p50_ms = float(np.percentile(sim, 50)) * 1e3
-            s.simulated_load_p90_ms = float(np.percentile(sim, 90)) * 1e3
-            s.simulated_load_error_p50 = rel_error(s.load_p50_ms, s.simulated_load_p50_ms)
-        measured = [r.ttft_s for r in sel if r.ttft_s is not None]
-        if len(measured) == len(sel):
-            s.ttft_p50_ms = float(np.percentile(measured, 50)) * 1e3
-            s.predicted_ttft_p50_ms = float(
-                np.percentile([r.predicted_ttft_s for r in sel], 50)) * 1e3
-            s.ttft_error_p50 = rel_error(s.ttft_p50_ms, s.predicted_ttft_p50_ms)
-        out.append(s)
-    return out
-
-
-P90_MIN_REQUESTS = 10  # below this a class's p90 is nearly its maximum: reported, not judged
-
-
-def verdict_error(classes: list[ClassSummary]) -> float:
-    """The largest per-class error (cold and warm): load p50, load p90 where the class has
-    at least P90_MIN_REQUESTS requests, TTFT p50 where compute was measured."""
-    errs = []
-    for c in classes:
-        if c.name == "all":
-            continue
-        errs.append(c.load_error_p50)
-        if c.requests >= P90_MIN_REQUESTS:
-            errs.append(c.load_error_p90)
-        if c.ttft_error_p50 is not None:
-            errs.append(c.ttft_error_p50)
-    finite = [e for e in errs if not math.isnan(e)]
-    return max(finite, default=0.0)
 
 
 def preamble(opts: ValidateOptions, mode: ModeChoice, device: Any, basis: PredictionBasis,
