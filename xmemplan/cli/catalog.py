@@ -45,7 +45,8 @@ def catalog(
 def _print(render: Any, kind: str, rows: list[dict[str, Any]], fmt: str, sources: bool) -> None:
     if not rows:
         return
-    columns = [c for c in rows[0] if c not in ("sources", "source")]
+    notes = "not_published"  # a list of sentences: printed under the table, not in a cell
+    columns = [c for c in rows[0] if c not in ("sources", "source", notes)]
     if sources:
         columns.append("source")
     if fmt == "csv":
@@ -53,3 +54,6 @@ def _print(render: Any, kind: str, rows: list[dict[str, Any]], fmt: str, sources
         return
     title = {"models": "Models", "gpus": "GPUs", "tiers": "KV tiers"}[kind]
     render.table(columns, [[r.get(c) for c in columns] for r in rows], title=title)
+    for r in rows:
+        for text in r.get(notes) or []:
+            render.line(f"Not published ({r['name']}): {text}")
