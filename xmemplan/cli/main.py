@@ -114,4 +114,21 @@ def _run(args: list[str]) -> int:
 
 
 def main() -> None:
-    sys.exit(run())
+    code = run()
+    if code == 130:  # ExitCode.INTERRUPTED
+        _leave_after_interrupt(code)
+    sys.exit(code)
+
+
+def _leave_after_interrupt(code: int) -> None:
+    """After Ctrl-C: end the worker processes (they leave SIGINT to this process, see
+    xmemplan.traces.registry) and exit without the interpreter's exit hooks, which would wait
+    for a pool that a Ctrl-C in the middle of a submit can leave waiting for ever."""
+    import multiprocessing
+    import os
+
+    for child in multiprocessing.active_children():
+        child.terminate()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -20,9 +20,10 @@ import importlib
 import os
 import signal
 import stat
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 
 from xmemplan.errors import InputError, UsageError
 from xmemplan.traces.base import SNIFF_BYTES, SkipLog, compression, head_bytes
@@ -42,20 +43,55 @@ READERS: dict[str, str] = {
 }
 
 
-def _quiet_interrupt_in_workers() -> None:
-    """In a worker process, Ctrl-C is left to the parent.
+def _forking_a_worker() -> bool:
+    """True inside a fork that multiprocessing makes (a pool worker), not a subprocess."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(("popen_fork.py", "popen_forkserver.py")):
+            return True
+        frame = frame.f_back
+    return False
 
-    The terminal sends SIGINT to the whole process group. Without this every worker of the
-    pool prints its own KeyboardInterrupt traceback, and the broken pool makes the executor's
-    thread print another. Ignored here, only the parent stops: it cancels the files not yet
-    started, lets each worker finish its current file, and exits 130. Workers look their
-    reader up here first thing, so this is the one place they all pass.
-    """
+
+_blocked = [False]
+
+
+def _before_fork() -> None:
+    if _forking_a_worker():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        _blocked[0] = True
+
+
+def _after_fork_parent() -> None:
+    if _blocked[0]:
+        _blocked[0] = False
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a pending Ctrl-C lands
+
+
+def _after_fork_child() -> None:
+    if _blocked[0]:
+        _blocked[0] = False
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+# Ctrl-C in a terminal sends SIGINT to the whole process group. A pool worker that gets it
+# prints a KeyboardInterrupt traceback (wherever it is: starting, waiting for a job, reading
+# one), and the broken pool makes the executor's thread print another. So a worker ignores
+# SIGINT from its first instruction: the signal is blocked around the fork and set to
+# ignored in the child before it is unblocked. Only the parent stops; xmemplan.cli.main then
+# ends the workers and exits 130. Forks that are not multiprocessing's (subprocess) are left
+# alone, so programs run from here keep the default.
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
+                    after_in_child=_after_fork_child)
+
+
+def _quiet_interrupt_in_workers() -> None:
+    """The same for a worker forked before this module was imported."""
     import multiprocessing
 
-    if multiprocessing.parent_process() is None:
-        return
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    if (multiprocessing.parent_process() is not None
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
