@@ -128,9 +128,9 @@ def parse_capacity(text: str, bpt: int | None, what: str = "capacity") -> Capaci
                 f"use at least {format_bytes(bpt)}",
             )
         return Capacity(text, tokens, size)
-    tokens = parse_count(text, what, lo=0, hi=MAX_CACHE_TOKENS)
-    if tokens == 0:
+    if re.fullmatch(r"(0+\.?0*|0*\.0+)\s*[A-Za-z]*", text):
         raise UsageError(f"{what} '{text}' is zero", f"write a positive size, {example}")
+    tokens = parse_count(text, what, lo=1, hi=MAX_CACHE_TOKENS)
     return Capacity(text, tokens, None if bpt is None else float(tokens) * bpt)
 
 
