@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings
@@ -220,3 +221,84 @@ def test_a_builder_given_both_kinds_of_rows_flattens_them():
     assert not isinstance(batch, TextBatch)
     assert batch.keys.tolist() == [1, 2, 1, 2, 3, 1, 2, 9]
     assert batch.key_offsets.tolist() == [0, 2, 5, 8]
+
+
+def _long_transcript(folder, calls: int):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from bench_tokenize import make_long_session
+
+    return make_long_session(folder, calls)
+
+
+def test_the_transcript_reader_is_linear_in_the_session(tmp_path, monkeypatch):
+    """Each call of a generated Claude Code session costs its new records only: the chain
+    steps, the messages tokenized and the messages given to the builder are the records,
+    not calls x prompt length, and every call after the first reaches the builder as an
+    `Extend` of an earlier one (two new messages)."""
+    from xmemplan.text.encoder import get_encoder
+    from xmemplan.traces import claude_transcript as CT
+    from xmemplan.traces._build import Extend
+    from xmemplan.traces.base import ReadOptions, SkipLog
+
+    calls = 600
+    path = _long_transcript(tmp_path, calls)
+    records = 2 * calls + 1
+    counts = {"push": 0, "tokenized": 0}
+    given: list = []
+    push, message, add = CT._Transcript._push, CT._Transcript._message, BatchBuilder.add
+
+    def count_push(self, *a):
+        counts["push"] += 1
+        return push(self, *a)
+
+    def count_message(self, group):
+        counts["tokenized"] += 1
+        return message(self, group)
+
+    def keep(self, session, ts, n, keys, **kw):
+        given.append(keys)
+        return add(self, session, ts, n, keys, **kw)
+
+    monkeypatch.setattr(CT._Transcript, "_push", count_push)
+    monkeypatch.setattr(CT._Transcript, "_message", count_message)
+    monkeypatch.setattr(BatchBuilder, "add", keep)
+    (batch,) = CT.read_with(path, ReadOptions(), SkipLog(), get_encoder(None))
+    assert len(batch) == calls
+    assert counts["push"] <= records and counts["tokenized"] <= records
+    assert isinstance(given[0], list) and len(given[0]) == 1
+    assert all(isinstance(k, Extend) and k.row == i and len(k.parts) == 2
+               for i, k in enumerate(given[1:]))
+    # The figures: call k's prompt is call k-1's plus two messages, so it hits all of it.
+    hit = replay(batch, "session", 1).column("hit_tokens")
+    assert np.array_equal(hit[1:], batch.prompt_tokens[:-1]) and hit[0] == 0
+
+
+def test_a_4000_call_transcript_through_the_whole_command(tmp_path):
+    """Issue 14's long session: `xmemplan hitrate` on a generated 4,000-call Claude Code
+    transcript (7.2 G prompt tokens) within 400 MB of peak RSS, every call hitting the whole
+    previous prompt. Its time is measured by benchmarks/bench_long_sessions.py (under 5 s
+    on an idle machine, docs/performance.md); here only a bound no quadratic reader meets
+    (the reader before took 66-100 s)."""
+    import json
+    import time
+
+    path = _long_transcript(tmp_path, 4000)
+    code = ("import resource, runpy, sys; sys.argv = ['xmemplan'] + sys.argv[1:]\n"
+            "try:\n    runpy.run_module('xmemplan', run_name='__main__')\n"
+            "except SystemExit as e:\n    code = e.code or 0\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+            "sys.exit(code)\n")
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code, "-q", "hitrate", str(path.parent),
+                          "--format", "json"], capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    peak_mb = int(out.stderr.strip().splitlines()[-1]) * 1024 / 1e6
+    assert doc["requests"] == 4000 and doc["prompt_tokens"] > 7e9
+    # Every call hits the whole previous prompt, so the misses add up to the last prompt
+    # (about 2 / 4,000 of all prompt tokens, the prompts growing linearly).
+    missed = doc["prompt_tokens"] - doc["hit_tokens"]
+    assert 0 < missed < doc["prompt_tokens"] / 1500
+    assert peak_mb < 400, peak_mb
+    assert seconds < 30, seconds

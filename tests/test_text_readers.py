@@ -333,3 +333,162 @@ def test_claude_attachment_and_unknown_records_pass_through_the_chain(tmp_path):
     (batch,), skips = _read(claude_transcript, p, enc=enc)
     assert len(batch) == 1 and skips.total == 1  # the unknown type, counted
     assert enc.seen == [("user", "question\nCONTENTS OF notes.md")]
+
+
+# --- the incremental prompt chain against the whole-chain walk ---------------------------
+
+_record = st.fixed_dictionaries({
+    "type": st.sampled_from(["user", "user", "assistant", "assistant", "assistant",
+                             "attachment", "system", "progress"]),
+    # mostly the previous record; else an earlier one (a fork, or a tool result written
+    # late), a later one (a loop), none, a uuid no record has, an int, a list
+    "parent": st.sampled_from(["prev"] * 6 + ["back", "back", "fwd", "none", "gone", "int",
+                                             "list"]),
+    "back": st.integers(1, 8),
+    "dup_uuid": st.integers(0, 12),  # 0: this record reuses an earlier uuid
+    "mid": st.sampled_from(["new", "new", "new", "same", "old"]),  # streamed, shared ids
+    "tools": st.integers(0, 3),
+    "text": st.sampled_from(["a", "b", "c", ""]),
+    "boundary": st.integers(0, 6),
+    "read": st.integers(0, 3),
+})
+
+
+def _transcript_rows(specs: list[dict]) -> list[dict]:
+    rows: list[dict] = []
+    mids: list[str] = []
+    tools: list[tuple[int, list[str]]] = []  # (record, tool_use ids) of assistant records
+    for k, s in enumerate(specs):
+        uuid = f"r{k // 2}" if s["dup_uuid"] == 0 and k else f"r{k}"
+        kind = s["parent"]
+        parent: object = None
+        if kind == "prev" and rows:
+            parent = rows[-1]["uuid"]
+        elif kind == "back" and rows:
+            parent = rows[max(0, len(rows) - s["back"])]["uuid"]
+        elif kind == "fwd":
+            parent = f"r{k + s['back']}"
+        elif kind == "gone":
+            parent = "gone"
+        elif kind == "int":
+            parent = 7
+        elif kind == "list":
+            parent = ["r1"]
+        row = {"type": s["type"], "uuid": uuid, "parentUuid": parent, "sessionId": "s",
+               "isSidechain": False, "timestamp": f"2026-03-25T10:{k // 60:02d}:{k % 60:02d}Z"}
+        if s["type"] == "assistant":
+            if s["mid"] == "same" and mids:
+                mid = mids[-1]
+            elif s["mid"] == "old" and mids:
+                mid = mids[s["back"] % len(mids)]
+            else:
+                mid = f"m{k}"
+            mids.append(mid)
+            ids = [f"t{k}_{j}" for j in range(s["tools"])]
+            tools.append((k, ids))
+            row["message"] = {"id": mid, "role": "assistant", "model": "claude-opus-4-6",
+                              "content": [{"type": "text", "text": s["text"]}] + [
+                                  {"type": "tool_use", "id": t, "name": "Read", "input": {}}
+                                  for t in ids],
+                              "usage": {"input_tokens": 1, "cache_read_input_tokens": s["read"],
+                                        "cache_creation_input_tokens": 0}}
+        elif s["type"] == "user":
+            answers: list[str] = []
+            if tools and s["tools"]:
+                # the results of an assistant record: the latest, or (written late) an
+                # earlier one, which then becomes this record's parent as siblings are
+                at, ids = tools[-1] if kind != "back" else tools[s["back"] % len(tools)]
+                answers = ids[: s["tools"]]
+                if kind in ("prev", "back") and answers:
+                    row["parentUuid"] = rows[at]["uuid"]
+            row["message"] = {"role": "user", "content": [{"type": "text", "text": s["text"]}] + [
+                {"type": "tool_result", "tool_use_id": t, "content": f"out {t}"}
+                for t in answers]}
+        elif s["type"] == "attachment":
+            row["attachment"] = {"content": s["text"] or "note"}
+        elif s["type"] == "system" and s["boundary"] == 0:
+            row["subtype"] = "compact_boundary"
+        rows.append(row)
+    return rows
+
+
+def _check_incremental(path: Path) -> list:
+    """Every call's prompt built incrementally equals the walk of its whole chain; returns
+    the calls (records per message of each, `blocks`)."""
+    from xmemplan.text.encoder import get_encoder
+    from xmemplan.traces.base import iter_json_lines
+    from xmemplan.traces.claude_transcript import _Messages, _node, _Transcript, calls
+
+    enc = get_encoder(None)
+
+    def transcript(skips: SkipLog) -> _Transcript:
+        data = path.read_bytes()
+        nodes = [_node(i, line, obj, path, skips, path.stem)
+                 for i, (line, obj) in enumerate(iter_json_lines(path, data, skips))]
+        return _Transcript(path, nodes, enc, skips)
+
+    fast_skips, walk_skips = SkipLog(), SkipLog()
+    fast, walk = transcript(fast_skips), transcript(walk_skips)
+    msgs = _Messages(fast, kinds=True)
+    groups: dict[str, list] = {}
+    for n in fast.nodes:
+        if n.msg_id is not None:
+            groups.setdefault(n.msg_id, []).append(n)
+    for group in groups.values():
+        first = group[0]
+        members = frozenset(n.index for n in group)
+        node, last, compacted = fast.prompt_node(first, members, msgs)
+        want = walk.messages(first, members)
+        assert [msgs.group[x] for x in msgs.path(node)] == want
+        assert last == (want[-1] if want else ())
+        assert compacted == walk.compacted
+        assert msgs.tokens[node] == sum(walk._message(g).shape[0] for g in want)
+    assert fast_skips.counts == walk_skips.counts
+    # The calls keep each prompt as an earlier call's plus new messages: the same arrays.
+    found = calls(path, ReadOptions(), SkipLog(), enc, kinds=True)
+    for i, c in enumerate(found.calls):
+        assert c.tokens == sum(p.shape[0] for p in c.parts) > 0
+        assert len(c.blocks) == len(c.parts)
+        assert c.base is None or any(c.base is b for b in found.calls[:i])
+    return found.calls
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_record, min_size=1, max_size=40))
+def test_incremental_prompts_equal_the_whole_chain_walk(tmp_path_factory, specs):
+    """Every call's prompt built from its parent's state (memoised per record) equals the
+    walk of its whole chain (`_Transcript.messages`): forks, tool results written late,
+    loops, dangling, int and list parents, compaction, message ids shared by two calls."""
+    path = tmp_path_factory.mktemp("chain") / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _transcript_rows(specs)))
+    _check_incremental(path)
+
+
+def test_a_tool_result_written_after_a_call_joins_later_prompts_only(tmp_path):
+    """r4 answers r1's tool but is written after the call r3: r3's prompt lacks it, the
+    calls after it (r6 through r4, r9 through r2) carry it beside r2, as the API saw."""
+    def rec(uuid, parent, kind, tools=(), answers=()):
+        content = [{"type": "text", "text": uuid}]
+        if kind == "assistant":
+            content += [{"type": "tool_use", "id": t, "name": "Read", "input": {}}
+                        for t in tools]
+            msg = {"id": f"m{uuid}", "role": "assistant", "model": "claude-opus-4-6",
+                   "content": content, "usage": {"input_tokens": 1}}
+        else:
+            content += [{"type": "tool_result", "tool_use_id": t, "content": "out"}
+                        for t in answers]
+            msg = {"role": "user", "content": content}
+        return {"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": "s",
+                "message": msg}
+
+    rows = [rec("r0", None, "user"), rec("r1", "r0", "assistant", tools=["t1", "t2"]),
+            rec("r2", "r1", "user", answers=["t1"]), rec("r3", "r2", "assistant"),
+            rec("r4", "r1", "user", answers=["t2"]), rec("r5", "r4", "user"),
+            rec("r6", "r5", "assistant"), rec("r7", "r3", "user"),
+            rec("r8", "r7", "assistant"), rec("r9", "r8", "user"),
+            rec("r10", "r9", "assistant")]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = _check_incremental(path)
+    assert [c.blocks for c in got] == [[1], [1, 1, 1], [1, 1, 3], [1, 1, 2, 1, 1],
+                                       [1, 1, 2, 1, 1, 1, 1]]

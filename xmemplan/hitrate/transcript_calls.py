@@ -103,7 +103,7 @@ def _chain(parts: Sequence[np.ndarray], memo: dict[int, int]) -> list[int]:
     return out
 
 
-def _infinite(parts: list[list[np.ndarray]], universe: list[Any], order: np.ndarray,
+def _infinite(parts: Sequence[list[np.ndarray]], universe: list[Any], order: np.ndarray,
               memo: dict[int, int], warm_parts: dict[int, list[np.ndarray]] | None = None
               ) -> np.ndarray:
     tries: dict[Any, _Trie] = {}

@@ -50,7 +50,7 @@ import orjson
 
 from xmemplan.text.chat_template import block_text, content_text
 from xmemplan.text.encoder import ChunkEncoder, get_encoder
-from xmemplan.traces._build import BatchBuilder
+from xmemplan.traces._build import BatchBuilder, Extend
 from xmemplan.traces.base import ReadOptions, SkipLog, iter_json_lines
 from xmemplan.traces.schema import RequestBatch
 
@@ -303,9 +303,168 @@ class _Transcript:
         self._messages: dict[tuple[int, ...], np.ndarray] = {}
         self._kinds: dict[tuple[int, ...], np.ndarray] = {}
         self.compacted: bool = False  # set by chain(): the last chain stopped at a boundary
+        self._forest()
+        self._states: dict[int, _State] = {}
+
+    def _forest(self) -> None:
+        """Each record's parent (-1: none, or a uuid no record has), whether the walk up from
+        it ends (at a root, a dangling link or a compact_boundary) without coming back to a
+        record (`ok`), and entry/exit times of the forest those walks form (ancestor tests)."""
+        nodes = self.nodes
+        n = len(nodes)
+        self.par = par = [-1] * n
+        for nd in nodes:
+            if nd.parent is not None:
+                par[nd.index] = self.by_uuid.get(nd.parent, -1)
+        ok = [0] * n  # 0: not known yet, 1: the walk ends, 2: it loops
+        for i in range(n):
+            path: list[int] = []
+            on: set[int] = set()
+            j = i
+            while True:
+                if ok[j]:
+                    res = ok[j]
+                    break
+                if j in on:
+                    res = 2
+                    break
+                path.append(j)
+                on.add(j)
+                if nodes[j].boundary or par[j] < 0:
+                    res = 1
+                    break
+                j = par[j]
+            for k in path:
+                ok[k] = res
+        self.ok = [v == 1 for v in ok]
+        kids: list[list[int]] = [[] for _ in range(n)]
+        roots = []
+        for i in range(n):
+            if not self.ok[i]:
+                continue
+            if nodes[i].boundary or par[i] < 0:
+                roots.append(i)
+            else:
+                kids[par[i]].append(i)
+        self.tin = tin = [0] * n
+        self.tout = tout = [0] * n
+        clock = 0
+        for r in roots:
+            stack = [(r, 0)]
+            tin[r] = clock
+            clock += 1
+            while stack:
+                i, k = stack[-1]
+                if k < len(kids[i]):
+                    stack[-1] = (i, k + 1)
+                    c = kids[i][k]
+                    tin[c] = clock
+                    clock += 1
+                    stack.append((c, 0))
+                else:
+                    stack.pop()
+                    tout[i] = clock
+
+    def _on_chain(self, g: int, p: int) -> bool:
+        """Record `g` is on the walk up from record `p` (both `ok`)."""
+        return self.ok[g] and self.tin[g] <= self.tin[p] < self.tout[g]
+
+    def _state(self, p: int, first: _Node, msgs: _Messages) -> _State:
+        """The prompt of the chain that ends at record `p` (`ok`), for the call whose
+        response starts at `first`: built from the state of `p`'s parent, memoised per record,
+        so a chain that extends an earlier one by k records costs O(k).
+
+        The state of a record depends on the call only through the parallel tool results
+        taken with an assistant record on the chain (those written before `first`): a
+        memoised state holds for calls between `lo` and `hi` (record indices) and is rebuilt
+        outside them."""
+        t = first.index
+        nodes = self.nodes
+        path = []
+        i = p
+        st: _State | None = None
+        while True:
+            got = self._states.get(i)
+            if got is not None and got.lo <= t <= got.hi:
+                st = got
+                break
+            path.append(i)
+            if nodes[i].boundary or self.par[i] < 0:
+                break
+            i = self.par[i]
+        for i in reversed(path):
+            node = nodes[i]
+            if st is None:  # the top of the chain
+                if not node.boundary and node.parent is not None:
+                    self._dangle(node.parent, first)
+                st = _State(0, (), None, node.boundary, 0, len(nodes))
+            else:
+                st = _State(st.closed, st.open, st.role, st.compacted, st.lo, st.hi)
+                u = nodes[self.par[i]]
+                if u.tool_uses:
+                    # Parallel tool results are siblings; the request carried all written
+                    # before it.
+                    extra = sorted(
+                        c for c in u.children if c != i and nodes[c].answers & u.tool_uses
+                    )
+                    for c in extra:
+                        if c < t:
+                            st.lo = max(st.lo, c + 1)
+                            self._push(st, c, msgs)
+                        else:
+                            st.hi = min(st.hi, c)
+            self._push(st, i, msgs)
+            self._states[i] = st
+        assert st is not None
+        return st
+
+    def _push(self, st: _State, i: int, msgs: _Messages) -> None:
+        role = self.nodes[i].role
+        if role is None:
+            return
+        if role == st.role:
+            st.open = (*st.open, i)
+        else:
+            if st.open:
+                st.closed = msgs.add(st.closed, st.open)
+            st.open = (i,)
+            st.role = role
+
+    def _dangle(self, uuid: str, first: _Node) -> None:
+        if uuid not in self._dangling:
+            self._dangling.add(uuid)
+            self.skips.skip(
+                self.path, first.line,
+                "parentUuid points to no record in this file; the prompt starts after it",
+                "parentUuid",
+            )
+
+    def prompt_node(
+        self, first: _Node, group: frozenset[int], msgs: _Messages
+    ) -> tuple[int, tuple[int, ...], bool]:
+        """(prompt node in `msgs`, records of its last message, compacted) of the call whose
+        response starts at `first` (`group`: the response's records). The same prompt as
+        `messages()`, built incrementally; walks that loop, or that pass through the
+        response's own records, take `messages()` itself."""
+        if first.parent is None:
+            return 0, (), False
+        p = self.by_uuid.get(first.parent)
+        if p is None:
+            self._dangle(first.parent, first)
+            return 0, (), False
+        if self.ok[p] and not any(g != first.index and self._on_chain(g, p) for g in group):
+            st = self._state(p, first, msgs)
+            node = msgs.add(st.closed, st.open) if st.open else st.closed
+            return node, st.open, st.compacted
+        node = 0
+        groups = self.messages(first, group)
+        for g in groups:
+            node = msgs.add(node, g)
+        return node, groups[-1] if groups else (), self.compacted
 
     def chain(self, first: _Node, group: frozenset[int] = frozenset()) -> list[int]:
-        """Indices of the records before `first` that form its prompt, in order.
+        """Indices of the records before `first` that form its prompt, in order (a walk of
+        the whole chain: `prompt_node` gives the same prompt incrementally).
 
         `group` holds the records of `first`'s own API response: a chain that loops back to
         them is cut there, so a reply never lands in its own prompt."""
@@ -368,10 +527,6 @@ class _Transcript:
                 role = n.role
         return [tuple(g) for g in groups]
 
-    def prompt(self, first: _Node) -> list[np.ndarray]:
-        """The prompt as its messages' token arrays (concatenated once, by the builder)."""
-        return [self._message(g) for g in self.messages(first)]
-
     def _message(self, group: tuple[int, ...]) -> np.ndarray:
         if self.enc.cache:
             got = self._messages.get(group)
@@ -400,17 +555,79 @@ class _Transcript:
         return got
 
 
+class _Messages:
+    """The prompts of one file as paths of a trie of messages (each a tuple of records of
+    one role), every message tokenized once; node 0 is the empty prompt.
+
+    A call's prompt is a node: its parent's messages followed by its own. Calls that share
+    a conversation share nodes, so the file's prompts take memory and time in proportion to
+    the distinct messages, not to calls x prompt length."""
+
+    def __init__(self, t: _Transcript, kinds: bool) -> None:
+        self.t = t
+        self.kinds = kinds
+        self.parent: list[int] = [-1]
+        self.group: list[tuple[int, ...]] = [()]
+        self.arrays: list[np.ndarray] = [np.empty(0, dtype=np.int32)]
+        self.tokens: list[int] = [0]
+        self.split: list[np.ndarray] = [np.zeros(3, dtype=np.float64)]
+        self.child: dict[tuple[int, tuple[int, ...]], int] = {}
+
+    def add(self, node: int, group: tuple[int, ...]) -> int:
+        """The node of `node`'s prompt followed by the message of `group`'s records."""
+        got = self.child.get((node, group))
+        if got is not None:
+            return got
+        arr = self.t._message(group)
+        got = len(self.parent)
+        self.child[(node, group)] = got
+        self.parent.append(node)
+        self.group.append(group)
+        self.arrays.append(arr)
+        self.tokens.append(self.tokens[node] + arr.shape[0])
+        if self.kinds:
+            self.split.append(self.split[node] + self.t.kind_tokens(group, arr.shape[0]))
+        return got
+
+    def path(self, node: int, stop: int = 0) -> list[int]:
+        """The nodes after `stop` (an ancestor of `node`) up to `node`, in order."""
+        out = []
+        while node != stop:
+            out.append(node)
+            node = self.parent[node]
+        out.reverse()
+        return out
+
+
+@dataclass
+class _State:
+    """The prompt of a chain up to one record: its closed messages (a `_Messages` node), the
+    records of its last message so far (`open`, one role), and until which call it holds."""
+
+    closed: int
+    open: tuple[int, ...]
+    role: str | None
+    compacted: bool
+    lo: int  # valid for calls whose response starts at a record index in [lo, hi]
+    hi: int
+
+
 @dataclass
 class Call:
-    """One API call of a transcript: its prompt as the transcript holds it, and its usage."""
+    """One API call of a transcript: its prompt as the transcript holds it, and its usage.
+
+    The prompt is kept as an earlier call's prompt (`base`) followed by `new` messages, so
+    a session's calls hold each message once; `parts` and `blocks` rebuild the whole list."""
 
     line: int
     session: str
     context: str  # the conversation it belongs to: the file and, for sub-agents, the agent
     timestamp: float | None  # the response's first record (replay order)
     sent: float | None  # the prompt's newest record: about when the request was sent
-    parts: list[np.ndarray]  # the prompt's messages as token arrays (our tokenizer)
-    blocks: list[int]  # records (content blocks) per message
+    base: Call | None  # an earlier call of the file whose prompt this one starts with
+    new: list[np.ndarray]  # the messages after the base's prompt, as token arrays
+    new_blocks: list[int]  # records (content blocks) per new message
+    tokens: int  # prompt tokens (our tokenizer)
     kinds: np.ndarray  # tokens by kind over the whole prompt (text, tool results, code)
     reported: tuple[int, int, int | None] | None  # (cached, prompt, output) from usage
     creation: int  # cache writes (usage.cache_creation_input_tokens)
@@ -420,9 +637,24 @@ class Call:
     compacted: bool  # the chain stops at a compact_boundary
     sidechain: bool
 
+    def _lineage(self) -> list[Call]:
+        out: list[Call] = []
+        c: Call | None = self
+        while c is not None:
+            out.append(c)
+            c = c.base
+        out.reverse()
+        return out
+
     @property
-    def tokens(self) -> int:
-        return sum(p.shape[0] for p in self.parts)
+    def parts(self) -> list[np.ndarray]:
+        """The prompt's messages as token arrays (built on each access)."""
+        return [p for c in self._lineage() for p in c.new]
+
+    @property
+    def blocks(self) -> list[int]:
+        """Records (content blocks) per message of the prompt."""
+        return [b for c in self._lineage() for b in c.new_blocks]
 
 
 @dataclass
@@ -476,6 +708,8 @@ def calls(
         for d in (path.parent, path.parent.parent.parent)
     )
     last_ts: float | None = None
+    msgs = _Messages(t, kinds)
+    row_of: dict[int, Call] = {}  # prompt node -> the latest call with that prompt
     for mid, group in groups.items():
         first, last = group[0], group[-1]
         if first.sidechain and not (options.subagents or alone):
@@ -492,35 +726,41 @@ def calls(
         ts = first.timestamp if first.timestamp is not None else last_ts
         last_ts = ts
         members = frozenset(n.index for n in group)
-        msgs = t.messages(first, members)
-        compacted = t.compacted
+        node, last_msg, compacted = t.prompt_node(first, members, msgs)
         # The request left when its newest prompt record was written (the first record of
         # the response is written when it ends): the cache's lifetimes count from there.
-        stamps = [x for i in (msgs[-1] if msgs else ()) if (x := nodes[i].timestamp)
-                  is not None]
+        stamps = [x for i in last_msg if (x := nodes[i].timestamp) is not None]
         sent = max(stamps) if stamps else ts
-        parts = [t._message(g) for g in msgs]
-        n_tokens = sum(k.shape[0] for k in parts)
+        n_tokens = msgs.tokens[node]
         if n_tokens == 0:
             skips.skip(path, first.line, "assistant record with no prompt before it", "parentUuid")
             continue
-        split = np.zeros(3, dtype=np.float64)
-        if kinds and parts:
-            split = np.sum([t.kind_tokens(g, arr.shape[0]) for g, arr in zip(msgs, parts)],
-                           axis=0)
+        # The nearest earlier call whose prompt this one starts with: the messages after it
+        # are the only new ones (usually the previous call's reply and the results after it).
+        new_nodes = []
+        at = node
+        while at and at not in row_of:
+            new_nodes.append(at)
+            at = msgs.parent[at]
+        new_nodes.reverse()
         usage = next(
             (n.usage for n in (last, first) if n.usage is not _MISSING), _MISSING
         )
         rep = _usage(usage, last.line, path, skips)
         agent = first.agent if first.sidechain else None
-        out.calls.append(Call(
+        call = Call(
             line=first.line, session=first.session,
             context=f"{path}#{agent}" if agent else str(path),
-            timestamp=ts, sent=sent, parts=parts, blocks=[len(g) for g in msgs], kinds=split,
+            timestamp=ts, sent=sent, base=row_of.get(at),
+            new=[msgs.arrays[x] for x in new_nodes],
+            new_blocks=[len(msgs.group[x]) for x in new_nodes], tokens=n_tokens,
+            kinds=msgs.split[node].copy() if kinds else np.zeros(3, dtype=np.float64),
             reported=rep, creation=_creation(usage), creation_1h=_creation_1h(usage),
             version=first.version, model=first.model, compacted=compacted,
             sidechain=first.sidechain,
-        ))
+        )
+        row_of[node] = call
+        out.calls.append(call)
     out.progress_only = _progress_only_calls(path, nodes)
     return out
 
@@ -536,10 +776,12 @@ def read_with(
     tokens = getattr(options, "tokens", None)
     prepared = prepare(found.calls, hidden, tokens == "calibrated")
     builder = BatchBuilder(str(path), block_tokens=1)
-    for call, parts in zip(found.calls, prepared.parts):
+    for i, call in enumerate(found.calls):  # row i is call i
         rep = call.reported
+        base = prepared.base[i]
         builder.add(
-            call.session, call.timestamp, sum(p.shape[0] for p in parts), parts,
+            call.session, call.timestamp, prepared.tokens[i],
+            Extend(base, prepared.new[i]) if base is not None else list(prepared.new[i]),
             output_tokens=rep[2] if rep else None,
             reported_cached_tokens=rep[0] if rep else None,
             reported_prompt_tokens=rep[1] if rep else None,

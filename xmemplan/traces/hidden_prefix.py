@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import xxhash
@@ -186,22 +186,85 @@ def scale(arr: np.ndarray, factor: float) -> np.ndarray:
 
 @dataclass
 class Prepared:
-    parts: list[list[np.ndarray]]  # per call, the arrays to replay
+    """Each call's arrays to replay, as an earlier call's arrays (`base`, an index into the
+    calls) followed by `new`, or all of them in `new` (`base` None)."""
+
+    new: list[list[np.ndarray]]
+    base: list[int | None]
+    tokens: list[int]  # per call, the length of its arrays
     hidden: list[int]  # stand-in tokens per call
     estimates: dict[str, Estimate]
     added_tokens: int  # stand-in tokens over all calls
+
+    @property
+    def parts(self) -> _Parts:
+        """Per call, the whole list of arrays (built on each access)."""
+        return _Parts(self)
+
+
+class _Parts(Sequence[list[np.ndarray]]):
+    def __init__(self, prepared: Prepared) -> None:
+        self.p = prepared
+
+    def __len__(self) -> int:
+        return len(self.p.new)
+
+    @overload
+    def __getitem__(self, i: int) -> list[np.ndarray]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[list[np.ndarray]]: ...
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        chunks = []
+        at: int | None = int(i)
+        while at is not None:
+            chunks.append(self.p.new[at])
+            at = self.p.base[at]
+        return [a for new in reversed(chunks) for a in new]
+
+
+def _scaled(parts: list[np.ndarray], k: float, memo: dict[int, np.ndarray]
+            ) -> list[np.ndarray]:
+    """`parts` resampled by `k`, each distinct array once (`memo`, by object)."""
+    if k == 1.0:
+        return list(parts)
+    out = []
+    for p in parts:
+        got = memo.get(id(p))
+        if got is None:
+            got = memo[id(p)] = scale(p, k)
+        out.append(got)
+    return out
 
 
 def prepare(
     calls: Sequence[Call], hidden: str | int | None, calibrated: bool
 ) -> Prepared:
-    """Each call's arrays with the stand-in prepended and/or tokens calibrated."""
+    """Each call's arrays with the stand-in prepended and/or tokens calibrated.
+
+    A call kept as an earlier call's prompt plus new messages (`Call.base`) stays so when the
+    two share the context, client version and model (the same stand-in and factor): only
+    its new messages are scaled."""
     mode = parse_mode(hidden) if isinstance(hidden, str) else hidden
-    if mode is None and not calibrated:
-        return Prepared([c.parts for c in calls], [0] * len(calls), {}, 0)
+    pos = {id(c): i for i, c in enumerate(calls)}
+    bases = [pos.get(id(c.base)) if c.base is not None else None for c in calls]
+    n_calls = len(calls)
+    new: list[list[np.ndarray]] = [[] for _ in range(n_calls)]
+    base: list[int | None] = [None] * n_calls
+    tokens = [0] * n_calls
+    hid = [0] * n_calls
     estimates: dict[str, Estimate] = {}
-    parts: list[list[np.ndarray]] = [c.parts for c in calls]
-    hid = [0] * len(calls)
+    if mode is None and not calibrated:
+        for i, c in enumerate(calls):
+            b = bases[i]
+            if b is not None and b < i:
+                new[i], base[i], tokens[i] = c.new, b, c.tokens
+            else:
+                new[i], tokens[i] = c.parts, c.tokens
+        return Prepared(new, base, tokens, hid, estimates, 0)
     for ctx, idx in by_context(calls).items():
         est = estimate(ctx, [calls[i] for i in idx])
         if est is not None:
@@ -215,17 +278,16 @@ def prepare(
         memo: dict[int, np.ndarray] = {}
         for i in idx:
             c = calls[i]
-            out = []
-            if n:
-                out.append(standin(c.version, c.model, n))
-            for p in c.parts:
-                if k != 1.0:
-                    got = memo.get(id(p))
-                    if got is None:
-                        got = memo[id(p)] = scale(p, k)
-                    out.append(got)
-                else:
-                    out.append(p)
-            parts[i] = out
+            b = bases[i]
+            if b is not None and b < i and (
+                (calls[b].context, calls[b].version, calls[b].model)
+                == (c.context, c.version, c.model)
+            ):
+                base[i] = b
+                new[i] = _scaled(c.new, k, memo)
+                tokens[i] = tokens[b]
+            else:
+                new[i] = ([standin(c.version, c.model, n)] if n else []) + _scaled(c.parts, k, memo)
+            tokens[i] += sum(p.shape[0] for p in new[i])
             hid[i] = n
-    return Prepared(parts, hid, estimates, int(sum(hid)))
+    return Prepared(new, base, tokens, hid, estimates, int(sum(hid)))
