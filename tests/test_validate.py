@@ -74,7 +74,7 @@ def test_wrong_bandwidth_fails(capsys, monkeypatch):
     code, out, err = cli([*SMALL, *TOL, "--predict-bandwidth", "36GB/s"], capsys, monkeypatch)
     assert code == ExitCode.CHECK_FAILED
     assert "FAIL: largest error" in out
-    assert err.startswith("Error: measured loads differ from the planner's prediction by")
+    assert err.startswith("Error: the warm load p50 error is ") and "bandwidth, contention" in err
 
 
 def test_zero_bandwidth_is_refused(capsys, monkeypatch):

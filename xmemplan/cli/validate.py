@@ -112,11 +112,17 @@ def validate(
         result = _run(opts, bar.update)
     _report(result, fmt, show_requests)
     if not result.passed:
+        from xmemplan.validate.verdict import worst_figure
+
+        figure, _ = worst_figure(result.classes)
+        term = ("the compute half of TTFT (the model's efficiencies or fixed overhead) is off "
+                "for this GPU; the load terms are in the table" if "TTFT" in figure else
+                "the planner's bandwidth, contention or transfer-size term is off for this "
+                "device")
         raise CheckFailedError(
-            f"measured loads differ from the planner's prediction by {result.error:.1%} "
-            f"({result.verdict_on}), more than the tolerance {result.tolerance:.0%}",
-            "See the table above: the planner's bandwidth, contention or transfer-size term "
-            "is off for this device",
+            f"the {figure or 'largest'} error is {result.error:.1%} "
+            f"(of {result.verdict_on}), more than the tolerance {result.tolerance:.0%}",
+            f"See the table above: {term}",
         )
 
 

@@ -193,3 +193,21 @@ def verdict_error(classes: list[ClassSummary]) -> float:
             errs.append(c.ttft_error_p50)
     finite = [e for e in errs if not math.isnan(e)]
     return max(finite, default=0.0)
+
+
+def worst_figure(classes: list[ClassSummary]) -> tuple[str, float]:
+    """Which figure sets the verdict error, e.g. ('warm TTFT p50', 0.22), so that a failed
+    check names the term to look at (the load terms or the compute half of TTFT)."""
+    best = ("", 0.0)
+    for c in classes:
+        if c.name == "all":
+            continue
+        figs = [("load p50", c.load_error_p50)]
+        if c.requests >= P90_MIN_REQUESTS:
+            figs.append(("load p90", c.load_error_p90))
+        if c.ttft_error_p50 is not None:
+            figs.append(("TTFT p50", c.ttft_error_p50))
+        for name, e in figs:
+            if not math.isnan(e) and e > best[1]:
+                best = (f"{c.name} {name}", e)
+    return best
