@@ -140,3 +140,16 @@ def test_docs_show_the_current_fit_table() -> None:
     doc = (ROOT / "docs" / "model.md").read_text()
     assert calib.fit_markdown() in doc, "regenerate: python -m xmemplan.sizing.calibration"
     assert calib.constants_markdown() in doc
+
+
+def test_cpu_validate_result_is_refused_not_a_crash(tmp_path):
+    """A validate run without a GPU has no TTFT (null): calibrate says so, exit 3."""
+    import json as _json
+
+    from xmemplan.cli.main import run
+
+    doc = {"gpu": "h100-sxm", "model": "qwen3-30b-a3b", "tier": "xmem", "classes": [],
+           "requests": [{"prompt_tokens": 4096, "hit_tokens": 4032, "ttft_s": None}]}
+    p = tmp_path / "v.json"
+    p.write_text(_json.dumps(doc))
+    assert run(["calibrate", str(p)]) == 3

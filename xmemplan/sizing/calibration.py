@@ -154,15 +154,24 @@ def _row(d: dict[str, Any], path: Path, line: int | None, n: int) -> Measurement
 def _from_validate(doc: dict[str, Any], path: Path) -> list[Measurement]:
     """Rows of a `xmemplan validate --format json` result (SGLang HiCache, one at a time)."""
     out = []
+    unmeasured = 0
     for i, r in enumerate(doc.get("requests") or []):
+        ttft = r.get("ttft_s")
+        if not isinstance(ttft, int | float) or isinstance(ttft, bool):
+            unmeasured += 1  # a CPU run measures loads only: no TTFT to fit
+            continue
         out.append(_row({
             "id": f"{path.name} request {i + 1}", "gpu": doc.get("gpu"),
             "model": doc.get("model"), "engine": "sglang", "tier": doc.get("tier"),
             "prompt_tokens": r.get("prompt_tokens"), "hit_tokens": r.get("hit_tokens"),
-            "concurrency": 1, "ttft_ms": float(r.get("ttft_s", math.nan)) * 1e3,
+            "concurrency": 1, "ttft_ms": float(ttft) * 1e3,
         }, path, None, i + 1))
     if not out:
-        raise InputError("the validate result has no requests", path=path, field="requests")
+        why = (f"none of its {unmeasured} requests has a measured TTFT (a run without a GPU "
+               "measures load times only)" if unmeasured else "it has no requests")
+        raise InputError(f"the validate result has no point to fit: {why}", path=path,
+                         field="requests.ttft_s",
+                         hint="run validate where torch sees a GPU (benchmarks/gpu_check.sh)")
     return out
 
 
