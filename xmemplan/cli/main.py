@@ -16,8 +16,10 @@ app = typer.Typer(
     help=(
         "Size tiered KV-cache memory (HBM, host DRAM, X-Mem) for LLM serving of coding "
         "agents, from their real prompt traces.\n\n"
-        "hitrate: prefix-cache hit ratios of traces. size: TTFT model and X-Mem node count "
-        "for an SLO. validate: push real KV pages through a HiCache storage backend."
+        "hitrate: prefix-cache hit ratios of traces. size: X-Mem nodes and GPUs for a TTFT "
+        "SLO, from simulated traffic. validate: real KV pages through a HiCache storage "
+        "backend, measured against the planner. calibrate: fit the model to your own "
+        "measurements. export: write traces as AIPerf input. catalog: the numbers used."
     ),
     no_args_is_help=True,
     add_completion=False,
