@@ -228,3 +228,23 @@ def test_output_is_replaced_whole(cli, tmp_path, trace):
     assert_clean(r, codes={OK})
     assert out.read_text().startswith("session_id")
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_compressed_file_for_a_plain_only_reader(cli, tmp_path, trace):
+    """Text readers read plain files only (for now): a gzip'd transcript is refused by name
+    when named, and a counted skip inside a folder."""
+    import gzip
+
+    src = (Path(__file__).resolve().parent.parent / "fixtures" / "text" / "claude"
+           / "5d0c1e2a-0000-4000-8000-00000000a001.jsonl")
+    gz = tmp_path / "transcript.jsonl.gz"
+    gz.write_bytes(gzip.compress(src.read_bytes()))
+    before = digest([tmp_path])
+    r = cli("hitrate", gz)
+    assert_clean(r, codes={INPUT}, names=["transcript.jsonl.gz"], before=before,
+                 inputs=[tmp_path])
+    assert "compressed (gzip)" in r.err and "Decompress it first" in r.err
+    r = cli("hitrate", tmp_path, "-f", "json")
+    assert_clean(r, codes={OK}, before=before, inputs=[tmp_path])
+    assert "transcript.jsonl.gz" in r.err and json.loads(r.out)["files_by_format"] == {
+        "tokens": 1}
