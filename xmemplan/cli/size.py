@@ -55,8 +55,18 @@ def size(
         None, "--overlap", help="sum, layer or max (default: the engine's)."
     ),
     page_tokens: int | None = typer.Option(None, "--page-tokens", help="Tokens per KV page."),
-    tp: int | None = typer.Option(None, "--tp", help="GPUs per replica (default: smallest "
-                                  "that fits)."),
+    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel GPUs per replica "
+                                  "(default: the smallest shape that fits)."),
+    ep: int | None = typer.Option(None, "--ep", help="Expert-parallel ranks of a MoE replica "
+                                  "(default: = --tp; must divide it)."),
+    dp_attention: bool = typer.Option(
+        False, "--dp-attention", help="Data-parallel attention over the replica's ranks "
+        "(SGLang --enable-dp-attention)."),
+    kv_dtype: str | None = typer.Option(
+        None, "--kv-dtype", help="KV cache dtype: bf16, fp16 or fp8 (default: the model's)."),
+    attention_dtype: str = typer.Option(
+        "bf16", "--attention-dtype", help="Attention compute: bf16, or fp8 (FP8 attention "
+        "at the GPU's FP8 peak)."),
     slo_at: str = typer.Option("p99", "--slo-at", help="Percentile of the SLO: p50/p90/p99."),
     slo_on: str = typer.Option("warm", "--slo-on", help="warm (hit >= half the prompt) or "
                                "all requests."),
@@ -93,12 +103,11 @@ def size(
         output_tokens=output_tokens, working_set=working_set, engine=engine,
         overlap=overlap, page_tokens=page_tokens, slo_at=slo_at, slo_on=slo_on,
         host_tier=host_tier, xmem_tier=xmem_tier, catalog=catalog, requests=requests,
-        seed=seed, max_gpus=max_gpus, tp=tp,
+        seed=seed, max_gpus=max_gpus, tp=tp, ep=ep, dp_attention=dp_attention,
+        kv_dtype=kv_dtype, attention_dtype=attention_dtype,
     )
     result = plan(req, with_curve=plot is not None or fmt == "json")
-    for note in notes:
-        render.warn(note)
-    _report(result, fmt)
+    _report(result, fmt, notes)
     if plot is not None:
         _plot(result, plot)
         render.info(f"Wrote {plot}")
@@ -108,11 +117,37 @@ def _n(v: Any) -> str:
     return "-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:,.0f}"
 
 
-def _report(r: Any, fmt: str) -> None:
+def _warn(notes: list[str]) -> None:
+    """Warnings go to stderr after the answer: stdout is flushed first, so that in a
+    terminal (both streams on one screen) the first line is still the answer."""
+    import sys
+
     from xmemplan.cli.views import render
 
+    sys.stdout.flush()
+    for note in notes:
+        render.warn(_wrapped("Warning: ", note))
+
+
+def _wrapped(prefix: str, text: str) -> str:
+    """`text` wrapped at the terminal's width (after `prefix`, which the caller prints), at
+    spaces only, so that no number is cut (stderr is printed with soft wrap)."""
+    import textwrap
+
+    from xmemplan.cli.views import render
+
+    width = max(40, render.err_console().width)
+    return textwrap.fill(prefix + text, width=width, subsequent_indent="  ",
+                         break_long_words=False, break_on_hyphens=False)[len(prefix):]
+
+
+def _report(r: Any, fmt: str, notes: list[str] | None = None) -> None:
+    from xmemplan.cli.views import render
+
+    notes = notes or []
     if fmt == "json":
-        render.emit_json(r.to_dict())
+        render.emit_json({**r.to_dict(), "warnings": notes})
+        _warn(notes)
         return
     cols = ["option", "gpus", "nodes", "hit_ratio", "warm_p50_ms", "warm_p99_ms",
             "cold_p99_ms", "utilisation", "goodput_rps"]
@@ -128,8 +163,10 @@ def _report(r: Any, fmt: str) -> None:
     rows = [row(o) for o in r.options]
     if fmt == "csv":
         render.emit_csv(cols, rows)
+        _warn(notes)
         return
     render.line(r.answer)
+    _warn(notes)
     render.line(f"Cheapest compliant option: {r.cheapest}. Binding constraint: {r.binding}.")
     render.line(f"Load: {r.load}. Workload: {r.workload}.")
     render.line(f"{r.model} on {r.gpu}, engine {r.engine} (overlap {r.overlap}); SLO "
@@ -157,7 +194,8 @@ def _report(r: Any, fmt: str) -> None:
         render.line(f"- {r.excluded_over_context:,} requests longer than the model's context "
                     "are left out.")
     for a in r.assumptions:
-        render.info(f"Assumption: {a['assumption']} [{a['source']}]")
+        render.info("Assumption: " + _wrapped("Assumption: ",
+                                              f"{a['assumption']} [{a['source']}]"))
 
 
 def _plot(r: Any, path: Path) -> None:

@@ -39,6 +39,7 @@ TABLE_SLOS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 LOAD_SCALES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 OPTIONS = ("hbm-only", "host-dram", "xmem")
 WARMUP_SHARE = 0.1  # the first tenth of requests (by arrival) is left out of percentiles
+MIN_REQUESTS_PER_REPLICA = 20  # fewer: a run too short for a steady-state percentile
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,27 @@ class SizeRequest:
     mixed: bool = False
     auto_shape: bool = True  # when no GPU count complies, try wider tensor parallelism
     assumptions: tuple[tuple[str, str], ...] = ()  # (statement, source)
+    attention_dtype: str = "bf16"  # bf16 or fp8 (FP8 attention: the GPU's FP8 peak)
 
     @property
     def setup(self) -> Setup:
         return Setup(model=self.model, gpu=self.gpu, host=self.host, xmem=self.xmem,
                      calibration=self.calibration, transfer=self.transfer,
-                     overlap=self.overlap, shape=self.shape, mixed=self.mixed)
+                     overlap=self.overlap, shape=self.shape, mixed=self.mixed,
+                     attention_dtype=self.attention_dtype)
+
+
+def describe_load(a: Arrivals) -> str:
+    """The offered load in words, every number whole (`1,000,000 requests/s`)."""
+    def num(x: float | None) -> str:
+        x = x or 0.0
+        return f"{x:,.0f}" if x >= 100 or float(x).is_integer() else f"{x:,.3g}"
+
+    if a.kind == "poisson":
+        return f"Poisson arrivals at {num(a.rate_rps)} requests/s"
+    if a.kind == "users":
+        return f"{a.users or 0:,} closed-loop users, {num(a.think_s)} s mean think time"
+    return f"the trace's timestamps, sessions compressed to {num(a.rate_rps)} requests/s"
 
 
 @dataclass
@@ -89,6 +105,11 @@ class Point:
     utilisation: float
     queue_ms_mean: float
     meets_slo: bool
+    # open-loop load above what these GPUs serve: the queue grows for as long as the run
+    # lasts, so the percentiles only measure the run's length (never meets an SLO)
+    overloaded: bool = False
+    capacity_rps: float | None = None  # requests/s these GPUs serve at this run's batching
+    requests_per_replica: float = 0.0
 
 
 @dataclass
@@ -136,6 +157,8 @@ class SizeResult:
     excluded_over_context: int = 0
     concurrency: int | None = None
     shape: str = "tp1"
+    kv_dtype_bytes: int = 2
+    attention_dtype: str = "bf16"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def option(self, name: str) -> OptionResult:
@@ -152,7 +175,9 @@ class SizeResult:
              **({} if o.point is None else {
                  "hit_ratio": o.point.hit_ratio, "hbm_share_of_hits": o.point.hbm_share,
                  "ttft_ms": o.point.ttft_ms, "utilisation": o.point.utilisation,
-                 "queue_ms_mean": o.point.queue_ms_mean, "meets_slo": o.point.meets_slo})}
+                 "queue_ms_mean": o.point.queue_ms_mean, "meets_slo": o.point.meets_slo,
+                 "overloaded": o.point.overloaded, "capacity_rps": o.point.capacity_rps,
+                 "requests_per_replica": o.point.requests_per_replica})}
             for o in self.options]
         d["gpus_per_option"] = {o.option: o.gpus for o in self.options}
         return d
@@ -284,12 +309,12 @@ class Planner:
         r = simulate(tr, e)
         self.sims += 1
         h_all, share = self.hit_split(option, gpus, nodes)
-        p = self._point(option, gpus, nodes, h_all, share, r)
+        p = self._point(option, gpus, nodes, h_all, share, r, scale)
         self.cache[key] = p
         return p
 
     def _point(self, option: str, gpus: int, nodes: int, h: float, share: float,
-               r: SimResult) -> Point:
+               r: SimResult, scale: float = 1.0) -> Point:
         req = self.req
         keep = np.argsort(r.arrival, kind="stable")[int(len(r.arrival) * WARMUP_SHARE):]
         ttft = r.ttft[keep] * 1e3
@@ -299,10 +324,33 @@ class Planner:
                      if v.size else {}) for k, v in groups.items()}
         base = groups["warm"] if req.slo_on == "warm" and warm.any() else groups["all"]
         value = float(np.percentile(base, req.slo_percentile))
+        over, cap = self._overload(r, ttft, scale)
         return Point(option=option, gpus=gpus, nodes=nodes, hit_ratio=h, hbm_share=share,
                      ttft_ms=stats, slo_value_ms=value, utilisation=r.utilisation(),
                      queue_ms_mean=float(np.mean(r.queue_delay[keep]) * 1e3),
-                     meets_slo=value <= req.slo_s * 1e3)
+                     meets_slo=value <= req.slo_s * 1e3 and not over, overloaded=over,
+                     capacity_rps=cap, requests_per_replica=len(r.arrival) / len(r.busy))
+
+    def _overload(self, r: SimResult, ttft_ms: np.ndarray, scale: float
+                  ) -> tuple[bool, float | None]:
+        """(overloaded, requests/s the replicas serve) for an open-loop load.
+
+        Capacity = replicas x requests / busy replica-seconds (at this run's batching).
+        Overloaded when the offered rate is above it, i.e. the replicas were given more
+        work than the arrival window lasts, and either TTFT grows through the run (the
+        last third of requests waits at least 1.25x as long as the first: a queue that
+        never drains) or the run is too short to show it (fewer than
+        MIN_REQUESTS_PER_REPLICA requests per replica: a run of one request per replica
+        shows no queue at any rate). Closed-loop users cannot overload (they wait)."""
+        rate = self.req.load.load_rps()
+        busy = float(r.busy.sum())
+        if self.req.load.kind == "users" or not rate or busy <= 0 or len(ttft_ms) < 3:
+            return False, None
+        cap = len(r.busy) * len(r.arrival) / busy
+        k = len(ttft_ms) // 3
+        trend = float(np.mean(ttft_ms[-k:])) > 1.25 * float(np.mean(ttft_ms[:k]))
+        short = len(r.arrival) < MIN_REQUESTS_PER_REPLICA * len(r.busy)
+        return bool(rate * scale > cap and (trend or short)), cap
 
     # searches ---------------------------------------------------------------------------
     def fewest_gpus(self, option: str, nodes: int = 0, slo_s: float | None = None,
@@ -311,10 +359,10 @@ class Planner:
         step = self.req.shape.gpus
 
         def ok(g: int) -> bool:
-            return self.run(option, g, nodes, instant_loads=instant_loads).slo_value_ms \
-                <= slo_ms
+            pt = self.run(option, g, nodes, instant_loads=instant_loads)
+            return pt.slo_value_ms <= slo_ms and not pt.overloaded
 
-        top = max(step, self.req.max_gpus // step * step)
+        top = self.top_gpus()
         if not ok(top):  # no count helps: say so after one run, not after doubling to it
             return None
         lo, hi = 0, step
@@ -334,6 +382,11 @@ class Planner:
                 lo = mid
         return hi
 
+    def top_gpus(self) -> int:
+        """The largest GPU count searched: --max-gpus rounded down to whole replicas."""
+        step = self.req.shape.gpus
+        return max(step, self.req.max_gpus // step * step)
+
     def fewest_nodes(self, gpus: int, slo_s: float | None = None) -> int | None:
         """Fewest X-Mem nodes whose bandwidth lets `gpus` GPUs meet the SLO.
 
@@ -346,7 +399,10 @@ class Planner:
             if math.isfinite(one) else 1
 
         def ok(n: int) -> bool:
-            return n >= ceiling or self.run("xmem", gpus, n).slo_value_ms <= slo_ms
+            if n >= ceiling:
+                return True
+            pt = self.run("xmem", gpus, n)
+            return pt.slo_value_ms <= slo_ms and not pt.overloaded
 
         if ok(1):
             return 1
@@ -407,17 +463,19 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) 
         return res
     tried = []
     for tp in SHAPES_TP:
-        if tp <= req.shape.tp:
+        if tp <= req.shape.tp or tp > req.max_gpus:
             continue
         tried.append(f"tp{tp}")
-        shape = M.Shape(tp=tp, ep=tp if req.model.expert_params else 1)
+        shape = M.Shape(tp=tp, ep=tp if req.model.expert_params else 1,
+                        dp_attention=req.shape.dp_attention)
         wider = _plan(replace(req, shape=shape), with_table=with_table,
                       with_curve=with_curve)
         if wider.cheapest != "none":
             wider.reasons.insert(0, f"At {req.shape.label} no GPU count meets the SLO: "
                                  f"{res.answer}")
             wider.answer = wider.answer.rstrip(".") + f", as {shape.label} replicas."
-            wider.binding = f"compute at {req.shape.label}; at {shape.label} {wider.binding}"
+            why = res.binding.split(" (")[0]
+            wider.binding = f"{why} at {req.shape.label}; at {shape.label} {wider.binding}"
             return wider
     if tried:
         res.reasons.append(f"Wider replicas ({', '.join(tried)}) do not meet it either.")
@@ -438,9 +496,16 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
     g_x = None if n_rec is None else p.fewest_gpus("xmem", n_rec)
     g_instant = p.fewest_gpus("xmem", big, instant_loads=True)
 
+    top = p.top_gpus()
+
     def opt(name: str, g: int | None, n: int | None) -> OptionResult:
         pt = None if g is None else p.run(name, g, n or 0)
-        note = "" if g is not None else f"no GPU count up to {req.max_gpus} meets the SLO"
+        note = ""
+        if g is None:
+            at_top = p.run(name, top, big if name == "xmem" else 0)
+            note = f"no GPU count up to {top:,} meets the SLO" + (
+                f" (overloaded at this rate: {top:,} GPUs serve about "
+                f"{at_top.capacity_rps or 0:,.0f} requests/s)" if at_top.overloaded else "")
         return OptionResult(name, g, n, pt, note=note)
 
     options = [opt("hbm-only", g_hbm, None), opt("host-dram", g_host, None),
@@ -453,28 +518,50 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
     reasons: list[str] = []
     headroom = None
     saved = None if g_host is None or g_x is None else g_host - g_x
-    load = req.load.describe()
+    load = describe_load(req.load)
+    slo_txt = f"{slo_ms:,.0f} ms" if slo_ms >= 1 else f"{slo_ms:.3g} ms"
+    pq = f"p{req.slo_percentile:g}"
     if g_x is None and g_host is None and g_hbm is None:
-        alone = p.run("xmem", req.max_gpus, big, instant_loads=True)
-        answer = (f"No option meets the {slo_ms:g} ms SLO with up to {req.max_gpus} GPUs "
-                  f"at {load}: even with instant loads TTFT p{req.slo_percentile:g} is "
-                  f"{alone.slo_value_ms:,.0f} ms (compute).")
-        binding, cheapest = "compute (no GPU count complies)", "none"
-        reasons.append("Raise the SLO, use a faster GPU or tensor parallelism (--tp), or "
-                       "shorten prompts; no memory tier changes compute.")
+        alone = p.run("xmem", top, big, instant_loads=True)
+        cheapest = "none"
+        if alone.overloaded:
+            cap = alone.capacity_rps or 0.0
+            rate = req.load.load_rps() or 0.0
+            need = (float(f"{top * rate / cap:.2g}") if cap > 0 and
+                    alone.requests_per_replica >= MIN_REQUESTS_PER_REPLICA else None)
+            answer = (f"No option meets the {slo_txt} SLO with up to {top:,} GPUs at {load}: "
+                      f"overloaded at this rate ({top:,} GPUs serve about {cap:,.0f} "
+                      "requests/s even with instant KV loads; the queue grows without "
+                      "bound).")
+            binding = "overloaded (the offered load exceeds what --max-gpus GPUs serve)"
+            reasons.append("Lower --rate, or raise --max-gpus"
+                           + (f" (about {need:,.0f} GPUs serve this rate)." if need else
+                              "; the run had too few requests per GPU to say how many "
+                              "would (raise --requests)."))
+        else:
+            answer = (f"No option meets the {slo_txt} SLO with up to {top:,} GPUs at {load}: "
+                      f"even with instant loads TTFT {pq} is {alone.slo_value_ms:,.0f} ms "
+                      "(compute).")
+            binding = "compute (no GPU count complies)"
+            reasons.append("Raise the SLO, use a faster GPU or tensor parallelism (--tp), "
+                           "or shorten prompts; no memory tier changes compute.")
     elif g_host is not None and (g_x is None or g_host <= g_x):
-        hx = p.run("xmem", g_host, n_rec or n_cap)
+        nx = n_rec or n_cap
+        hx = p.run("xmem", g_host, nx)
         hh = p.run("host-dram", g_host)
         headroom = hh.slo_value_ms - hx.slo_value_ms
         cheapest = ("hbm-only" if g_hbm is not None and g_hbm <= g_host else "host-dram")
         g_best = g_hbm if cheapest == "hbm-only" else g_host
         binding = ("compute sets the GPUs" if g_instant is not None and g_instant >= g_host
                    else "load bandwidth sets the GPUs")
-        answer = (f"0 X-Mem nodes for {g_best} GPUs: "
+        compare = (f"({pq} {hh.slo_value_ms:,.0f} -> {hx.slo_value_ms:,.0f} ms on "
+                   f"{g_host:,} GPUs)")
+        xmem_txt = (f"X-Mem adds {headroom:,.0f} ms of headroom {compare}" if headroom >= 0.5
+                    else f"X-Mem with {nx:,} node{'s' if nx != 1 else ''} is no faster "
+                    f"{compare}")
+        answer = (f"0 X-Mem nodes for {g_best:,} GPUs: "
                   f"{'HBM alone' if cheapest == 'hbm-only' else 'host DRAM'} meets the "
-                  f"{slo_ms:g} ms SLO at {load}; X-Mem adds {headroom:,.0f} ms of "
-                  f"headroom (p{req.slo_percentile:g} {hh.slo_value_ms:,.0f} -> "
-                  f"{hx.slo_value_ms:,.0f} ms on {g_host} GPUs).")
+                  f"{slo_txt} SLO at {load}; {xmem_txt}.")
     else:
         assert g_x is not None and n_rec is not None and n_bw is not None
         node_bind = ("capacity sets the nodes" if n_cap > n_bw
@@ -484,26 +571,35 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
                     else "per-GPU load bandwidth")
         binding = f"{gpu_bind} sets the GPUs, {node_bind}"
         cheapest = "xmem"
-        host_txt = (f"host DRAM needs {g_host} GPUs, {saved} more" if g_host is not None
-                    else f"host DRAM meets it with no GPU count up to {req.max_gpus}")
-        answer = (f"{n_rec} X-Mem node{'s' if n_rec != 1 else ''} for {g_x} GPUs: meets the "
-                  f"{slo_ms:g} ms SLO at {load} ({host_txt}); binding: {binding}.")
+        host_txt = (f"host DRAM needs {g_host:,} GPUs, {saved:,} more" if g_host is not None
+                    and saved is not None
+                    else f"host DRAM does not meet it with up to {top:,} GPUs")
+        answer = (f"{n_rec:,} X-Mem node{'s' if n_rec != 1 else ''} for {g_x:,} GPUs: meets "
+                  f"the {slo_txt} SLO at {load} ({host_txt}); binding: {binding}.")
         if saved:
-            reasons.append(f"X-Mem is the cheaper option if {n_rec} node(s) cost less than "
-                           f"{saved} GPU(s).")
-    reasons.append(f"Nodes: {n_bw if n_bw is not None else '-'} for bandwidth, {n_cap} for "
-                   "capacity (working set / node capacity).")
+            reasons.append(f"X-Mem is the cheaper option if {n_rec:,} node(s) cost less than "
+                           f"{saved:,} GPU(s).")
+    reasons.append(f"Nodes: {'-' if n_bw is None else f'{n_bw:,}'} for bandwidth, {n_cap:,} "
+                   "for capacity (working set / node capacity).")
     if g_instant is not None:
-        reasons.append(f"With instant KV loads {g_instant} GPUs would do: the rest of the "
+        reasons.append(f"With instant KV loads {g_instant:,} GPUs would do: the rest of the "
                        "GPU count is compute (prefill, decode) and queueing.")
+    thin = [o for o in options if o.point is not None
+            and o.point.requests_per_replica < MIN_REQUESTS_PER_REPLICA]
+    if thin:
+        o = min(thin, key=lambda o: o.point.requests_per_replica if o.point else 0.0)
+        assert o.point is not None
+        reasons.append(f"Only {o.point.requests_per_replica:,.1f} simulated requests per "
+                       f"replica at {o.gpus:,} GPUs ({o.option}): the percentiles are of a "
+                       "short run, not a steady state; raise --requests.")
 
     table = _table(p, n_cap) if with_table else []
     saving = [t for t in table if t["gpus_saved"]]
     if saving and cheapest != "xmem":
         t = max(saving, key=lambda t: t["ttft_slo_ms"])
         reasons.append(f"X-Mem becomes worth buying at an SLO of {t['ttft_slo_ms']:,.0f} ms or "
-                       f"tighter: it saves {t['gpus_saved']} GPU(s) there "
-                       f"({t['gpus_host_dram']} -> {t['gpus_xmem']}).")
+                       f"tighter: it saves {t['gpus_saved']:,} GPU(s) there "
+                       f"({t['gpus_host_dram']:,} -> {t['gpus_xmem']:,}).")
     curve = _load_curve(p, options) if with_curve else {}
     ws = p.working_set_tokens()
     w = req.workload
@@ -521,7 +617,8 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         reasons=reasons,
         assumptions=[{"assumption": a, "source": s} for a, s in req.assumptions],
         excluded_over_context=w.excluded_over_context, concurrency=conc,
-        shape=req.shape.label,
+        shape=req.shape.label, kv_dtype_bytes=req.model.kv_dtype_bytes,
+        attention_dtype=req.attention_dtype,
     )
     res.extra["simulations"] = p.sims
     return res
@@ -554,8 +651,9 @@ def _load_curve(p: Planner, options: list[OptionResult]) -> dict[str, Any]:
     out: dict[str, Any] = {"gpus": g, "load_rps": [s * base for s in LOAD_SCALES]}
     nodes = next((o.nodes for o in options if o.option == "xmem"), None) or 1
     for o in OPTIONS:
-        out[o] = [p.run(o, g, nodes if o == "xmem" else 0, scale=s).slo_value_ms
-                  for s in LOAD_SCALES]
+        pts = [p.run(o, g, nodes if o == "xmem" else 0, scale=s) for s in LOAD_SCALES]
+        out[o] = [pt.slo_value_ms for pt in pts]
+        out[o + "_overloaded"] = [pt.overloaded for pt in pts]
     return out
 
 

@@ -14,11 +14,12 @@ import numpy as np
 
 from xmemplan import units
 from xmemplan.catalog import load_catalog
+from xmemplan.catalog.specs import GpuSpec, ModelSpec
 from xmemplan.defaults import SEED_GPU
 from xmemplan.errors import UsageError
 from xmemplan.sizing import model as M
 from xmemplan.sizing import workload as wl
-from xmemplan.sizing.planner import SizeRequest
+from xmemplan.sizing.planner import SizeRequest, describe_load
 
 ENGINES = {
     # SGLang HiCache: per-layer load events, page 64 layer_first, kernel IO (the Netpreme fork).
@@ -31,6 +32,13 @@ ENGINES = {
 # "QPS 2.5-5.0", 100 output tokens), at its high-load end, with the seed prompts.
 SEED_RATE_RPS = 5.0
 SEED_OUTPUT_TOKENS = 100
+# Bounds of the work one `size` run may ask for (issue 10, class 3). The planner runs about
+# 40-60 simulations; a simulation costs about 1 us per request plus ~4 ns per decode step
+# (steps are summed one by one inside a run), so requests x output tokens is capped.
+MAX_REQUESTS = 200_000  # p99 from 180,000 kept requests: far past what percentiles need
+MAX_DECODE_STEPS = 50_000_000  # requests x output tokens per simulation (~10 s in all)
+KV_DTYPES = ("bf16", "fp16", "fp8")
+ATTENTION_DTYPES = ("bf16", "fp8")
 BLOG = "lm-sys blog 2026-06-27-netpreme-xmem.md (AIPerf agentic run, research V8)"
 
 
@@ -42,12 +50,11 @@ def build_request(
     engine: str = "sglang", overlap: str | None = None, page_tokens: int | None = None,
     slo_at: str = "p99", slo_on: str = "warm", host_tier: str = "host-dram-pcie5",
     xmem_tier: str = "xmem", catalog: Sequence[Path] = (), requests: int = 4000,
-    seed: int = 0, max_gpus: int = 1024, tp: int | None = None,
+    seed: int = 0, max_gpus: int = 1024, tp: int | None = None, ep: int | None = None,
+    dp_attention: bool = False, kv_dtype: str | None = None, attention_dtype: str = "bf16",
 ) -> tuple[SizeRequest, list[str]]:
     """The request and notes to show (which workload, what was overridden)."""
-    slo = units.parse_duration(ttft_slo, "--ttft-slo")
-    if slo <= 0:
-        raise UsageError("--ttft-slo must be positive")
+    slo = units.parse_duration(ttft_slo, "--ttft-slo", lo_open=True)
     if engine not in ENGINES:
         raise UsageError(f"unknown engine '{engine}'", "use sglang or vllm")
     default_overlap, transfer, mixed = ENGINES[engine]
@@ -69,10 +76,18 @@ def build_request(
         raise UsageError(f"unknown percentile '{slo_at}'", "use p50, p90 or p99")
     if slo_on not in ("warm", "all"):
         raise UsageError(f"unknown request set '{slo_on}'", "use warm or all")
-    units.check_int(requests, "--requests", 200, 1_000_000)
+    units.check_int(requests, "--requests", 200, MAX_REQUESTS)
     units.check_int(max_gpus, "--max-gpus", 1, units.MAX_GPUS)
     if tp is not None:
         units.check_int(tp, "--tp", 1, min(1024, max_gpus))
+    if ep is not None:
+        units.check_int(ep, "--ep", 1, min(1024, max_gpus))
+    if kv_dtype is not None and kv_dtype not in KV_DTYPES:
+        raise UsageError(f"--kv-dtype '{kv_dtype}' is not a KV cache dtype",
+                         "use bf16, fp16 or fp8")
+    if attention_dtype not in ATTENTION_DTYPES:
+        raise UsageError(f"--attention-dtype '{attention_dtype}' is not an attention dtype",
+                         "use bf16 or fp8")
     units.check_int(seed, "--seed", 0, 2**63 - 1)
     if hit_rate is not None:
         hit_rate = units.parse_fraction(hit_rate, "--hit-rate")
@@ -109,14 +124,21 @@ def build_request(
                      "flag" if prompt is not None else "default (seed)"))
         said.append((f"hit rate {h:g}", "flag" if hit_rate is not None else "default (seed)"))
     m = cat.model(model_name)
-    said.append((f"model {m.name}", "flag" if model else "profile" if workload is not None
-                 and work.model else "default (seed)"))
+    said.append((f"model {m.name} ({m.weight_dtype} weights)", "flag" if model else "profile"
+                 if workload is not None and work.model else "default (seed)"))
+    if kv_dtype is not None:
+        m = M.with_kv_dtype(m, kv_dtype)
+    said.append((f"KV cache in {_kv_dtype_name(m)}: {m.kv_bytes_per_token:,} bytes per token",
+                 "flag (--kv-dtype)" if kv_dtype is not None
+                 else f"catalog (model {m.name}, kv_dtype_bytes)"))
     g = cat.gpu(gpu)
     said.append((f"GPU {g.name}", "flag" if gpu != SEED_GPU else "default (seed)"))
     if work.kv_bytes_per_token and work.kv_bytes_per_token != m.kv_bytes_per_token:
         notes.append(
             f"the profile was written for {work.kv_bytes_per_token:,} KV bytes per token; "
-            f"{m.name} has {m.kv_bytes_per_token:,} (the catalog's figure is used)")
+            f"{m.name} has {m.kv_bytes_per_token:,}"
+            + (" with --kv-dtype " + kv_dtype if kv_dtype is not None else "")
+            + " (that figure is used; token counts and hit ratios are unchanged)")
     if prompt is not None and m.max_context and prompt > m.max_context:
         raise UsageError(f"--prompt-tokens {prompt:,} is longer than {m.name}'s "
                          f"{m.max_context:,}-token context",
@@ -147,7 +169,7 @@ def build_request(
     # the load
     if users is not None:
         load = wl.Arrivals("users", users=users, think_s=think_s)
-        said.append((load.describe(), "flag"))
+        said.append((describe_load(load), "flag"))
     elif rate is not None or seed_run or work.rate_rps is None:
         r = rate if rate is not None else SEED_RATE_RPS
         src = "flag" if rate is not None else "default: " + BLOG + ", QPS 5.0"
@@ -155,33 +177,51 @@ def build_request(
             load = wl.Arrivals("trace", rate_rps=r, trace_rate_rps=work.rate_rps)
         else:
             load = wl.Arrivals("poisson", rate_rps=r)
-        said.append((load.describe(), src))
+        said.append((describe_load(load), src))
     else:
         load = wl.Arrivals("poisson", rate_rps=work.rate_rps)
-        said.append((f"{load.describe()} (the trace's own rate; --rate or --users scales "
+        said.append((f"{describe_load(load)} (the trace's own rate; --rate or --users scales "
                      "it)", "profile (arrival.rate_rps)"))
         if work.session is None:
             said.append(("per-request timestamps and sessions are not in this profile: "
                          "Poisson arrivals instead of the trace's own", "profile (schema)"))
     out = output_tokens if output_tokens is not None else SEED_OUTPUT_TOKENS
+    if output_tokens is not None:
+        _check_output_tokens(output_tokens, requests, m, work)
     if work.output_tokens is None:
         said.append((f"{out} output tokens per request (decode steps interleaved)",
                      "flag" if output_tokens is not None else "default: " + BLOG))
     cal = M.calibration_for(cat, engine)
-    shape = M.Shape(tp=tp, ep=tp if m.expert_params else 1) if tp else \
-        M.smallest_shape(m, g, float(np.max(work.prompt_tokens)))
-    assert shape is not None
+    shape = replica_shape(m, g, float(np.max(work.prompt_tokens)), tp=tp, ep=ep,
+                          dp_attention=dp_attention, max_gpus=max_gpus)
+    given = [f for f, v in (("--tp", tp), ("--ep", ep)) if v is not None]
     said.append((f"replica shape {shape.label} ({shape.gpus} GPU(s) per replica)",
-                 "flag" if tp else "default: smallest that holds weights + the longest "
-                 "prompt"))
+                 "flag (" + ", ".join(given) + ")" if given else
+                 "default: smallest that holds weights + KV of the longest prompt"
+                 + (", --dp-attention" if dp_attention else "")))
+    if dp_attention and shape.tp == 1:
+        notes.append("--dp-attention changes nothing at tp1 (the smallest shape that fits): "
+                     "attention is data-parallel only over 2 or more ranks")
     host = M.host_tier_for(cat, g, host_tier)
     said.append((f"engine {engine}: overlap {overlap or default_overlap}, "
                  f"{transfer.page_tokens}-token pages, {transfer.layout}, {transfer.io} copies, "
                  f"{'decodes ride in prefill batches' if mixed else 'prefill first'}",
                  "flag" if overlap or page_tokens else f"default (engine {engine})"))
     said.append((f"fixed overhead {cal.fixed_overhead_s * 1e3:.1f} ms per batch that starts "
-                 f"a request; efficiencies linear {cal.eta_linear:.2f}, attention "
-                 f"{cal.eta_attn(g):.2f}", "calibration (docs/model.md)"))
+                 f"a request; efficiencies linear {cal.eta_lin(m.weight_dtype):.3f} "
+                 f"({m.weight_dtype} GEMMs), attention {cal.eta_attn(g):.3f}",
+                 "calibration (docs/model.md)"))
+    said.append((f"attention in {attention_dtype}: {g.peak_flops(attention_dtype) / 1e12:,.0f} "
+                 f"TFLOPS peak on {g.name}", "flag (--attention-dtype)"
+                 if attention_dtype != "bf16" else "default (--attention-dtype bf16)"))
+    if attention_dtype not in g.flops:
+        notes.append(f"{g.name} has no {attention_dtype} peak in the catalog: attention is "
+                     "priced at its BF16 peak")
+    xmem_t = cat.tier(xmem_tier)
+    for t in (host, xmem_t):
+        for n in M.notes(g, t):
+            said.append((n, f"catalog ({Path(t.origin).name or 'catalog'}, tier {t.name}: "
+                         "nothing published backs it)"))
     said.append((f"TTFT SLO {slo * 1e3:g} ms at {slo_at} of "
                  f"{'warm requests (hit >= half the prompt)' if slo_on == 'warm' else 'all'}",
                  "flag" if slo_at != "p99" or slo_on != "warm" else "flag (--ttft-slo), "
@@ -190,16 +230,85 @@ def build_request(
                  "default" if requests == 4000 and seed == 0 else "flag"))
     req = SizeRequest(
         slo_s=slo, model=m, gpu=g, hbm=cat.tier("hbm"), host=host,
-        xmem=cat.tier(xmem_tier), workload=work, load=load, engine=engine,
+        xmem=xmem_t, workload=work, load=load, engine=engine,
         overlap=overlap or default_overlap, transfer=transfer, calibration=cal, shape=shape,
         slo_percentile=float(slo_at[1:]), slo_on=slo_on, output_tokens=out,
         requests=requests, seed=seed, working_set_tokens=ws_tokens, max_gpus=max_gpus,
-        mixed=mixed, auto_shape=tp is None, assumptions=tuple(said),
+        mixed=mixed, auto_shape=tp is None and ep is None, assumptions=tuple(said),
+        attention_dtype=attention_dtype,
     )
     if req.xmem.node_bandwidth_bytes_per_s is None:
         raise UsageError(f"tier '{req.xmem.name}' has no node_bandwidth",
                          "pass an X-Mem-like tier to --xmem-tier")
     return req, notes
+
+
+def _kv_dtype_name(m: ModelSpec) -> str:
+    return {1: "fp8", 2: "bf16", 4: "fp32"}.get(m.kv_dtype_bytes, f"{m.kv_dtype_bytes} B")
+
+
+def replica_shape(m: ModelSpec, g: GpuSpec, kv_tokens: float, *, tp: int | None = None,
+                  ep: int | None = None, dp_attention: bool = False,
+                  max_gpus: int = 1024) -> M.Shape:
+    """The replica shape from `--tp`, `--ep` and `--dp-attention`, checked to hold the
+    weights and the KV of `kv_tokens` in HBM; without --tp/--ep the smallest that does.
+
+    --tp alone: EP = TP for MoE models (SGLang/vLLM expert parallelism over the TP group),
+    1 for dense ones; --ep alone: TP = EP. EP must divide TP (expert ranks sit inside the
+    TP group)."""
+    if ep is not None and ep > 1 and not m.expert_params:
+        raise UsageError(f"--ep {ep}: {m.name} has no routed experts",
+                         "drop --ep (expert parallelism applies to MoE models)")
+    if tp is None and ep is None:
+        shape = M.smallest_shape(m, g, kv_tokens, dp_attention=dp_attention,
+                                 max_gpus=max_gpus, raise_if_none=False)
+        if shape is None:
+            big = M.smallest_shape(m, g, kv_tokens, dp_attention=dp_attention,
+                                   raise_if_none=False)
+            raise UsageError(
+                f"{m.name} with {kv_tokens:,.0f} tokens of KV does not fit on {g.name} "
+                f"replicas of up to --max-gpus {max_gpus:,} GPUs",
+                f"raise --max-gpus to {big.gpus:,} or more" if big is not None
+                else "use a larger GPU, --kv-dtype fp8 or shorter prompts")
+        return shape
+    flags = " ".join(f"{f} {v}" for f, v in (("--tp", tp), ("--ep", ep)) if v is not None)
+    t = tp if tp is not None else ep
+    assert t is not None
+    e = ep if ep is not None else (t if m.expert_params else 1)
+    if e > t:
+        raise UsageError(f"--ep {e} is larger than --tp {t}",
+                         "expert ranks sit inside the TP group: use --ep <= --tp")
+    if dp_attention and t == 1:
+        raise UsageError("--dp-attention needs --tp 2 or more",
+                         "attention is data-parallel over the TP ranks of a replica")
+    shape = M.Shape(tp=t, ep=e, dp_attention=dp_attention)  # checks that EP divides TP
+    if shape.gpus > max_gpus:
+        raise UsageError(f"{flags}: a replica of {shape.gpus:,} GPUs is more than "
+                         f"--max-gpus {max_gpus:,}", "raise --max-gpus or narrow the shape")
+    try:
+        M.check_shape(m, g, shape, kv_tokens)
+    except UsageError as e_:
+        raise UsageError(f"{flags}{' --dp-attention' if dp_attention else ''}: "
+                         f"{e_.message}", e_.hint) from None
+    return shape
+
+
+def _check_output_tokens(out: int, requests: int, m: ModelSpec, work: wl.Workload) -> None:
+    """--output-tokens within the model's context (after the longest flag-given prompt) and
+    requests x output tokens within MAX_DECODE_STEPS (the simulation's decode work)."""
+    if m.max_context and work.session is None and len(np.unique(work.prompt_tokens)) == 1:
+        room = m.max_context - int(work.prompt_tokens[0])
+        if out > max(1, room):
+            raise UsageError(
+                f"--output-tokens {out:,}: the {int(work.prompt_tokens[0]):,}-token prompt "
+                f"plus its output exceeds {m.name}'s {m.max_context:,}-token context",
+                f"allowed: 1 to {max(1, room):,} with this prompt")
+    if out * requests > MAX_DECODE_STEPS:
+        raise UsageError(
+            f"--output-tokens {out:,} x --requests {requests:,} = {out * requests:,} decode "
+            f"steps per simulated run, more than {MAX_DECODE_STEPS:,}",
+            f"allowed: --output-tokens up to {MAX_DECODE_STEPS // requests:,} at --requests "
+            f"{requests:,} (--requests down to 200 allows more)")
 
 
 def _override(work: wl.Workload, prompt: int | None, hit_rate: float | None) -> wl.Workload:

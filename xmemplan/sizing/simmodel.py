@@ -40,6 +40,7 @@ class Setup:
     mixed: bool = False  # vLLM: decodes ride in every prefill batch
     decode_fixed_s: float = 0.0
     max_batch: int = 256
+    attention_dtype: str = "bf16"  # "fp8": FP8 attention at the GPU's FP8 peak (model.ttft)
 
 
 def _raw_host_link(gpu: GpuSpec, tier: TierSpec) -> float:
@@ -54,9 +55,9 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     """The simulator's Engine for `replicas` replicas of shape `s.shape` and `nodes` X-Mem
     nodes. `load_tier` ("host" or "xmem") names the tier whose SM interference applies."""
     m, g, cal, shape = s.model, s.gpu, s.calibration, s.shape
-    eta_lin = cal.eta_lin(m.weight_dtype) if hasattr(cal, "eta_lin") else cal.eta_linear
-    lin_rate = eta_lin * g.peak_flops(m.weight_dtype) * shape.tp
-    attn_rate = cal.eta_attn(g) * g.peak_flops("bf16") * (1 if shape.dp_attention else shape.tp)
+    lin_rate = cal.eta_lin(m.weight_dtype) * g.peak_flops(m.weight_dtype) * shape.tp
+    attn_rate = (cal.eta_attn(g) * g.peak_flops(s.attention_dtype)
+                 * (1 if shape.dp_attention else shape.tp))
     wb = DTYPE_BYTES.get(m.weight_dtype, 2)
     dense = m.dense_params * wb / (1 if shape.dp_attention else shape.tp)
     experts = m.expert_params * wb / shape.gpus
@@ -116,5 +117,6 @@ def single_request_ttft(s: Setup, prompt: float, hit: float, tier: str) -> float
     t = s.host if tier == "host" else s.xmem
     b = M.ttft(s.model, s.gpu, t, prompt, hit, overlap=s.overlap, transfer=s.transfer,
                calibration=s.calibration, shape=s.shape, chunk_tokens=s.chunk_tokens,
-               nodes=1e9 if tier == "xmem" else 1, loaders=1)
+               nodes=1e9 if tier == "xmem" else 1, loaders=1,
+               attention_dtype=s.attention_dtype)
     return float(np.asarray(b.single_s))
