@@ -203,3 +203,40 @@ def test_first_record_of_any_size_is_sniffed(cli, tmp_path_factory, first, how, 
     assert doc["files_by_format"] == {"tokens": 1}
     assert doc["token_hit_ratio"] == forced["token_hit_ratio"]
     assert doc["requests"] == 3 and doc["skipped"]["lines"] == 0
+
+
+GOOD = {
+    "tokens": lambda i: {"session_id": "s", "timestamp": i, "input_ids": list(range(10 * (i + 1))),
+                         "output_tokens": 3},
+    "mooncake": lambda i: {"timestamp": i, "input_length": 512 * (i + 1), "output_length": 3,
+                           "hash_ids": list(range(i + 1))},
+    "bailian": lambda i: {"chat_id": i, "parent_chat_id": i - 1 if i else -1, "timestamp": i,
+                          "input_length": 16 * (i + 1), "output_length": 3,
+                          "hash_ids": list(range(i + 1))},
+}
+# Hostile values that still make valid JSON (NaN would break the whole line, not a field)
+FIELD_HOSTILE = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False,
+                                                                      allow_infinity=False),
+    st.text(max_size=6), st.lists(st.integers(-(2**65), 2**65), max_size=4),
+    st.lists(st.text(max_size=2), max_size=2), st.dictionaries(st.text(max_size=2),
+                                                               st.integers(), max_size=2),
+)
+
+
+@pytest.mark.parametrize("fmt", sorted(GOOD))
+@settings(max_examples=examples(30), **SETTINGS)
+@given(data=st.data(), value=FIELD_HOSTILE)
+def test_strict_error_blames_the_field_that_is_wrong(cli, tmp_path_factory, fmt, data, value):
+    """One field of one row made hostile: under --strict the run passes (the value was fine)
+    or fails naming that row's line and that field."""
+    rows = [GOOD[fmt](i) for i in range(3)]
+    name = data.draw(st.sampled_from(sorted(rows[1])))
+    rows[1][name] = value
+    path = tmp_path_factory.mktemp("blame") / "t.jsonl"
+    path.write_bytes(b"".join(_dump(r) + b"\n" for r in rows))
+    r = cli("hitrate", path, "-t", fmt, "--strict", "-f", "json")
+    assert_clean(r, codes={ExitCode.OK, ExitCode.INPUT}, names=[path.name])
+    if r.code == ExitCode.INPUT:
+        assert "t.jsonl:2" in r.err, r.err
+        assert name in r.err, f"{name}={value!r} blamed on: {r.err}"

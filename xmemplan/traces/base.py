@@ -431,7 +431,8 @@ def block_row(
     if ids.shape[0] != expected:
         skips.skip(
             path, line,
-            f"{ids.shape[0]} block ids for {n} tokens (expected ceil({n}/{block}) = {expected})",
+            f"{ids.shape[0]} block ids for input_length {n} (expected ceil({n}/{block}) = "
+            f"{expected}): one of the two is wrong",
             "hash_ids",
         )
         return None
