@@ -248,3 +248,9 @@ def test_compressed_file_for_a_plain_only_reader(cli, tmp_path, trace):
     assert_clean(r, codes={OK}, before=before, inputs=[tmp_path])
     assert "transcript.jsonl.gz" in r.err and json.loads(r.out)["files_by_format"] == {
         "tokens": 1}
+
+
+def test_two_outputs_never_share_a_path(cli, tmp_path, trace):
+    r = cli("hitrate", trace, "-o", tmp_path / "r.csv", "--profile-out", tmp_path / "r.csv")
+    assert_clean(r, codes={USAGE}, names=["--profile-out"])
+    assert not (tmp_path / "r.csv").exists()

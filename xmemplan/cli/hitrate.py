@@ -149,6 +149,9 @@ def hitrate(
     for flag, path in (("--out", out), ("--profile-out", profile_out)):
         if path is not None:
             check_output(path, flag, traces)
+    if out is not None and profile_out is not None and out.resolve() == profile_out.resolve():
+        raise UsageError(f"--out and --profile-out are the same file '{out}'",
+                         "give each output its own path")
     from xmemplan.cli.views import transcripts as tv
 
     tv.check_flags(hidden_prefix, tokens, cache_model)
