@@ -227,3 +227,169 @@ def test_profile_with_per_request_times_replays_the_trace(
         "prompt_tokens": [10_000, 20_000], "hit_tokens": [0, 19_000], "session": [0]})
     code, _, err = _run(capsys, "size", "--ttft-slo", "5s", "--workload", str(bad))
     assert code == 3 and "requests_sample.session" in err
+
+
+# --- deployment shape, dtypes, notes (issue 11 wired into size) ----------------------------
+
+def _json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    code, out, err = _run(capsys, "size", "--requests", "400", "-f", "json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("args, shape", [
+    (["--tp", "2"], "tp2 ep2"),  # MoE: EP = TP by default
+    (["--ep", "2"], "tp2 ep2"),  # --ep alone: TP = EP
+    (["--tp", "4", "--ep", "2", "--dp-attention"], "tp4 ep2 dp-attention"),
+    (["--model", "llama-3.1-8b", "--tp", "2"], "tp2"),  # dense: no EP
+])
+def test_shape_flags_build_the_replica(capsys: pytest.CaptureFixture[str], args: list[str],
+                                       shape: str) -> None:
+    doc = _json(capsys, "--ttft-slo", "2s", *args)
+    assert doc["shape"] == shape
+    said = [a for a in doc["assumptions"] if a["assumption"].startswith("replica shape")]
+    assert said and said[0]["source"].startswith("flag (")
+
+
+def test_shape_that_does_not_fit_is_refused_and_names_one_that_does(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from xmemplan.catalog import load_catalog
+    from xmemplan.sizing import model as M
+
+    code, _, err = _run(capsys, "size", "--ttft-slo", "2s", "--model", "llama-3.1-70b",
+                        "--tp", "1")
+    assert code == 2, err
+    assert "--tp 1" in err and "does not fit" in err and "Traceback" not in err
+    named = re.search(r"Try tp(\d+)", err)
+    assert named, err
+    cat = load_catalog()
+    m, g = cat.model("llama-3.1-70b"), cat.gpu("h100-sxm")
+    smallest = M.smallest_shape(m, g, 65_536)
+    assert smallest is not None and int(named.group(1)) == smallest.tp
+    # the named shape is accepted, and it is the default when no shape flag is given
+    assert _json(capsys, "--ttft-slo", "2s", "--model", "llama-3.1-70b", "--tp",
+                 named.group(1))["shape"] == smallest.label
+    assert _json(capsys, "--ttft-slo", "2s", "--model", "llama-3.1-70b")["shape"] \
+        == smallest.label
+
+
+def test_kv_dtype_fp8_halves_kv_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    base = _json(capsys, "--ttft-slo", "2s")
+    fp8 = _json(capsys, "--ttft-slo", "2s", "--kv-dtype", "fp8")
+    assert fp8["kv_bytes_per_token"] * 2 == base["kv_bytes_per_token"]
+    assert fp8["kv_dtype_bytes"] == 1 and base["kv_dtype_bytes"] == 2
+    assert any(a["source"] == "flag (--kv-dtype)" for a in fp8["assumptions"])
+
+
+def test_fp8_attention_is_faster_and_said(capsys: pytest.CaptureFixture[str]) -> None:
+    # Long full-hit-free prompts: attention dominates, so FP8 attention (2x the peak on an
+    # H100) must lower the TTFT of the same GPU count.
+    args = ["--ttft-slo", "5s", "--prompt-tokens", "128Ki", "--hit-rate", "0.9", "--rate",
+            "0.2", "--output-tokens", "1"]
+    bf16 = _json(capsys, *args)
+    fp8 = _json(capsys, *args, "--attention-dtype", "fp8")
+    assert fp8["attention_dtype"] == "fp8"
+    b = next(o for o in bf16["options"] if o["option"] == "host-dram")
+    f = next(o for o in fp8["options"] if o["option"] == "host-dram")
+    assert f["gpus"] <= b["gpus"]
+    if f["gpus"] == b["gpus"]:
+        assert f["ttft_ms"]["all"]["p50"] < 0.9 * b["ttft_ms"]["all"]["p50"]
+    assert any("attention in fp8" in a["assumption"] for a in fp8["assumptions"])
+
+
+def test_unpublished_figures_are_assumptions_with_their_source(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from xmemplan.catalog import load_catalog
+    from xmemplan.sizing import model as M
+
+    cat = load_catalog()
+    notes = M.notes(cat.gpu("h100-sxm"), cat.tier("xmem"))
+    assert notes  # the catalog says what is not published for X-Mem
+    doc = _json(capsys, "--ttft-slo", "2s")
+    said = {a["assumption"]: a["source"] for a in doc["assumptions"]}
+    for n in notes:
+        assert n in said and "catalog (tiers.toml" in said[n]
+
+
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b-fp8", "qwen3-30b-a3b"])
+def test_linear_efficiency_is_the_weight_dtypes(capsys: pytest.CaptureFixture[str],
+                                                model: str) -> None:
+    from xmemplan.catalog import load_catalog
+    from xmemplan.sizing.model import DEFAULT_CALIBRATION
+
+    dtype = load_catalog().model(model).weight_dtype
+    eta = DEFAULT_CALIBRATION.for_engine("sglang").eta_lin(dtype)
+    doc = _json(capsys, "--ttft-slo", "2s", "--model", model, "--prompt-tokens", "32k")
+    line = next(a["assumption"] for a in doc["assumptions"]
+                if a["assumption"].startswith("fixed overhead"))
+    assert f"linear {eta:.3f} ({dtype} GEMMs)" in line, line
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--model", "llama-3.1-8b", "--ep", "2"], "no routed experts"),
+    (["--tp", "4", "--ep", "3"], "--ep 3 must divide --tp 4"),
+    (["--tp", "2", "--ep", "4"], "--ep 4 is larger than --tp 2"),
+    (["--tp", "1", "--dp-attention"], "--dp-attention needs --tp 2"),
+    (["--tp", "8", "--max-gpus", "4"], "--tp '8' is out of range"),
+    (["--model", "deepseek-v3", "--max-gpus", "4"], "Raise --max-gpus to 16"),
+    (["--kv-dtype", "int4"], "--kv-dtype 'int4'"),
+    (["--attention-dtype", "fp4"], "--attention-dtype 'fp4'"),
+    (["--ttft-slo", "0ms"], "Allowed: (0 s, 366 days]"),
+    (["--ttft-slo", "1e400s"], "--ttft-slo '1e400s' is not a finite number"),
+    (["--rate", "inf"], "--rate 'inf' is not a finite number"),
+    (["--prompt-tokens", "262145"], "Allowed: 1 to 262,144 for this model"),
+    (["--model", "qwen3-30b-a3b"], "--prompt-tokens 65,536 (the default) is longer"),
+    (["--users", "100000000"], "Allowed: [1, 100,000]"),
+    (["--max-gpus", "100000000"], "--max-gpus '100000000' is out of range"),
+    (["--requests", "100000000"], "Allowed: [200, 200,000]"),
+    (["--output-tokens", "300000"], "allowed: 1 to 196,608 with this prompt"),
+    (["--output-tokens", "20000"], "--output-tokens up to 12,500 at --requests 4,000"),
+])
+def test_flags_out_of_range_name_the_flag_and_range(capsys: pytest.CaptureFixture[str],
+                                                    args: list[str], needle: str) -> None:
+    base = [] if "--ttft-slo" in args else ["--ttft-slo", "500ms"]
+    code, _, err = _run(capsys, "size", *base, *args)
+    assert code == 2, err
+    assert needle.lower() in err.lower(), err
+    assert "Traceback" not in err
+
+
+def _long_prompt_profile(tmp_path: Path) -> Path:
+    # a quarter of the sample is longer than Qwen3-30B-A3B's 262,144-token context
+    return _profile(tmp_path, requests_sample={
+        "prompt_tokens": [10_000, 20_000, 30_000, 300_000] * 2,
+        "hit_tokens": [0, 19_000, 29_500, 290_000, 0, 19_500, 29_000, 290_000]})
+
+
+def test_answer_line_comes_before_any_warning(tmp_path: Path) -> None:
+    # stdout and stderr into one pipe, as a terminal shows them: the answer is line 1
+    p = _long_prompt_profile(tmp_path)
+    env = {**__import__("os").environ, "COLUMNS": "80", "NO_COLOR": "1"}
+    r = subprocess.run([sys.executable, "-m", "xmemplan", "size", "--ttft-slo", "2s",
+                        "--workload", str(p), "--rate", "0.1", "--requests", "400"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                       check=True)
+    lines = r.stdout.splitlines()
+    assert re.match(r"^(\d[\d,]* X-Mem nodes? for [\d,]+ GPUs|No option meets)", lines[0]), \
+        lines[:3]
+    warn = next(i for i, ln in enumerate(lines) if ln.startswith("Warning:"))
+    assert warn > 0 and "2 sampled requests are longer" in " ".join(lines[warn:warn + 2])
+    # every line, stderr's too, fits 80 columns, and numbers are not cut
+    assert all(len(ln) <= 80 for ln in lines), max(lines, key=len)
+
+
+def test_json_carries_the_warnings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    p = _long_prompt_profile(tmp_path)
+    doc = _json(capsys, "--ttft-slo", "2s", "--workload", str(p), "--rate", "0.1")
+    assert doc["excluded_over_context"] == 2
+    assert any("2 sampled requests are longer" in w for w in doc["warnings"])
+
+
+def test_overloaded_rate_is_a_result(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "size", "--ttft-slo", "500ms", "--rate", "1000000",
+                          "--max-gpus", "64", "--requests", "400")
+    assert code == 0, err
+    assert "overloaded at this rate" in out.split("\n\n")[0].replace("\n", " ")
+    assert "Binding constraint: overloaded" in out.replace("\n", " ")
+    assert "1,000,000 requests/s" in out.replace("\n", " ")
+    _whole_at_80(out)

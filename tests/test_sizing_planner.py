@@ -151,3 +151,86 @@ def test_blog_direction_xmem_sustains_more_load_per_gpu() -> None:
                           output_tokens=1, requests=1500), gpus=4)
     # at 95 % the residual prefill hides the load: the tier barely matters
     assert low["ratio"] is not None and low["ratio"] < r["ratio"]
+
+
+# --- issue 11 options through the planner and the simulator ---------------------------------
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("shape", [(1, 1, False), (4, 4, False), (4, 2, True)])
+def test_simulator_prices_attention_dtype_and_shape_as_the_model(
+        dtype: str, shape: tuple[int, int, bool]) -> None:
+    from xmemplan.catalog import load_catalog
+    from xmemplan.sizing import model as M
+    from xmemplan.sizing.sim import Traffic, simulate
+    from xmemplan.sizing.simmodel import Setup, engine_for
+
+    cat = load_catalog()
+    s = Setup(model=cat.model("qwen3-30b-a3b-fp8"), gpu=cat.gpu("h100-sxm"),
+              host=cat.tier("host-dram-pcie5"), xmem=cat.tier("xmem"),
+              shape=M.Shape(tp=shape[0], ep=shape[1], dp_attention=shape[2]),
+              attention_dtype=dtype)
+    e = engine_for(s, replicas=1, nodes=1e9)
+    prompt, hit = 120_000.0, 116_000.0  # 4,000 new tokens attending to 120K: attention-heavy
+    r = simulate(Traffic(np.array([0.0]), np.array([prompt]), hit_xmem=np.array([hit])), e)
+    want = M.ttft(s.model, s.gpu, s.xmem, prompt, hit, shape=s.shape, attention_dtype=dtype,
+                  nodes=1e9, loaders=1, transfer=s.transfer).single_s
+    assert r.ttft[0] == pytest.approx(float(want), rel=1e-12)
+
+
+def test_fp8_attention_request_reaches_the_planner() -> None:
+    bf = _req("5s", prompt_tokens="128Ki", hit_rate=0.9, rate=0.2, output_tokens=1)
+    f8 = _req("5s", prompt_tokens="128Ki", hit_rate=0.9, rate=0.2, output_tokens=1,
+              attention_dtype="fp8")
+    assert f8.setup.attention_dtype == "fp8"
+    a = Planner(bf).run("host-dram", 4).ttft_ms["all"]["p50"]
+    b = Planner(f8).run("host-dram", 4).ttft_ms["all"]["p50"]
+    assert b < 0.9 * a  # attention dominates these prefills; FP8 doubles its peak
+
+
+def test_wider_shapes_keep_dp_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    import xmemplan.sizing.planner as P
+
+    req = _req("1s", dp_attention=True, max_gpus=4)
+    assert req.auto_shape and req.shape.label == "tp1"  # DP attention needs 2+ ranks
+    tried = []
+    real = P._plan
+
+    def fake(r, **kw):  # type: ignore[no-untyped-def]
+        tried.append(r.shape)
+        res = real(r, with_table=False, with_curve=False)
+        res.cheapest = "none"  # as if no count complied: plan() tries wider shapes
+        return res
+
+    monkeypatch.setattr(P, "_plan", fake)
+    P.plan(req, with_table=False, with_curve=False)
+    # tp1 first, then the wider shapes up to --max-gpus, each with DP attention
+    assert [s.tp for s in tried] == [1, 2, 4]
+    assert all(s.dp_attention for s in tried[1:])
+
+
+def test_kv_dtype_fp8_model_in_the_request() -> None:
+    base, fp8 = _req("1s"), _req("1s", kv_dtype="fp8")
+    assert fp8.model.kv_bytes_per_token * 2 == base.model.kv_bytes_per_token
+    assert Planner(fp8).kvb * 2 == Planner(base).kvb
+
+
+def test_overload_is_detected_and_never_meets_the_slo() -> None:
+    # 50 requests/s of 64Ki-token prompts on one H100: far above what it serves
+    p = Planner(_req("60s", rate=50.0, requests=1000))
+    over = p.run("host-dram", 1)
+    assert over.overloaded and not over.meets_slo
+    assert over.capacity_rps is not None and over.capacity_rps < 50.0
+    # the same load on enough GPUs is a stable queue
+    ok = p.run("host-dram", 64)
+    assert not ok.overloaded and ok.meets_slo
+    # a stable seed run is never flagged (its figures do not change)
+    r = plan(_req("500ms"), with_table=False, with_curve=False)
+    assert all(o.point is None or not o.point.overloaded for o in r.options)
+
+
+def test_overloaded_everywhere_says_so() -> None:
+    r = plan(_req("500ms", rate=1e6, max_gpus=32, requests=400), with_table=False,
+             with_curve=False)
+    assert r.cheapest == "none" and r.binding.startswith("overloaded")
+    assert "overloaded at this rate" in r.answer and "1,000,000 requests/s" in r.answer
+    assert all("overloaded at this rate" in o.note for o in r.options)

@@ -69,6 +69,7 @@ class SizeRequest:
     auto_shape: bool = True  # when no GPU count complies, try wider tensor parallelism
     assumptions: tuple[tuple[str, str], ...] = ()  # (statement, source)
     attention_dtype: str = "bf16"  # bf16 or fp8 (FP8 attention: the GPU's FP8 peak)
+    dp_attention: bool = False  # --dp-attention: kept by the wider shapes plan() tries
 
     @property
     def setup(self) -> Setup:
@@ -467,7 +468,7 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) 
             continue
         tried.append(f"tp{tp}")
         shape = M.Shape(tp=tp, ep=tp if req.model.expert_params else 1,
-                        dp_attention=req.shape.dp_attention)
+                        dp_attention=req.shape.dp_attention or req.dp_attention)
         wider = _plan(replace(req, shape=shape), with_table=with_table,
                       with_curve=with_curve)
         if wider.cheapest != "none":

@@ -139,9 +139,11 @@ def build_request(
             f"{m.name} has {m.kv_bytes_per_token:,}"
             + (" with --kv-dtype " + kv_dtype if kv_dtype is not None else "")
             + " (that figure is used; token counts and hit ratios are unchanged)")
-    if prompt is not None and m.max_context and prompt > m.max_context:
-        raise UsageError(f"--prompt-tokens {prompt:,} is longer than {m.name}'s "
-                         f"{m.max_context:,}-token context",
+    flag_prompt = prompt if prompt is not None else (
+        int(work.prompt_tokens[0]) if workload is None else None)
+    if flag_prompt is not None and m.max_context and flag_prompt > m.max_context:
+        raise UsageError(f"--prompt-tokens {flag_prompt:,}{'' if prompt else ' (the default)'}"
+                         f" is longer than {m.name}'s {m.max_context:,}-token context",
                          f"allowed: 1 to {m.max_context:,} for this model")
     work = wl.drop_over_context(work, m.max_context)
     if work.excluded_over_context:
@@ -235,7 +237,7 @@ def build_request(
         slo_percentile=float(slo_at[1:]), slo_on=slo_on, output_tokens=out,
         requests=requests, seed=seed, working_set_tokens=ws_tokens, max_gpus=max_gpus,
         mixed=mixed, auto_shape=tp is None and ep is None, assumptions=tuple(said),
-        attention_dtype=attention_dtype,
+        attention_dtype=attention_dtype, dp_attention=dp_attention,
     )
     if req.xmem.node_bandwidth_bytes_per_s is None:
         raise UsageError(f"tier '{req.xmem.name}' has no node_bandwidth",
