@@ -66,20 +66,20 @@ def validate(
         None, "--predict-bandwidth",
         help="Use this bandwidth in the prediction only (e.g. 2GB/s), to see a mismatch fail.",
     ),
-    sessions: int = typer.Option(2, "--sessions", min=1, help="Seed scenario: sessions."),
-    rounds: int = typer.Option(4, "--rounds", min=1, help="Seed scenario: rounds per session."),
+    sessions: int = typer.Option(2, "--sessions", help="Seed scenario: sessions."),
+    rounds: int = typer.Option(4, "--rounds", help="Seed scenario: rounds per session."),
     prompt_tokens: str = typer.Option(
         "4096", "--prompt-tokens", help="Seed scenario: first prompt (e.g. 4096, 8k)."
     ),
     growth_tokens: str = typer.Option(
         "1024", "--growth-tokens", help="Seed scenario: tokens added per round."
     ),
-    max_requests: int = typer.Option(12, "--max-requests", min=1,
+    max_requests: int = typer.Option(12, "--max-requests",
                                      help="Replay at most N measured requests per reader."),
     max_bytes: str = typer.Option(
         "4GB", "--max-bytes", help="Scale token counts so that at most this much KV moves."
     ),
-    repeats: int = typer.Option(3, "--repeats", min=1,
+    repeats: int = typer.Option(3, "--repeats",
                                 help="Reads per request; the fastest is its load time."),
     catalog: list[Path] = typer.Option(
         [], "--catalog", help="Extra catalog TOML files (repeatable), e.g. calibrate's overlay."
@@ -139,7 +139,8 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
     from xmemplan.validate.options import ValidateOptions
     from xmemplan.validate.workload import pairs_from_file, pairs_from_traces
 
-    f = flags
+    f = dict(flags)
+    _check_sizes(f)
     inputs = [p for p in (f["plan"], f["workload"], f["traces"]) if p is not None]
     if len(inputs) > 1:
         raise UsageError("give one of --plan, --workload, --traces")
@@ -156,7 +157,7 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
                        "validate replays one per reader")
     elif f["traces"] is not None:
         pairs, source = pairs_from_traces([f["traces"]], f["max_requests"])
-    return ValidateOptions(
+    opts = ValidateOptions(
         backend=f["backend"], emulate=f["emulate"], real=f["real"], calibrate=f["calibrate"],
         model=model or SEED_MODEL, gpu=gpu or SEED_GPU, tier=f["tier"], device=f["device"],
         readers=f["readers"], page_tokens=f["page_tokens"], layout=f["layout"], tolerance=tol,
@@ -164,12 +165,52 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
             units.parse_bandwidth(f["predict_bandwidth"], "--predict-bandwidth")
             if f["predict_bandwidth"] is not None else None),
         sessions=f["sessions"], rounds=f["rounds"],
-        prompt_tokens=units.parse_count(f["prompt_tokens"], "--prompt-tokens"),
-        growth_tokens=units.parse_count(f["growth_tokens"], "--growth-tokens"),
+        prompt_tokens=f["prompt_tokens"], growth_tokens=f["growth_tokens"],
         pairs=pairs, max_requests=f["max_requests"],
         max_bytes=units.parse_bytes(f["max_bytes"], "--max-bytes"), repeats=f["repeats"],
         catalog_files=tuple(str(p) for p in f["catalog"]), source=source,
     )
+    _check_built(opts)
+    return opts
+
+
+def _check_sizes(f: dict[str, Any]) -> None:
+    """Range-check the flags that size the replay (exit 2 naming the flag and the range);
+    `prompt_tokens` and `growth_tokens` are replaced by their parsed values."""
+    from xmemplan import units
+    from xmemplan.errors import UsageError
+    from xmemplan.validate.options import MAX_REPEATS, MAX_REPLAYED, MAX_ROUNDS
+
+    units.check_int(f["sessions"], "--sessions", 1, units.MAX_SESSIONS)
+    units.check_int(f["rounds"], "--rounds", 1, MAX_ROUNDS)
+    units.check_int(f["max_requests"], "--max-requests", 1, MAX_REPLAYED, unit="requests")
+    units.check_int(f["repeats"], "--repeats", 1, MAX_REPEATS)
+    f["prompt_tokens"] = units.parse_tokens(f["prompt_tokens"], "--prompt-tokens")
+    f["growth_tokens"] = units.parse_count(f["growth_tokens"], "--growth-tokens", 0,
+                                           units.MAX_PROMPT_TOKENS)
+    rounds = min(f["rounds"], f["max_requests"])  # the rounds replayed (workload.py)
+    last = f["prompt_tokens"] + (rounds - 1) * f["growth_tokens"]
+    if last > units.MAX_PROMPT_TOKENS:
+        raise UsageError(
+            f"the last replayed round's prompt would be {last:,} tokens (--prompt-tokens + "
+            f"(--rounds - 1) x --growth-tokens), more than {units.MAX_PROMPT_TOKENS:,}",
+            "lower --rounds, --growth-tokens or --prompt-tokens")
+
+
+def _check_built(opts: Any) -> None:
+    """The page keys the replay builds before scaling stay under MAX_BUILT_PAGES."""
+    from xmemplan.errors import UsageError
+    from xmemplan.validate.options import MAX_BUILT_PAGES
+    from xmemplan.validate.workload import built_pages
+
+    pages = built_pages(opts) * opts.readers
+    if pages > MAX_BUILT_PAGES:
+        flags = ("--max-requests, --page-tokens or --readers" if opts.pairs else
+                 "--sessions, --rounds, --prompt-tokens, --growth-tokens, --max-requests, "
+                 "--page-tokens or --readers")
+        raise UsageError(
+            f"the replay would build {pages:,} KV page keys before scaling to --max-bytes, "
+            f"more than {MAX_BUILT_PAGES:,}", f"lower {flags}")
 
 
 def _report(result: Any, fmt: str, show_requests: bool) -> None:
@@ -180,12 +221,21 @@ def _report(result: Any, fmt: str, show_requests: bool) -> None:
             render.info(text)
         render.emit_json(result.as_dict())
         return
+    from xmemplan.validate.verdict import worst_figure
+
+    figure, _ = worst_figure(result.classes)
+    ttft = result.compute_measured
+    scope = "KV loads and TTFT" if ttft else "KV loads (no GPU: compute not measured)"
+    how = "within" if result.passed else "off by"
+    render.line(  # the answer first
+        f"{'PASS' if result.passed else 'FAIL'}: {scope} {how} {result.error:.1%} of the "
+        f"planner's prediction (tolerance {result.tolerance:.0%}"
+        + (f"; largest: {figure}" if figure else "") + ")")
     render.line(result.note)
     for text in result.preamble:
         render.line(text)
-    ttft = result.compute_measured
-    cols = ["class", "requests", "load p50 ms", "predicted", "error", "load p90 ms",
-            "predicted", "error"] + (["TTFT p50 ms", "predicted", "error"] if ttft else [])
+    cols = ["class", "requests", "load p50 ms", "model", "error", "load p90 ms",
+            "model", "error"] + (["TTFT p50 ms", "model", "error"] if ttft else [])
     rows = []
     for c in result.classes:
         row = [c.name, c.requests, c.load_p50_ms, c.predicted_load_p50_ms,
@@ -194,7 +244,7 @@ def _report(result: Any, fmt: str, show_requests: bool) -> None:
         if ttft:
             row += [c.ttft_p50_ms, c.predicted_ttft_p50_ms, _pct(c.ttft_error_p50)]
         rows.append(row)
-    render.table(cols, rows, title=f"Measured vs predicted KV loads ({result.model} on "
+    render.table(cols, rows, title=f"Measured vs the model's KV loads ({result.model} on "
                  f"{result.gpu}, tier {result.tier}, {result.readers} reader(s); cold: hit "
                  "< 50%, warm: hit >= 50%)")
     for c in result.classes:
