@@ -393,3 +393,18 @@ def test_overloaded_rate_is_a_result(capsys: pytest.CaptureFixture[str]) -> None
     assert "Binding constraint: overloaded" in out.replace("\n", " ")
     assert "1,000,000 requests/s" in out.replace("\n", " ")
     _whole_at_80(out)
+
+
+def test_profile_with_sessions_replays_its_own_arrivals_by_default(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # no --rate/--users: the trace's own timestamps at its own rate, not Poisson
+    p = _profile(tmp_path, requests_sample={
+        "prompt_tokens": [10_000, 20_000, 30_000, 40_000] * 2,
+        "hit_tokens": [0, 19_000, 29_500, 39_800, 0, 19_500, 29_000, 39_000],
+        "session": [0, 0, 0, 0, 1, 1, 1, 1],
+        "timestamp_s": [0.0, 20.0, 40.0, 60.0, 5.0, 25.0, 45.0, 65.0],
+        "output_tokens": [50] * 8,
+    })
+    doc = _json(capsys, "--ttft-slo", "5s", "--workload", str(p))
+    assert doc["load"] == "the trace's own timestamps (0.05 requests/s)"
+    assert not any("Poisson" in a["assumption"] for a in doc["assumptions"])

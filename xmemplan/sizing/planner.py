@@ -89,6 +89,8 @@ def describe_load(a: Arrivals) -> str:
         return f"Poisson arrivals at {num(a.rate_rps)} requests/s"
     if a.kind == "users":
         return f"{a.users or 0:,} closed-loop users, {num(a.think_s)} s mean think time"
+    if a.trace_rate_rps and a.rate_rps == a.trace_rate_rps:
+        return f"the trace's own timestamps ({num(a.rate_rps)} requests/s)"
     return f"the trace's timestamps, sessions compressed to {num(a.rate_rps)} requests/s"
 
 

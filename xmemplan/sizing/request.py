@@ -181,7 +181,11 @@ def build_request(
             load = wl.Arrivals("poisson", rate_rps=r)
         said.append((describe_load(load), src))
     else:
-        load = wl.Arrivals("poisson", rate_rps=work.rate_rps)
+        if work.session is not None and work.timestamp_s is not None:
+            # the trace's own arrivals, at its own rate
+            load = wl.Arrivals("trace", rate_rps=work.rate_rps, trace_rate_rps=work.rate_rps)
+        else:
+            load = wl.Arrivals("poisson", rate_rps=work.rate_rps)
         said.append((f"{describe_load(load)} (the trace's own rate; --rate or --users scales "
                      "it)", "profile (arrival.rate_rps)"))
         if work.session is None:
