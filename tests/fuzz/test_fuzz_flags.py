@@ -90,14 +90,7 @@ VALIDATE = [
 ]
 # Values that other engineers' code still accepts or crashes on (strict: the test fails
 # as soon as they are fixed, so the mark gets removed). Filled from measured runs.
-_VALIDATE = "owner: issue 13 (cli/validate.py): parse with xmemplan.units"
-OPEN: dict[tuple[str, str, str], str] = {
-    ("validate", "--sessions", "100000000000"): _VALIDATE + ".check_int (MAX_SESSIONS)",
-    ("validate", "--rounds", "100000000000"): _VALIDATE + ".check_int",
-    ("validate", "--max-requests", "100000000000"): _VALIDATE + ".check_int (MAX_REQUESTS)",
-    ("validate", "--prompt-tokens", "0"): _VALIDATE + ".parse_tokens",
-    ("validate", "--repeats", "100000000000"): _VALIDATE + ".check_int",
-}
+OPEN: dict[tuple[str, str, str], str] = {}
 
 
 def _cases(cmd: str, table: list) -> list:

@@ -36,3 +36,14 @@ class ValidateOptions:
     catalog_files: tuple[str, ...] = ()
     seed: int = 0
     source: str = "seed scenario"
+
+
+# Limits of the flags that size the replay (inclusive), checked by the CLI with
+# xmemplan.units.check_int. The replay moves real pages, so these are far below the
+# planner's own limits (units.MAX_REQUESTS, MAX_SESSIONS).
+MAX_ROUNDS = 10_000  # rounds per seed session: 10,000 x 1,024 growth is a 10M-token prompt
+MAX_REPLAYED = 10_000  # --max-requests: each replayed request moves at least one KV page
+MAX_REPEATS = 100  # --repeats: reads of each request (the fastest is kept)
+# Page keys one reader may hold before the token counts are scaled (8 bytes each: 160 MB
+# at the limit over all readers). `workload.built_pages` counts them.
+MAX_BUILT_PAGES = 20_000_000

@@ -3,6 +3,7 @@ a plan or traces, trimmed to fit the machine."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,15 +22,49 @@ class Request:
     measured: bool = True
 
 
-def synthetic(opts: ValidateOptions) -> list[Request]:
-    """Sessions whose every round resends the conversation plus `growth_tokens`."""
+class Requests(list[Request]):
+    """Requests as built, with how many measured requests the flags asked for (`asked`):
+    the seed scenario is trimmed to --max-requests before it is built."""
+
+    def __init__(self, items: Iterable[Request] = (), asked: int | None = None) -> None:
+        super().__init__(items)
+        self.asked = asked
+
+
+def replayed_shape(opts: ValidateOptions) -> tuple[int, int]:
+    """(sessions, rounds) of the seed scenario that fit --max-requests: whole sessions
+    while they fit, else the first --max-requests rounds of one session."""
+    rounds = max(1, min(opts.rounds, opts.max_requests))
+    sessions = max(1, min(opts.sessions, opts.max_requests // rounds))
+    return sessions, rounds
+
+
+def built_pages(opts: ValidateOptions) -> int:
+    """Page keys `synthetic` or `from_pairs` hold for one reader before scaling (what
+    MAX_BUILT_PAGES bounds)."""
+    t = opts.page_tokens
+    if opts.pairs:
+        return sum(2 * max(1, p // t) + min(h, p) // t for p, h in opts.pairs)
+    sessions, rounds = replayed_shape(opts)
+    full = opts.prompt_tokens + (rounds - 1) * opts.growth_tokens
+    per_session = full // t + sum((opts.prompt_tokens + r * opts.growth_tokens) // t
+                                  for r in range(rounds))
+    return sessions * per_session
+
+
+def synthetic(opts: ValidateOptions) -> Requests:
+    """Sessions whose every round resends the conversation plus `growth_tokens`.
+
+    Only what --max-requests replays is built (`replayed_shape`); the sessions kept are the
+    first ones, drawn from the same random stream as before, so their keys are unchanged."""
     rng = np.random.default_rng(opts.seed)
-    out = []
-    for s in range(opts.sessions):
-        full = opts.prompt_tokens + (opts.rounds - 1) * opts.growth_tokens
+    sessions, rounds = replayed_shape(opts)
+    out = Requests(asked=opts.sessions * opts.rounds)
+    for s in range(sessions):
+        full = opts.prompt_tokens + (rounds - 1) * opts.growth_tokens
         pages = full // opts.page_tokens
         keys = rng.integers(1, 2**62, pages, dtype=np.int64)
-        for r in range(opts.rounds):
+        for r in range(rounds):
             prompt = opts.prompt_tokens + r * opts.growth_tokens
             out.append(Request(s, r, prompt, keys[: prompt // opts.page_tokens].copy()))
     return out
@@ -118,8 +153,12 @@ def pairs_from_traces(paths: list[Path], limit: int = 12) -> tuple[tuple[tuple[i
 
 def scale_to_budget(requests: list[Request], page_bytes: int, page_tokens: int,
                      budget: float, max_requests: int) -> tuple[list[Request], list[str]]:
+    """At most `max_requests` measured requests (whole sessions first), token counts scaled
+    so that at most `budget` bytes move; a request keeps at least one page, so when even
+    that is over the budget the last sessions are left out (each step with a note)."""
     notes = []
     measured = [r for r in requests if r.measured]
+    asked = getattr(requests, "asked", None) or len(measured)
     if len(measured) > max_requests:
         keep_sessions = sorted({r.session for r in measured})
         # keep whole sessions while the count fits
@@ -132,7 +171,14 @@ def scale_to_budget(requests: list[Request], page_bytes: int, page_tokens: int,
             chosen.add(s)
             count += n
         requests = [r for r in requests if r.session in chosen]
-        notes.append(f"replayed {count} of {len(measured)} requests (--max-requests)")
+        if count > max_requests:  # one session longer than --max-requests: its first rounds
+            last = sorted(r.round for r in requests if r.measured)[max_requests - 1]
+            requests = [r for r in requests if r.round <= last]
+            count = max_requests
+    else:
+        count = len(measured)
+    if asked > count:
+        notes.append(f"replayed {count:,} of {asked:,} requests (--max-requests)")
     total = sum(len(r.keys) for r in requests) * page_bytes
     if total > budget:
         factor = budget / total
@@ -143,6 +189,20 @@ def scale_to_budget(requests: list[Request], page_bytes: int, page_tokens: int,
             f"token counts scaled by {factor:.3g} to move at most {budget / 1e9:.3g} GB on this "
             "machine; prediction and measurement use the same scaled requests"
         )
+        total = sum(len(r.keys) for r in requests) * page_bytes
+        if total > budget:  # one page per request is already too much: fewer sessions
+            kept: list[Request] = []
+            moved = 0
+            for s in sorted({r.session for r in requests}):
+                rows = [r for r in requests if r.session == s]
+                size = sum(len(r.keys) for r in rows) * page_bytes
+                if kept and moved + size > budget:
+                    break
+                kept += rows
+                moved += size
+            n = sum(1 for r in kept if r.measured)
+            notes.append(f"replayed {n:,} of {count:,} requests: each moves at least one "
+                         f"{page_bytes / 1e6:.3g} MB page and --max-bytes holds "
+                         f"{budget / 1e9:.3g} GB")
+            requests = kept
     return requests, notes
-
-
