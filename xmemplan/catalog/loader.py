@@ -47,16 +47,46 @@ def shipped_files() -> list[Path]:
 
 # --- field readers ---------------------------------------------------------------------
 
-def _int(v: Any) -> int:
+# Limits of plain-number fields (inclusive), checked with xmemplan.units.check_range; the
+# message names the file, the entry and the field (InputError, exit 3).
+MAX_DIM = 10**9  # layers, widths, heads, context: ~1,000x any published model
+MAX_DTYPE_BYTES = 8  # bytes per KV element: fp64 at most
+MAX_SERVER_GPUS = units.MAX_GPUS
+MAX_BANKS = 1_000_000
+MAX_ETA = 10.0  # a fitted share of a catalog peak: above 1 only when the peak is low
+
+
+def _whole(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError("expected a whole number")
     return v
 
 
-def _float(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ValueError("expected a number")
-    return float(v)
+def _int_in(lo: int, hi: int) -> Callable[[Any], int]:
+    """A whole number in [lo, hi] (lo = 1 where zero means nothing, 0 where it means 'none')."""
+    def read(v: Any) -> int:
+        return int(units.check_int(_whole(v), "value", lo, hi))
+
+    return read
+
+
+_int = _int_in(1, MAX_DIM)  # a positive whole number: zero or less means nothing here
+_int0 = _int_in(0, MAX_DIM)  # zero allowed: none (dense model, no MLA, not published)
+
+
+def _float_in(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[Any], float]:
+    """A finite plain number in the range (NaN, infinities and 1e400 refused)."""
+    def read(v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError("expected a number")
+        return units.check_range(float(v), "value", lo, hi, lo_open=lo_open)
+
+    return read
+
+
+_share = _float_in(0.0, 1.0, lo_open=True)  # a share of a nominal figure: (0, 1]
+_share0 = _float_in(0.0, 1.0)  # a slowdown share: [0, 1]
+_eta = _float_in(0.0, MAX_ETA, lo_open=True)
 
 
 def _text(v: Any) -> str:
@@ -65,12 +95,19 @@ def _text(v: Any) -> str:
     return v
 
 
-def _count(v: Any) -> int:
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    if isinstance(v, str):
-        return units.parse_count(v, "parameter count")
-    raise ValueError("expected a count like 2.73B or 30500000000")
+def _count_in(lo: int) -> Callable[[Any], int]:
+    def read(v: Any) -> int:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return int(units.check_int(v, "parameter count", lo, units.MAX_COUNT))
+        if isinstance(v, str):
+            return units.parse_count(v, "parameter count", lo=lo)
+        raise ValueError("expected a count like 2.73B or 30500000000")
+
+    return read
+
+
+_count = _count_in(1)
+_count0 = _count_in(0)
 
 
 def _unit(parse: Callable[[str], float], example: str) -> Callable[[Any], float]:
@@ -132,7 +169,7 @@ _MODEL_FIELDS = {
     "q_heads": (_int, True),
     "kv_heads": (_int, False),
     "head_dim": (_int, False),
-    "kv_dtype_bytes": (_int, True),
+    "kv_dtype_bytes": (_int_in(1, MAX_DTYPE_BYTES), True),
     "weight_dtype": (_choice("bf16", "fp16", "fp8", "fp4"), True),
     "active_params": (_count, True),
     "total_params": (_count, True),
@@ -140,9 +177,9 @@ _MODEL_FIELDS = {
     "qk_rope_head_dim": (_int, False),
     "qk_nope_head_dim": (_int, False),
     "v_head_dim": (_int, False),
-    "experts": (_int, False),
-    "experts_per_token": (_int, False),
-    "expert_params": (_count, False),
+    "experts": (_int0, False),
+    "experts_per_token": (_int0, False),
+    "expert_params": (_count0, False),
     "max_context": (_int, False),
 }
 _GPU_FIELDS = {
@@ -155,12 +192,12 @@ _GPU_FIELDS = {
     "hbm_bandwidth": (_bw, True),
     "pcie_bandwidth": (_bw, True),
     "nvlink_bandwidth": (_bw, True),
-    "gpus_per_server": (_int, True),
+    "gpus_per_server": (_int_in(1, MAX_SERVER_GPUS), True),
     "host_link": (_choice("pcie", "c2c"), False),
     "host_link_bandwidth": (_bw, False),
-    "gpus_per_host_uplink": (_int, False),
+    "gpus_per_host_uplink": (_int_in(1, MAX_SERVER_GPUS), False),
     "host_uplink_bandwidth": (_bw, False),
-    "gpus_per_socket": (_int, False),
+    "gpus_per_socket": (_int_in(0, MAX_SERVER_GPUS), False),
     "socket_dram_bandwidth": (_bw, False),
 }
 _TIER_FIELDS = {
@@ -173,27 +210,27 @@ _TIER_FIELDS = {
     "effective_bandwidth": (_bw, False),
     "node_bandwidth": (_bw, False),
     "per_gpu_link": (_bw, False),
-    "efficiency": (_float, False),
+    "efficiency": (_share, False),
     "latency": (_time, True),
-    "banks": (_int, False),
+    "banks": (_int_in(1, MAX_BANKS), False),
     "transfer_chunk": (_list(_bytes), False),
     "transfer_dma": (_list(_bw), False),
     "transfer_kernel": (_list(_bw), False),
-    "node_efficiency": (_float, False),
-    "sm_interference": (_float, False),
+    "node_efficiency": (_share, False),
+    "sm_interference": (_share0, False),
     "unpublished": (_aliases_text, False),
 }
 # [calibration.ENGINE]: constants of the TTFT model fitted by `xmemplan calibrate`.
 _CALIBRATION_FIELDS: dict[str, tuple[Callable[[Any], Any], bool]] = {
     **_COMMON,
-    "eta_linear": (_float, False),
-    "eta_attention": (_float, False),
+    "eta_linear": (_eta, False),
+    "eta_attention": (_eta, False),
     "fixed_overhead": (_time, False),
     "per_token_overhead": (_time, False),
     "host_bandwidth": (_bw, False),
     "xmem_bandwidth": (_bw, False),
-    "hbm_efficiency": (_float, False),
-    "points": (_int, False),
+    "hbm_efficiency": (_eta, False),
+    "points": (_int0, False),
 }
 _FIELDS = {"model": _MODEL_FIELDS, "gpu": _GPU_FIELDS, "tier": _TIER_FIELDS,
            "calibration": _CALIBRATION_FIELDS}
@@ -225,6 +262,9 @@ def _line_of(text: str, kind: str, name: str, fieldname: str | None) -> int | No
 
 
 def _read_file(path: Path, raws: dict[str, dict[str, _Raw]], override: bool) -> None:
+    # Stat first: opening a FIFO (or a process substitution) with no writer blocks for ever.
+    if path.exists() and not path.is_file():
+        raise InputError("not a regular file", path=path, hint="pass a catalog TOML file")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:

@@ -179,6 +179,8 @@ def read_measurements(path: Path | str) -> list[Measurement]:
     """Points of a CSV (header row with the COLUMNS) or JSON file (a list of objects, an
     object with "points", or a `validate --format json` result)."""
     p = Path(path)
+    if p.exists() and not p.is_file():  # a FIFO would block the open for ever
+        raise InputError("not a regular file", path=p, hint="pass a CSV or JSON file")
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
