@@ -39,6 +39,7 @@ per-call report (`xmemplan/hitrate/transcript_calls.py`) replays under the API's
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -72,6 +73,8 @@ _TYPE_KEY = re.compile(
 _MARKER_KEY = re.compile(rb'"(' + b"|".join(k.encode() for k in _MARKERS) + rb')"\s*:')
 _MISSING = object()  # usage key absent (unlike a usage of null)
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+_NO_KINDS = np.zeros(3, dtype=np.float64)  # Call.kinds when not asked for (shared, read-only)
+_NO_KINDS.flags.writeable = False
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -93,7 +96,7 @@ def sniff(path: Path, head: bytes) -> bool:
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
     index: int  # position in the file
     line: int
@@ -101,7 +104,8 @@ class _Node:
     parent: str | None
     kind: str
     role: str | None = None  # set for records that are part of the prompt
-    text: str = ""
+    text: str = ""  # or, once `calls` has stored it, "" and its place in `_Texts`
+    span: tuple[int, int] | None = None
     msg_id: str | None = None
     tool_uses: frozenset[str] = frozenset()
     answers: frozenset[str] = frozenset()  # tool_use ids this user record answers
@@ -174,9 +178,9 @@ def _node(
         kind=kind if isinstance(kind, str) else "",
         sidechain=obj.get("isSidechain") is True,
         timestamp=_timestamp(obj.get("timestamp")),
-        session=str(obj.get("sessionId") or default_session),
+        session=sys.intern(str(obj.get("sessionId") or default_session)),
         agent=obj["agentId"] if isinstance(obj.get("agentId"), str) else None,
-        version=version if isinstance(version, str) else "",
+        version=sys.intern(version) if isinstance(version, str) else "",
     )
     if kind not in KNOWN_TYPES:
         skips.skip(path, line, f"unknown record type {kind!r}", "type")
@@ -214,7 +218,7 @@ def _node(
     blocks = content if isinstance(content, list) else []
     if kind == "assistant":
         model = msg.get("model")
-        node.model = model if isinstance(model, str) else ""
+        node.model = sys.intern(model) if isinstance(model, str) else ""
         mid = msg.get("id")
         node.msg_id = mid if isinstance(mid, str) else (node.uuid or f"line{line}")
         node.tool_uses = frozenset(
@@ -284,11 +288,34 @@ def _usage(usage: Any, line: int, path: Path, skips: SkipLog) -> tuple[int, int,
     return vals[1], sum(vals), out
 
 
+class _Texts:
+    """The records' texts of one file in one buffer (UTF-8), not one string each: a
+    session's tool output is most of its file, and one buffer goes back to the system whole
+    when the file is done, where thousands of strings leave the heap in holes."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def put(self, node: _Node) -> None:
+        if node.text:
+            data = node.text.encode("utf-8", "surrogatepass")
+            node.span = (len(self.buf), len(self.buf) + len(data))
+            self.buf += data
+            node.text = ""
+
+    def get(self, node: _Node) -> str:
+        if node.span is None:
+            return node.text
+        return self.buf[node.span[0]:node.span[1]].decode("utf-8", "surrogatepass")
+
+
 class _Transcript:
     """The records of one file, and the prompt of each API call in it."""
 
-    def __init__(self, path: Path, nodes: list[_Node], enc: ChunkEncoder, skips: SkipLog):
+    def __init__(self, path: Path, nodes: list[_Node], enc: ChunkEncoder, skips: SkipLog,
+                 texts: _Texts | None = None):
         self.path = path
+        self.texts = texts if texts is not None else _Texts()
         self.nodes = nodes
         self.enc = enc
         self.skips = skips
@@ -527,15 +554,16 @@ class _Transcript:
                 role = n.role
         return [tuple(g) for g in groups]
 
-    def _message(self, group: tuple[int, ...]) -> np.ndarray:
+    def _message(self, group: tuple[int, ...], keep: bool = True) -> np.ndarray:
+        """A message's tokens; `keep`: cached here too (`_Messages` keeps its own)."""
         if self.enc.cache:
             got = self._messages.get(group)
             if got is not None:
                 return got
         nodes = [self.nodes[i] for i in group]
-        text = "\n".join(n.text for n in nodes if n.text)
+        text = "\n".join(self.texts.get(n) for n in nodes if n.text or n.span)
         ids = self.enc.chunk(nodes[0].role or "user", text)
-        if self.enc.cache:
+        if self.enc.cache and keep:
             self._messages[group] = ids
         return ids
 
@@ -578,7 +606,7 @@ class _Messages:
         got = self.child.get((node, group))
         if got is not None:
             return got
-        arr = self.t._message(group)
+        arr = self.t._message(group, keep=False)
         got = len(self.parent)
         self.child[(node, group)] = got
         self.parent.append(node)
@@ -599,7 +627,7 @@ class _Messages:
         return out
 
 
-@dataclass
+@dataclass(slots=True)
 class _State:
     """The prompt of a chain up to one record: its closed messages (a `_Messages` node), the
     records of its last message so far (`open`, one role), and until which call it holds."""
@@ -612,7 +640,7 @@ class _State:
     hi: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     """One API call of a transcript: its prompt as the transcript holds it, and its usage.
 
@@ -689,11 +717,14 @@ def calls(
     """Every API call in one transcript file, in file order; `kinds` also splits each
     prompt's tokens by message kind (for the calibration report; costs a pass per call)."""
     data = path.read_bytes()
-    nodes = [
-        _node(i, line, obj, path, skips, path.stem)
-        for i, (line, obj) in enumerate(iter_json_lines(path, data, skips))
-    ]
-    t = _Transcript(path, nodes, enc, skips)
+    texts = _Texts()
+    nodes = []
+    for i, (line, obj) in enumerate(iter_json_lines(path, data, skips)):
+        rec = _node(i, line, obj, path, skips, path.stem)
+        texts.put(rec)
+        nodes.append(rec)
+    del data  # the records hold what is needed; the file's bytes go before tokenizing
+    t = _Transcript(path, nodes, enc, skips, texts)
     groups: dict[str, list[_Node]] = {}
     for n in nodes:
         if n.msg_id is not None:
@@ -710,6 +741,7 @@ def calls(
     last_ts: float | None = None
     msgs = _Messages(t, kinds)
     row_of: dict[int, Call] = {}  # prompt node -> the latest call with that prompt
+    contexts: dict[str, str] = {}  # one string per context, not one per call
     for mid, group in groups.items():
         first, last = group[0], group[-1]
         if first.sidechain and not (options.subagents or alone):
@@ -748,13 +780,14 @@ def calls(
         )
         rep = _usage(usage, last.line, path, skips)
         agent = first.agent if first.sidechain else None
+        context = f"{path}#{agent}" if agent else str(path)
         call = Call(
             line=first.line, session=first.session,
-            context=f"{path}#{agent}" if agent else str(path),
+            context=contexts.setdefault(context, context),
             timestamp=ts, sent=sent, base=row_of.get(at),
             new=[msgs.arrays[x] for x in new_nodes],
             new_blocks=[len(msgs.group[x]) for x in new_nodes], tokens=n_tokens,
-            kinds=msgs.split[node].copy() if kinds else np.zeros(3, dtype=np.float64),
+            kinds=msgs.split[node].copy() if kinds else _NO_KINDS,
             reported=rep, creation=_creation(usage), creation_1h=_creation_1h(usage),
             version=first.version, model=first.model, compacted=compacted,
             sidechain=first.sidechain,
@@ -795,6 +828,9 @@ def read_with(
         batch.extras["message_ids_shared_by_two_calls"] = found.shared_ids
     if prepared.added_tokens:
         batch.extras["hidden_prefix_tokens_added"] = prepared.added_tokens
+    # The batch holds all the replay needs: the calls go before it is handed on (this frame
+    # waits at the yield while the caller replays).
+    del found, prepared, builder
     if len(batch) or batch.extras:
         yield batch
 
