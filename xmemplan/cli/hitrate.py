@@ -193,6 +193,12 @@ def hitrate(
         calls = analyze_calls(list(traces), options)
         if calls is not None:
             tv.say_added(calls)  # stderr, whatever the format
+            # The per-call pass reads the same paths: show only what the first did not.
+            for note in (n for n in calls.notes if n not in result.notes):
+                render.info(f"Note: {note}")
+            if calls.skips.total > result.skips.total:
+                render.warn(f"{calls.skips.total - result.skips.total:,} more lines skipped "
+                            "by the per-call report.")
     if out is not None:
         import io
 

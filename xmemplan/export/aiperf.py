@@ -45,6 +45,25 @@ class ExportResult:
     notes: list[str]
 
 
+def skip_text(skips: Any, found: Any) -> str:
+    """What was not read, counted as `hitrate` counts it: lines and folder entries skipped,
+    lines read with a warning, files in no known format, empty files ('' if none)."""
+    parts = []
+    files = skips.files
+    lines = skips.total - files
+    if lines:
+        parts.append(f"{lines:,} lines skipped")
+    if files:
+        parts.append(f"{files:,} files skipped")
+    if skips.total_warned:
+        parts.append(f"{skips.total_warned:,} lines read with a warning")
+    if found.unrecognized:
+        parts.append(f"{len(found.unrecognized):,} files in no known format")
+    if found.empty:
+        parts.append(f"{len(found.empty):,} empty files")
+    return ", ".join(parts)
+
+
 def chained_block_ids(keys: np.ndarray, source_block: int, prompt_tokens: int,
                       block_tokens: int, intern: dict[Any, int], row: int) -> list[int]:
     """The hash ids of one request: blocks of `block_tokens`, chained on the previous id."""
@@ -85,13 +104,15 @@ def export_aiperf(paths: list[Path], out: Path, *, block_tokens: int = 512,
     if spacing_ms is not None and (not spacing_ms > 0 or not math.isfinite(spacing_ms)):
         raise UsageError("--spacing must be a positive duration")
     found = discover(paths, format_name)
+    skips = SkipLog()
+    skips.merge(found.skips)  # folder entries that could not be read, counted
     if not found.files:
         raise InputError("no trace files recognized", path=paths[0],
-                         hint="name the format with --format")
-    skips = SkipLog()
+                         hint=skip_text(skips, found) or "name the format with --format")
     batches = [b for f, reader in found.files for b in reader.read(f, ReadOptions(), skips)]
     if not batches or not sum(len(b) for b in batches):
-        raise InputError("no requests could be read from the traces", path=paths[0])
+        raise InputError("no requests could be read from the traces", path=paths[0],
+                         hint=skip_text(skips, found) or None)
     t = concat_batches(batches)
     n = len(t)
     ts = np.asarray(t.timestamp_s, dtype=np.float64)
@@ -131,9 +152,14 @@ def export_aiperf(paths: list[Path], out: Path, *, block_tokens: int = 512,
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise InputError(f"cannot write the export ({exc.strerror})", path=out) from exc
-    notes = list(found.notes)
-    if skips.total:
-        notes.append(f"{skips.total} input lines skipped")
+    notes = list(found.notes)  # files named twice (read once), links, hidden files
+    text = skip_text(skips, found)
+    if text:
+        notes.append(text)
+        notes += [f"  {ex.where()}: {ex.reason}" for ex in skips.examples[:5]]
+        notes += [f"  {ex.where()}: {ex.reason}" for ex in skips.warn_examples[:5]]
+        notes += [f"  {p}: matches no known trace format (skipped)"
+                  for p in found.unrecognized[:5]]
     if not known.all() and spacing_ms is None:
         notes.append(f"{int((~known).sum())} requests have no timestamp: written without one")
     return ExportResult(str(out), len(order), block_tokens, blocks, len(intern),

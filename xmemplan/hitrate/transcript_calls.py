@@ -41,6 +41,7 @@ import numpy as np
 import xxhash
 
 from xmemplan.hitrate import anthropic_cache as A
+from xmemplan.traces.base import SkipLog
 from xmemplan.traces.hidden_prefix import Estimate, prepare
 
 if TYPE_CHECKING:
@@ -60,6 +61,11 @@ class CallsReport:
     unexplained_tokens: int
     difference_tokens: int
     cache_rules: dict[str, Any] = field(default_factory=dict)  # what the model assumed
+    # What this pass did not read: folder entries and lines skipped (counted), discovery's
+    # notes (files named twice, links, hidden files). The CLI shows what `hitrate`'s own
+    # pass over the same paths did not already show.
+    skips: SkipLog = field(default_factory=SkipLog)
+    notes: list[str] = field(default_factory=list)
 
 
 class _Trie:
@@ -130,10 +136,9 @@ def analyze_calls(paths: list[Path], options: HitrateOptions) -> CallsReport | N
     """The per-call report of the Claude Code transcripts among `paths`; None if none."""
     from xmemplan.text.encoder import get_encoder
     from xmemplan.traces import claude_transcript as CT
-    from xmemplan.traces.base import SkipLog
     from xmemplan.traces.registry import discover
 
-    found = discover(paths, options.format_name)
+    found = discover(paths, options.format_name, strict=options.strict)
     files = [p for p, r in found.files if r.NAME == CT.NAME]
     if not files:
         return None
@@ -141,13 +146,18 @@ def analyze_calls(paths: list[Path], options: HitrateOptions) -> CallsReport | N
     ro = options.read_options()
     calls: list[Call] = []
     file_of: list[str] = []
+    skips = SkipLog(strict=options.strict)
+    skips.merge(found.skips)  # folder entries that could not be read, counted
     for p in files:
-        fc = CT.calls(p, ro, SkipLog(), enc, kinds=True)
+        fc = CT.calls(p, ro, skips, enc, kinds=True)
         calls.extend(fc.calls)
         file_of.extend([str(p)] * len(fc.calls))
     if not calls:
         return None
-    return report(calls, file_of, options)
+    rep = report(calls, file_of, options)
+    rep.skips = skips
+    rep.notes = list(found.notes)
+    return rep
 
 
 def report(calls: Sequence[Call], file_of: Sequence[str], options: HitrateOptions
