@@ -38,12 +38,19 @@ import orjson
 from xmemplan.text.chat_template import message_chunk, system_text, tools_text
 from xmemplan.text.encoder import ChunkEncoder, get_encoder
 from xmemplan.traces._build import BatchBuilder
-from xmemplan.traces.base import ReadOptions, SkipLog, first_json_line, iter_json_lines
+from xmemplan.traces.base import (
+    ReadOptions,
+    SkipLog,
+    first_json_line,
+    iter_json_lines,
+    read_input,
+)
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "netpreme"
 HAS_SESSIONS = True
 TOKEN_LEVEL = True
+READS_COMPRESSED = True  # gzip/xz/bzip2 (zstd with zstandard) through base.read_input
 
 TRACE_FILES = ("turn_traces.jsonl", "vllm_traces.jsonl")
 METRICS_FILE = "engine_metrics.jsonl"
@@ -53,14 +60,36 @@ _ISL_KEY = re.compile(rb'"isl_text"\s*:\s*"')
 _CHUNK = re.compile(r"\n(?=(?:SYSTEM|TOOLS|MSG):)")
 
 
+# A file of the run may be shipped compressed: its name is then one of these longer.
+_PACKED = (".gz", ".xz", ".bz2", ".zst")
+
+
+def _name(path: Path) -> str:
+    """The file's name without a compression suffix (`turn_traces.jsonl.gz` ->
+    `turn_traces.jsonl`)."""
+    for suffix in _PACKED:
+        if path.name.endswith(suffix):
+            return path.name[: -len(suffix)]
+    return path.name
+
+
+def _beside(path: Path, name: str) -> Path | None:
+    """`name` in `path`'s folder, plain or compressed; None if neither is there."""
+    for candidate in (name, *(name + s for s in _PACKED)):
+        if (path.parent / candidate).is_file():
+            return path.parent / candidate
+    return None
+
+
 def _trace_beside(path: Path) -> bool:
-    return any((path.parent / name).is_file() for name in TRACE_FILES)
+    return any(_beside(path, name) is not None for name in TRACE_FILES)
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    if path.name in _COMPANIONS and _trace_beside(path):
+    name = _name(path)
+    if name in _COMPANIONS and _trace_beside(path):
         return True
-    if path.name == "run_config.json" and (path.parent / "runs").is_dir():
+    if name == "run_config.json" and (path.parent / "runs").is_dir():
         return True
     obj = first_json_line(head)
     if obj is not None:
@@ -98,7 +127,7 @@ def _chunk(raw: str, enc: ChunkEncoder) -> np.ndarray:
 def _engine_rows(path: Path, skips: SkipLog) -> list[tuple[int, int] | None]:
     """(isl, cached) per engine_metrics row, None for a row that cannot be used (counted)."""
     rows: list[tuple[int, int] | None] = []
-    for line, obj in iter_json_lines(path, path.read_bytes(), skips):
+    for line, obj in iter_json_lines(path, read_input(path), skips):
         isl, new = _count(obj.get("isl")), _count(obj.get("isl_new"))
         if isl is None or new is None:
             name = "isl" if isl is None else "isl_new"
@@ -127,16 +156,15 @@ def _number(value: Any) -> float | None:
 def read_with(
     path: Path, options: ReadOptions, skips: SkipLog, enc: ChunkEncoder
 ) -> Iterator[RequestBatch]:
-    if path.name not in TRACE_FILES and (
-        path.name in _COMPANIONS or path.name == "run_config.json"
-    ):
+    name = _name(path)
+    if name not in TRACE_FILES and (name in _COMPANIONS or name == "run_config.json"):
         return  # a companion file, read with its trace (or metadata)
     session = path.parent.name
-    metrics_path = path.parent / METRICS_FILE
-    engine = _engine_rows(metrics_path, skips) if metrics_path.is_file() else None
+    metrics_path = _beside(path, METRICS_FILE)
+    engine = _engine_rows(metrics_path, skips) if metrics_path is not None else None
     builder = BatchBuilder(str(path), block_tokens=1)
     turns = 0
-    for line, obj in iter_json_lines(path, path.read_bytes(), skips):
+    for line, obj in iter_json_lines(path, read_input(path), skips):
         turn = turns
         turns += 1
         text = obj.get("isl_text")
@@ -157,7 +185,7 @@ def read_with(
             reported_cached_tokens=rep[1] if rep else None,
             reported_prompt_tokens=rep[0] if rep else None,
         )
-    if engine is not None and len(engine) != turns:
+    if engine is not None and metrics_path is not None and len(engine) != turns:
         skips.skip(
             metrics_path, None,
             f"{len(engine)} engine rows for {turns} turns (paired by line; the extra "

@@ -38,12 +38,19 @@ import orjson
 from xmemplan.text.chat_template import message_chunk, system_text, tools_text
 from xmemplan.text.encoder import ChunkEncoder, get_encoder
 from xmemplan.traces._build import BatchBuilder
-from xmemplan.traces.base import ReadOptions, SkipLog, first_json_line, iter_json_lines
+from xmemplan.traces.base import (
+    ReadOptions,
+    SkipLog,
+    first_json_line,
+    iter_json_lines,
+    read_input,
+)
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "request-log"
 HAS_SESSIONS = True
 TOKEN_LEVEL = True
+READS_COMPRESSED = True  # gzip/xz/bzip2 (zstd with zstandard) through base.read_input
 
 BODY_KEYS = ("request", "body", "request_body", "payload")
 SESSION_FIELDS = (
@@ -164,7 +171,10 @@ def read_with(
     path: Path, options: ReadOptions, skips: SkipLog, enc: ChunkEncoder
 ) -> Iterator[RequestBatch]:
     builder = BatchBuilder(str(path), block_tokens=1)
-    for line, obj in iter_json_lines(path, path.read_bytes(), skips):
+    # A compressed log's default session is its name without the compression suffix
+    # (`log.jsonl.gz` -> `log`, as `log.jsonl` -> `log`).
+    stem = Path(path.stem).stem if path.suffix in (".gz", ".xz", ".bz2", ".zst") else path.stem
+    for line, obj in iter_json_lines(path, read_input(path), skips):
         body = _body(obj)
         if body is None:
             skips.skip(path, line, "no request body with a messages list", "messages")
@@ -182,7 +192,7 @@ def read_with(
         else:
             session = _find(obj, body, SESSION_FIELDS)
             if session is _MISSING or isinstance(session, dict | list):
-                session = path.stem
+                session = stem
         if options.timestamp_field:
             raw_ts = _get(obj, options.timestamp_field)
             ts = _seconds(raw_ts)
