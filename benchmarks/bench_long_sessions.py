@@ -10,14 +10,17 @@ Two measurements, each in a fresh subprocess (peak RSS from `getrusage`):
   prompt's tokens before (a 1,000-call session was 440 M keys).
 - `whole`: the whole command, `python -m xmemplan -q hitrate DIR --format json`, on a
   generated Claude Code transcript of N tool-use calls (`bench_tokenize.make_long_session`),
-  reader included.
-Prints calls, prompt tokens, distinct tokens, seconds and peak RSS (MiB).
+  reader included, after one untimed run on a 20-call session (numba compiles its kernels
+  when their cache is stale, and the compiler's time and memory are not the command's).
+Prints calls, prompt tokens, distinct tokens, seconds and peak RSS (MiB), and the machine's
+load average before and after (the VM is shared).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -76,20 +79,29 @@ def stage(calls: int, root: Path) -> dict:
     return json.loads(out.stdout)
 
 
+def _command(folder: str) -> list[str]:
+    return [sys.executable, "-c",
+            "import resource, runpy, sys; sys.argv = ['xmemplan'] + sys.argv[1:];"
+            "code = 0\ntry:\n    runpy.run_module('xmemplan', run_name='__main__')\n"
+            "except SystemExit as e:\n    code = e.code or 0\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
+            "file=sys.stderr); sys.exit(code)",
+            "-q", "hitrate", folder, "--format", "json"]
+
+
 def whole(calls: int) -> dict:
     sys.path.insert(0, str(HERE))
     from bench_tokenize import make_long_session
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = make_long_session(Path(tmp), calls)
+        (Path(tmp) / "warm").mkdir()
+        make_long_session(Path(tmp) / "warm", 20)
+        subprocess.run(_command(str(Path(tmp) / "warm")), capture_output=True, check=True,
+                       cwd=ROOT)
+        (Path(tmp) / "long").mkdir()
+        path = make_long_session(Path(tmp) / "long", calls)
         size = path.stat().st_size
-        cmd = [sys.executable, "-c",
-               "import resource, runpy, sys; sys.argv = ['xmemplan'] + sys.argv[1:];"
-               "code = 0\ntry:\n    runpy.run_module('xmemplan', run_name='__main__')\n"
-               "except SystemExit as e:\n    code = e.code or 0\n"
-               "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
-               "file=sys.stderr); sys.exit(code)",
-               "-q", "hitrate", tmp, "--format", "json"]
+        cmd = _command(str(path.parent))
         t0 = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
         seconds = time.perf_counter() - t0
@@ -103,12 +115,14 @@ def whole(calls: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", default="1000,4000,20000", help="stage: session lengths")
-    ap.add_argument("--whole", default="1000", help="whole command: session lengths ('' none)")
+    ap.add_argument("--whole", default="1000",
+                    help="whole command: session lengths ('' none), e.g. 1000,4000,20000")
     ap.add_argument("--root", type=Path, default=ROOT,
                     help="stage: the checkout to import xmemplan from (e.g. a worktree of an "
                     "older commit, for the before figures: it then gets full message lists)")
     args = ap.parse_args()
-    print(f"machine: {machine()}; stage from {args.root}")
+    load = "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"machine: {machine()}; stage from {args.root}; {load}")
     print(f"{'what':<7}{'calls':>8}{'prompt tokens':>16}{'distinct':>12}{'s':>8}{'peak MiB':>10}")
     for n in (int(c) for c in args.calls.split(",") if c):
         r = stage(n, args.root)
@@ -118,6 +132,7 @@ def main() -> None:
         r = whole(n)
         print(f"{'whole':<7}{n:>8,}{r['prompt_tokens']:>16,}{'':>12}"
               f"{r['seconds']:>8.2f}{r['peak_rss_mib']:>10.0f}")
+    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

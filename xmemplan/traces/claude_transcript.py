@@ -14,6 +14,16 @@ record's parent is the assistant record), and the API request carried them all, 
 results answering an assistant record on the chain are taken with it, in file order.
 Consecutive records of one role form one message, as the API requires.
 
+The prompts are built in time linear in the file: a record's prompt state (its closed
+messages, a node of a per-file message trie, and the records of its last message) is its
+parent's state plus the record, memoised per record, so a call that extends an earlier
+call's chain by k records costs O(k); each distinct message is tokenized once; and a call
+is kept, and given to the batch builder, as an earlier call's prompt plus its new messages
+(`Extend`). The sibling tool results taken with a record depend on when the call was
+written, so a memoised state says for which calls it holds and is rebuilt outside them.
+Walks that loop, or that reach the call's own response, take the whole-chain walk
+(`_Transcript.messages`), against which tests check the incremental prompts.
+
 `message.usage` gives the API-reported figures: `reported_cached_tokens` =
 `cache_read_input_tokens`, `reported_prompt_tokens` = `input_tokens +
 cache_read_input_tokens + cache_creation_input_tokens`. Usage inside `progress` records
