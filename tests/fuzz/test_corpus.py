@@ -230,9 +230,9 @@ def test_output_is_replaced_whole(cli, tmp_path, trace):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_compressed_file_for_a_plain_only_reader(cli, tmp_path, trace):
-    """Text readers read plain files only (for now): a gzip'd transcript is refused by name
-    when named, and a counted skip inside a folder."""
+def test_compressed_transcript_reads_as_plain(cli, tmp_path, trace):
+    """Text readers read compressed files too (base.read_input): a gzip'd transcript gives
+    the plain file's figures, named or inside a folder; a cut one is refused by name."""
     import gzip
 
     src = (Path(__file__).resolve().parent.parent / "fixtures" / "text" / "claude"
@@ -240,14 +240,21 @@ def test_compressed_file_for_a_plain_only_reader(cli, tmp_path, trace):
     gz = tmp_path / "transcript.jsonl.gz"
     gz.write_bytes(gzip.compress(src.read_bytes()))
     before = digest([tmp_path])
-    r = cli("hitrate", gz)
-    assert_clean(r, codes={INPUT}, names=["transcript.jsonl.gz"], before=before,
-                 inputs=[tmp_path])
-    assert "compressed (gzip)" in r.err and "Decompress it first" in r.err
+    plain = cli("hitrate", src, "-f", "json")
+    assert_clean(plain, codes={OK})
+    r = cli("hitrate", gz, "-f", "json")
+    assert_clean(r, codes={OK}, before=before, inputs=[tmp_path])
+    keys = ("requests", "prompt_tokens", "hit_tokens", "token_hit_ratio", "reported")
+    want = {k: json.loads(plain.out)[k] for k in keys}
+    assert {k: json.loads(r.out)[k] for k in keys} == want and want["requests"] > 0
     r = cli("hitrate", tmp_path, "-f", "json")
     assert_clean(r, codes={OK}, before=before, inputs=[tmp_path])
-    assert "transcript.jsonl.gz" in r.err and json.loads(r.out)["files_by_format"] == {
-        "tokens": 1}
+    assert json.loads(r.out)["files_by_format"] == {"tokens": 1, "claude-transcript": 1}
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gz.read_bytes()[:-40])
+    r = cli("hitrate", cut)
+    assert_clean(r, codes={INPUT}, names=["cut.jsonl.gz"])
+    assert "corrupt or cut short" in r.err
 
 
 def test_two_outputs_never_share_a_path(cli, tmp_path, trace):

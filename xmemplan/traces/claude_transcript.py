@@ -62,12 +62,13 @@ import orjson
 from xmemplan.text.chat_template import block_text, content_text
 from xmemplan.text.encoder import ChunkEncoder, get_encoder
 from xmemplan.traces._build import BatchBuilder, Extend
-from xmemplan.traces.base import ReadOptions, SkipLog, iter_json_lines
+from xmemplan.traces.base import ReadOptions, SkipLog, iter_json_lines, read_input
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "claude-transcript"
 HAS_SESSIONS = True
 TOKEN_LEVEL = True
+READS_COMPRESSED = True  # gzip/xz/bzip2 (zstd with zstandard) through base.read_input
 
 # Record types Claude Code writes; others are counted as skips (and pass through chains).
 KNOWN_TYPES = frozenset(
@@ -726,7 +727,7 @@ def calls(
 ) -> FileCalls:
     """Every API call in one transcript file, in file order; `kinds` also splits each
     prompt's tokens by message kind (for the calibration report; costs a pass per call)."""
-    data = path.read_bytes()
+    data = read_input(path)
     texts = _Texts()
     nodes = []
     for i, (line, obj) in enumerate(iter_json_lines(path, data, skips)):
