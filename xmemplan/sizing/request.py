@@ -37,6 +37,9 @@ SEED_OUTPUT_TOKENS = 100
 # (steps are summed one by one inside a run), so requests x output tokens is capped.
 MAX_REQUESTS = 200_000  # p99 from 180,000 kept requests: far past what percentiles need
 MAX_DECODE_STEPS = 50_000_000  # requests x output tokens per simulation (~10 s in all)
+# requests x --max-gpus: an open arrival is routed by a scan over every replica, so one
+# simulation at the largest count costs requests x replicas (4,000 x 100,000: ~1 s)
+MAX_REQUEST_GPUS = 400_000_000
 KV_DTYPES = ("bf16", "fp16", "fp8")
 ATTENTION_DTYPES = ("bf16", "fp8")
 BLOG = "lm-sys blog 2026-06-27-netpreme-xmem.md (AIPerf agentic run, research V8)"
@@ -78,6 +81,12 @@ def build_request(
         raise UsageError(f"unknown request set '{slo_on}'", "use warm or all")
     units.check_int(requests, "--requests", 200, MAX_REQUESTS)
     units.check_int(max_gpus, "--max-gpus", 1, units.MAX_GPUS)
+    if requests * max_gpus > MAX_REQUEST_GPUS:
+        raise UsageError(
+            f"--requests {requests:,} x --max-gpus {max_gpus:,} = {requests * max_gpus:,} "
+            f"request-replica steps per simulation, more than {MAX_REQUEST_GPUS:,}",
+            f"allowed: --max-gpus up to {MAX_REQUEST_GPUS // requests:,} at --requests "
+            f"{requests:,}, or fewer --requests")
     if tp is not None:
         units.check_int(tp, "--tp", 1, min(1024, max_gpus))
     if ep is not None:
