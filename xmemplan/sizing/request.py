@@ -203,6 +203,10 @@ def build_request(
     out = output_tokens if output_tokens is not None else SEED_OUTPUT_TOKENS
     if output_tokens is not None:
         _check_output_tokens(output_tokens, requests, m, work)
+    elif work.output_tokens is not None and float(work.output_tokens.sum()) > MAX_DECODE_STEPS:
+        notes.append(f"the profile's sampled requests carry {work.output_tokens.sum():,.0f} "
+                     f"output tokens, more than {MAX_DECODE_STEPS:,} decode steps per "
+                     "simulation: each of the planner's ~50 runs may take seconds")
     if work.output_tokens is None:
         said.append((f"{out} output tokens per request (decode steps interleaved)",
                      "flag" if output_tokens is not None else "default: " + BLOG))
