@@ -66,21 +66,24 @@ def validate(
         None, "--predict-bandwidth",
         help="Use this bandwidth in the prediction only (e.g. 2GB/s), to see a mismatch fail.",
     ),
-    sessions: int = typer.Option(2, "--sessions", help="Seed scenario: sessions."),
-    rounds: int = typer.Option(4, "--rounds", help="Seed scenario: rounds per session."),
+    sessions: int = typer.Option(2, "--sessions", help="Seed scenario: sessions (1 to 1,000,000)."),
+    rounds: int = typer.Option(4, "--rounds",
+                               help="Seed scenario: rounds per session (1 to 10,000)."),
     prompt_tokens: str = typer.Option(
-        "4096", "--prompt-tokens", help="Seed scenario: first prompt (e.g. 4096, 8k)."
+        "4096", "--prompt-tokens", help="Seed scenario: first prompt (e.g. 4096, 8k; 1 to 1e8)."
     ),
     growth_tokens: str = typer.Option(
         "1024", "--growth-tokens", help="Seed scenario: tokens added per round."
     ),
     max_requests: int = typer.Option(12, "--max-requests",
-                                     help="Replay at most N measured requests per reader."),
+                                     help="Replay at most N measured requests per reader "
+                                     "(1 to 10,000); only those are built."),
     max_bytes: str = typer.Option(
         "4GB", "--max-bytes", help="Scale token counts so that at most this much KV moves."
     ),
     repeats: int = typer.Option(3, "--repeats",
-                                help="Reads per request; the fastest is its load time."),
+                                help="Reads per request (1 to 100); the fastest is its load "
+                                "time."),
     catalog: list[Path] = typer.Option(
         [], "--catalog", help="Extra catalog TOML files (repeatable), e.g. calibrate's overlay."
     ),
