@@ -7,11 +7,14 @@ reasons, and every assumption with its source (stderr).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from xmemplan.defaults import SEED_GPU
+
+if TYPE_CHECKING:
+    from xmemplan.sizing.planner import OptionResult, SizeResult
 
 OUTPUT_FORMATS = ("table", "json", "csv")
 
@@ -141,7 +144,7 @@ def _wrapped(prefix: str, text: str) -> str:
                          break_long_words=False, break_on_hyphens=False)[len(prefix):]
 
 
-def _report(r: Any, fmt: str, notes: list[str] | None = None) -> None:
+def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
     from xmemplan.cli.views import render
 
     notes = notes or []
@@ -152,7 +155,7 @@ def _report(r: Any, fmt: str, notes: list[str] | None = None) -> None:
     cols = ["option", "gpus", "nodes", "hit_ratio", "warm_p50_ms", "warm_p99_ms",
             "cold_p99_ms", "utilisation", "goodput_rps"]
 
-    def row(o: Any) -> list[Any]:
+    def row(o: OptionResult) -> list[Any]:
         p = o.point
         if p is None:
             return [o.option, None, o.nodes, None, None, None, None, None, None]
@@ -198,7 +201,7 @@ def _report(r: Any, fmt: str, notes: list[str] | None = None) -> None:
                                               f"{a['assumption']} [{a['source']}]"))
 
 
-def _plot(r: Any, path: Path) -> None:
+def _plot(r: SizeResult, path: Path) -> None:
     from xmemplan.cli.views.plots import _pyplot, save_figure
 
     plt = _pyplot()

@@ -36,6 +36,7 @@ from xmemplan.errors import InputError
 from xmemplan.sizing.model import (
     DEFAULT_CALIBRATION,
     SGLANG_HICACHE,
+    VLLM_OFFLOAD,
     Calibration,
     Transfer,
     ttft,
@@ -45,7 +46,7 @@ K = 1024  # the benchmark scripts build prompts of k x 1024 tokens
 FULL_HIT = 0.9  # hit / prompt at or above: a load-dominated point
 MISS = 0.1  # at or below: a compute-dominated point
 
-VLLM16 = Transfer(page_tokens=16, layout="page_first", io="dma")  # vLLM >= 0.12 blocks
+VLLM16 = VLLM_OFFLOAD  # vLLM >= 0.12 blocks (one definition, in model.py)
 TRANSFERS: dict[str, Transfer] = {
     "sglang64": SGLANG_HICACHE,
     "vllm16": VLLM16,

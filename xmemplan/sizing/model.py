@@ -43,7 +43,6 @@ import numpy as np
 from xmemplan.catalog.specs import DTYPE_BYTES, GpuSpec, ModelSpec, TierSpec
 from xmemplan.errors import UsageError
 
-Overlap = Literal["sum", "layer", "max"]
 OVERLAPS: tuple[str, ...] = ("sum", "layer", "max")
 ArrayLike = Any  # float | np.ndarray
 

@@ -26,7 +26,7 @@ ENGINES = {
     "sglang": ("layer", M.SGLANG_HICACHE, False),
     # vLLM OffloadingConnector: the request waits for its load; contiguous 16-token blocks;
     # V1 schedules running requests (decodes) first in every step.
-    "vllm": ("sum", M.Transfer(page_tokens=16, layout="page_first", io="dma"), True),
+    "vllm": ("sum", M.VLLM_OFFLOAD, True),
 }
 # The seed traffic: the Netpreme blog's AIPerf agentic run (research/perf-model.md V8:
 # "QPS 2.5-5.0", 100 output tokens), at its high-load end, with the seed prompts.
