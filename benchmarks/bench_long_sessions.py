@@ -2,7 +2,7 @@
 
     python benchmarks/bench_long_sessions.py [--calls 1000,4000,20000] [--whole 1000,2000]
 
-Two measurements, each in a fresh subprocess (peak RSS from `getrusage`):
+Two measurements, each in a fresh subprocess (peak RSS: its VmHWM, else `getrusage`):
 - `stage`: what `hitrate` does after the reader: each call is the previous call's prompt
   plus an assistant message and a ~2 KB tool result (tokenized once), given to the batch
   builder as `Extend(previous row, new messages)`; the builder interns them and the replay
@@ -65,7 +65,7 @@ batch = b.build(complete_sessions=True)
 hit = replay(batch, "session", 1).column("hit_tokens")
 t1 = time.perf_counter()
 assert int(batch.prompt_tokens.sum()) == total
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+rss = peak() / 1024
 print(json.dumps({"calls": calls, "prompt_tokens": total, "hit_tokens": int(hit.sum()),
                   "distinct_tokens": int(batch.prompts.tokens.shape[0])
                   if hasattr(batch, "prompts") else int(batch.keys.shape[0]),
@@ -74,18 +74,26 @@ print(json.dumps({"calls": calls, "prompt_tokens": total, "hit_tokens": int(hit.
 
 
 def stage(calls: int, root: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", STAGE, str(calls), str(root)],
+    out = subprocess.run([sys.executable, "-c", PEAK + STAGE, str(calls), str(root)],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
+# The command's own peak: VmHWM (Linux) belongs to the memory the program got at exec, where
+# getrusage's ru_maxrss also counts the parent's high-water mark when the child was
+# spawned by vfork (CPython's subprocess does so on Linux), as under pytest.
+PEAK = ("def peak():\n    try:\n        for line in open('/proc/self/status'):\n"
+        "            if line.startswith('VmHWM:'):\n                return int(line.split()[1])\n"
+        "    except OSError:\n        pass\n    import resource\n"
+        "    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n")
+
+
 def _command(folder: str) -> list[str]:
     return [sys.executable, "-c",
-            "import resource, runpy, sys; sys.argv = ['xmemplan'] + sys.argv[1:];"
+            PEAK + "import runpy, sys; sys.argv = ['xmemplan'] + sys.argv[1:]\n"
             "code = 0\ntry:\n    runpy.run_module('xmemplan', run_name='__main__')\n"
             "except SystemExit as e:\n    code = e.code or 0\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
-            "file=sys.stderr); sys.exit(code)",
+            "print(peak() / 1024, file=sys.stderr); sys.exit(code)",
             "-q", "hitrate", folder, "--format", "json"]
 
 

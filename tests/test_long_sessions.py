@@ -285,11 +285,13 @@ def test_a_4000_call_transcript_through_the_whole_command(tmp_path):
 
     path = _long_transcript(tmp_path / "long", 4000)
     small = _long_transcript(tmp_path / "small", 20)
-    code = ("import resource, runpy, sys; sys.argv = ['xmemplan'] + sys.argv[1:]\n"
-            "try:\n    runpy.run_module('xmemplan', run_name='__main__')\n"
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from bench_long_sessions import PEAK  # the command's own peak (VmHWM), in KiB
+
+    code = (PEAK + "import runpy, sys; sys.argv = ['xmemplan'] + sys.argv[1:]\n"
+            "code = 0\ntry:\n    runpy.run_module('xmemplan', run_name='__main__')\n"
             "except SystemExit as e:\n    code = e.code or 0\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
-            "sys.exit(code)\n")
+            "print(peak(), file=sys.stderr)\nsys.exit(code)\n")
     def run(folder: Path) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", code, "-q", "hitrate", str(folder),
                                "--format", "json"], capture_output=True, text=True)
