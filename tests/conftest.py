@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from xmemplan.cli.main import run
+from xmemplan.errors import ExitCode, XmemplanError
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
@@ -57,3 +58,20 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
         return CliResult(code, captured.out, captured.err)
 
     return invoke
+
+
+class _Accepted(XmemplanError):
+    """Raised by `stubbed`: the flags were accepted (exit 0)."""
+
+    exit_code = ExitCode.OK
+
+
+def _accept(*_a: object, **_k: object) -> None:
+    raise _Accepted("accepted")
+
+
+@pytest.fixture
+def stubbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`size` and `validate` stop right after their flags are parsed (exit 0 = accepted)."""
+    monkeypatch.setattr("xmemplan.sizing.planner.plan", _accept)
+    monkeypatch.setattr("xmemplan.validate.harness.run_validate", _accept)

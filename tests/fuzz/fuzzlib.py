@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hypothesis import HealthCheck
+
 from xmemplan.errors import ExitCode
 
 # What a bad input may get: success (read with counted skips), a flag error, an input error,
@@ -107,3 +109,12 @@ def run_bounded(args: list[str], *, memory: int = 2 << 30, timeout: float = 60.0
         timed_out = True
     return Bounded(p.returncode, out.decode(errors="replace"), err.decode(errors="replace"),
                    time.perf_counter() - t0, timed_out)
+
+
+def hypothesis_settings(*extra: HealthCheck) -> dict[str, object]:
+    """The fuzz tests' Hypothesis settings: no deadline on a shared machine, fixed seeds in
+    CI (see `derandomize`), function-scoped fixtures allowed."""
+    return dict(deadline=None, derandomize=derandomize(),
+                suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                       HealthCheck.too_slow, *extra])
+

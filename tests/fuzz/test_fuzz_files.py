@@ -10,30 +10,15 @@ import math
 from pathlib import Path
 
 import pytest
-from fuzzlib import assert_clean, derandomize, digest, examples
-from hypothesis import HealthCheck, given, settings
+from fuzzlib import assert_clean, digest, examples, hypothesis_settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xmemplan.catalog.loader import _FIELDS
-from xmemplan.errors import ExitCode, XmemplanError
+from xmemplan.errors import ExitCode
 
-SETTINGS = dict(deadline=None, derandomize=derandomize(),
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow])
+SETTINGS = hypothesis_settings()
 
-
-class _Accepted(XmemplanError):
-    exit_code = ExitCode.OK
-
-
-def _accept(*_a, **_k):
-    raise _Accepted("accepted")
-
-
-@pytest.fixture
-def stubbed(monkeypatch):
-    monkeypatch.setattr("xmemplan.sizing.planner.plan", _accept)
-    monkeypatch.setattr("xmemplan.validate.harness.run_validate", _accept)
 
 
 # --- catalogs ------------------------------------------------------------------------------

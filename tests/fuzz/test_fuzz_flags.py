@@ -12,35 +12,18 @@ import math
 from pathlib import Path
 
 import pytest
-from fuzzlib import assert_clean, derandomize, examples
-from hypothesis import HealthCheck, given, settings
+from fuzzlib import assert_clean, examples, hypothesis_settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xmemplan.errors import ExitCode, XmemplanError
+from xmemplan.errors import ExitCode
 
-SETTINGS = dict(deadline=None, derandomize=derandomize(),
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow])
+SETTINGS = hypothesis_settings()
 
 # What no numeric flag may accept.
 NON_FINITE = ["nan", "inf", "-inf", "1e400"]
 JUNK = ["", "abc", "10^20", "1,,2"]
 
-
-class _Accepted(XmemplanError):
-    """Raised by the stubs: the flags were accepted (exit 0)."""
-
-    exit_code = ExitCode.OK
-
-
-def _accept(*_a, **_k):
-    raise _Accepted("accepted")
-
-
-@pytest.fixture
-def stubbed(monkeypatch):
-    monkeypatch.setattr("xmemplan.sizing.planner.plan", _accept)
-    monkeypatch.setattr("xmemplan.validate.harness.run_validate", _accept)
 
 
 @pytest.fixture(scope="module")

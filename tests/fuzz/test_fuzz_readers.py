@@ -9,15 +9,13 @@ import json
 import lzma
 
 import pytest
-from fuzzlib import assert_clean, derandomize, digest, examples
+from fuzzlib import assert_clean, digest, examples, hypothesis_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xmemplan.errors import ExitCode
 
-SETTINGS = dict(deadline=None, derandomize=derandomize(),
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = hypothesis_settings(HealthCheck.data_too_large)
 
 # Any JSON value a hostile file might hold in a field.
 LEAF = st.one_of(
