@@ -43,21 +43,30 @@ def to_json(obj: Any) -> str:
     return json.dumps(clean(obj), indent=2, default=_json_default)
 
 
-def read_json(path: Path) -> Any:
-    """A JSON document from `path`; InputError naming the file if it cannot be read."""
+def read_text(path: Path | str, what: str = "file", hint: str | None = None) -> str:
+    """The UTF-8 text of a small input file (a profile, plan, catalog, measurements).
+
+    Stat first: opening a FIFO or a process substitution with no writer blocks for ever.
+    Every failure is an InputError naming the file; a UTF-8 BOM is dropped.
+    """
     p = Path(path)
     if p.exists() and not p.is_file():
-        raise InputError("not a regular file", path=path, hint="pass a JSON file")
+        raise InputError("not a regular file", path=path, hint=hint or f"pass a {what}")
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        return p.read_text(encoding="utf-8-sig")
     except FileNotFoundError as exc:
-        raise InputError("no such file", path=path) from exc
+        raise InputError(f"no such {what}", path=path) from exc
     except UnicodeDecodeError as exc:
         raise InputError(
             "not UTF-8 text (compressed? decompress it first)", path=path
         ) from exc
     except OSError as exc:
         raise InputError(f"cannot read it ({exc.strerror or exc})", path=path) from exc
+
+
+def read_json(path: Path) -> Any:
+    """A JSON document from `path`; InputError naming the file if it cannot be read."""
+    text = read_text(path, "JSON file")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -23,6 +23,7 @@ from typing import Any
 from xmemplan import units
 from xmemplan.catalog.specs import CalibrationSpec, GpuSpec, ModelSpec, TierSpec
 from xmemplan.errors import InputError, UsageError
+from xmemplan.jsonio import read_text
 
 KINDS = ("model", "gpu", "tier", "calibration")
 
@@ -262,15 +263,7 @@ def _line_of(text: str, kind: str, name: str, fieldname: str | None) -> int | No
 
 
 def _read_file(path: Path, raws: dict[str, dict[str, _Raw]], override: bool) -> None:
-    # Stat first: opening a FIFO (or a process substitution) with no writer blocks for ever.
-    if path.exists() and not path.is_file():
-        raise InputError("not a regular file", path=path, hint="pass a catalog TOML file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise InputError("no such catalog file", path=path) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read catalog file ({exc})", path=path) from exc
+    text = read_text(path, "catalog file", hint="pass a catalog TOML file")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -179,15 +179,10 @@ def _from_validate(doc: dict[str, Any], path: Path) -> list[Measurement]:
 def read_measurements(path: Path | str) -> list[Measurement]:
     """Points of a CSV (header row with the COLUMNS) or JSON file (a list of objects, an
     object with "points", or a `validate --format json` result)."""
+    from xmemplan.jsonio import read_text
+
     p = Path(path)
-    if p.exists() and not p.is_file():  # a FIFO would block the open for ever
-        raise InputError("not a regular file", path=p, hint="pass a CSV or JSON file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise InputError("no such measurements file", path=p) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read measurements ({exc})", path=p) from exc
+    text = read_text(p, "measurements file", hint="pass a CSV or JSON file")
     if p.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
         try:
             doc = json.loads(text)
