@@ -586,13 +586,20 @@ def combine(load_s: ArrayLike, compute_s: ArrayLike, overlap: str, layers: int) 
     raise UsageError(f"unknown overlap '{overlap}'", "use sum, layer or max")
 
 
+def sm_interference_fraction(tier: TierSpec, transfer: Transfer, overlap: str) -> float:
+    """The share of overlapped compute lost to SM-kernel copies: the tier's fraction, or 0
+    for DMA copies and for the `sum` rule (nothing runs alongside the load)."""
+    if transfer.io != "kernel" or overlap == "sum":
+        return 0.0
+    return float(tier.sm_interference)
+
+
 def sm_interference_seconds(load_s: ArrayLike, compute_s: ArrayLike, tier: TierSpec,
                             transfer: Transfer, overlap: str) -> Any:
-    """Compute time lost to SM-kernel copies running alongside it: the tier's fraction x
-    the overlapped time min(load, compute). Zero for DMA copies or the `sum` rule."""
-    if transfer.io != "kernel" or overlap == "sum" or not tier.sm_interference:
-        return np.zeros_like(np.asarray(compute_s, dtype=np.float64))
-    return tier.sm_interference * np.minimum(load_s, compute_s)
+    """Compute time lost to SM-kernel copies running alongside it: the fraction x the
+    overlapped time min(load, compute)."""
+    return sm_interference_fraction(tier, transfer, overlap) * np.minimum(
+        np.asarray(load_s, dtype=np.float64), np.asarray(compute_s, dtype=np.float64))
 
 
 def ttft(

@@ -81,8 +81,7 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     # KV that fits in HBM next to the weights (SGLang --mem-fraction-static ~0.9).
     kv_cap = max(0.0, g.hbm_capacity_bytes * HBM_USABLE - M.weight_bytes_per_gpu(m, shape)) / kvb
     tier = s.host if load_tier == "host" else s.xmem
-    interf = (tier.sm_interference if s.transfer.io == "kernel" and s.overlap != "sum"
-              else 0.0)
+    interf = M.sm_interference_fraction(tier, s.transfer, s.overlap)
     return Engine(
         replicas=replicas,
         chunk_tokens=s.chunk_tokens or M.default_chunk_tokens(g),
