@@ -213,31 +213,27 @@ class SkipLog:
     def skip(
         self, path: str | Path, line: int | None, reason: str, field_name: str | None = None
     ) -> None:
-        if self.strict:
-            raise InputError(
-                reason, path=path, line=line, field=field_name,
-                hint="fix the input, or drop --strict to skip and count such lines",
-            )
-        key = reason if field_name is None else f"{reason} ({field_name})"
-        self.counts[key] += 1
+        self._record(self.counts, self.examples, path, line, reason, field_name,
+                     "drop --strict to skip and count such lines")
         if line is None:
             self.files += 1
-        if len(self.examples) < self.max_examples:
-            self.examples.append(Skip(str(path), line, key))
 
     def warn(
         self, path: str | Path, line: int | None, reason: str, field_name: str | None = None
     ) -> None:
         """A line kept but read with a caveat: counted apart from skips; `strict` raises."""
+        self._record(self.warned, self.warn_examples, path, line, reason, field_name,
+                     "drop --strict to read it with a counted warning")
+
+    def _record(self, counts: Counter[str], examples: list[Skip], path: str | Path,
+                line: int | None, reason: str, field_name: str | None, lenient: str) -> None:
         if self.strict:
-            raise InputError(
-                reason, path=path, line=line, field=field_name,
-                hint="fix the input, or drop --strict to read it with a counted warning",
-            )
+            raise InputError(reason, path=path, line=line, field=field_name,
+                             hint=f"fix the input, or {lenient}")
         key = reason if field_name is None else f"{reason} ({field_name})"
-        self.warned[key] += 1
-        if len(self.warn_examples) < self.max_examples:
-            self.warn_examples.append(Skip(str(path), line, key))
+        counts[key] += 1
+        if len(examples) < self.max_examples:
+            examples.append(Skip(str(path), line, key))
 
     @property
     def total(self) -> int:
