@@ -222,20 +222,9 @@ def hitrate(
 
 
 def _skip_text(result: HitrateResult) -> str:
-    parts = []
-    files = result.skips.files
-    lines = result.skips.total - files
-    if lines:
-        parts.append(f"{lines:,} lines skipped")
-    if files:
-        parts.append(f"{files:,} files skipped")
-    if result.skips.total_warned:
-        parts.append(f"{result.skips.total_warned:,} lines read with a warning")
-    if result.unrecognized:
-        parts.append(f"{len(result.unrecognized)} files in no known format")
-    if result.empty:
-        parts.append(f"{len(result.empty)} empty files")
-    return ", ".join(parts)
+    from xmemplan.traces.base import skip_summary
+
+    return skip_summary(result.skips, result.unrecognized, result.empty)
 
 
 def _scope_note(result: HitrateResult) -> None:

@@ -24,11 +24,15 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xmemplan.errors import InputError, UsageError
+from xmemplan.traces.base import SkipLog, skip_summary
+
+if TYPE_CHECKING:
+    from xmemplan.traces.registry import Discovery
 
 ROW_PREFIX = "xm"
 
@@ -45,23 +49,9 @@ class ExportResult:
     notes: list[str]
 
 
-def skip_text(skips: Any, found: Any) -> str:
-    """What was not read, counted as `hitrate` counts it: lines and folder entries skipped,
-    lines read with a warning, files in no known format, empty files ('' if none)."""
-    parts = []
-    files = skips.files
-    lines = skips.total - files
-    if lines:
-        parts.append(f"{lines:,} lines skipped")
-    if files:
-        parts.append(f"{files:,} files skipped")
-    if skips.total_warned:
-        parts.append(f"{skips.total_warned:,} lines read with a warning")
-    if found.unrecognized:
-        parts.append(f"{len(found.unrecognized):,} files in no known format")
-    if found.empty:
-        parts.append(f"{len(found.empty):,} empty files")
-    return ", ".join(parts)
+def skip_text(skips: SkipLog, found: Discovery) -> str:
+    """What was not read, counted as `hitrate` counts it ('' if none)."""
+    return skip_summary(skips, found.unrecognized, found.empty)
 
 
 def chained_block_ids(keys: np.ndarray, source_block: int, prompt_tokens: int,
@@ -93,7 +83,7 @@ def export_aiperf(paths: list[Path], out: Path, *, block_tokens: int = 512,
 
     `spacing_ms`: timestamps row x spacing instead of the trace's (one request at a time,
     in replay order, when the spacing exceeds every TTFT)."""
-    from xmemplan.traces.base import ReadOptions, SkipLog
+    from xmemplan.traces.base import ReadOptions
     from xmemplan.traces.registry import discover
     from xmemplan.traces.schema import NULL_INT, concat_batches
 

@@ -30,7 +30,7 @@ import os
 import re
 import resource
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -433,3 +433,22 @@ def block_row(
         )
         return None
     return ts, n, out, ids
+
+
+def skip_summary(skips: SkipLog, unrecognized: Sized = (), empty: Sized = ()) -> str:
+    """What was not read, counted: lines and whole files skipped, lines read with a warning,
+    files in no known format, empty files ('' if none). Every command says it the same way."""
+    parts = []
+    files = skips.files
+    lines = skips.total - files
+    if lines:
+        parts.append(f"{lines:,} lines skipped")
+    if files:
+        parts.append(f"{files:,} files skipped")
+    if skips.total_warned:
+        parts.append(f"{skips.total_warned:,} lines read with a warning")
+    if len(unrecognized):
+        parts.append(f"{len(unrecognized):,} files in no known format")
+    if len(empty):
+        parts.append(f"{len(empty):,} empty files")
+    return ", ".join(parts)
