@@ -33,6 +33,7 @@ import uuid
 from pathlib import Path
 
 from _util import machine
+from bench_e2e import build
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "traces"
@@ -40,15 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def build_blocks(dest: Path, copies: int) -> int:
-    total = 0
-    for k in range(copies):
-        for f in sorted((SHARED / "claude-code-weka").glob("*.json")):
-            doc = json.loads(f.read_text())
-            doc["id"] = f"{doc.get('id', f.stem)}-copy{k}"
-            out = dest / f"{f.stem}-copy{k}.json"
-            out.write_text(json.dumps(doc))
-            total += out.stat().st_size
-    return total
+    return build(SHARED / "claude-code-weka", dest, copies)
 
 
 def _mark(value: object, tag: str) -> object:

@@ -514,13 +514,7 @@ class _Transcript:
         while uuid is not None:
             i = self.by_uuid.get(uuid)
             if i is None:
-                if uuid not in self._dangling:
-                    self._dangling.add(uuid)
-                    self.skips.skip(
-                        self.path, first.line,
-                        "parentUuid points to no record in this file; the prompt starts after it",
-                        "parentUuid",
-                    )
+                self._dangle(uuid, first)
                 break
             if i in seen:
                 self.skips.skip(self.path, first.line,
