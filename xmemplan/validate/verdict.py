@@ -182,17 +182,7 @@ P90_MIN_REQUESTS = 10  # below this a class's p90 is nearly its maximum: reporte
 def verdict_error(classes: list[ClassSummary]) -> float:
     """The largest per-class error (cold and warm): load p50, load p90 where the class has
     at least P90_MIN_REQUESTS requests, TTFT p50 where compute was measured."""
-    errs = []
-    for c in classes:
-        if c.name == "all":
-            continue
-        errs.append(c.load_error_p50)
-        if c.requests >= P90_MIN_REQUESTS:
-            errs.append(c.load_error_p90)
-        if c.ttft_error_p50 is not None:
-            errs.append(c.ttft_error_p50)
-    finite = [e for e in errs if not math.isnan(e)]
-    return max(finite, default=0.0)
+    return worst_figure(classes)[1]
 
 
 def worst_figure(classes: list[ClassSummary]) -> tuple[str, float]:
