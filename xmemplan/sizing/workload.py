@@ -91,14 +91,6 @@ def from_flags(prompt_tokens: int, hit_rate: float, description: str) -> Workloa
     return Workload(description, s, np.floor(s * hit_rate), hit_rate)
 
 
-def _sample_field(prof: Profile, name: str, n: int) -> np.ndarray | None:
-    """An optional per-request array of the profile's `requests_sample` (schema v2),
-    already checked by `load_profile`."""
-    del n  # load_profile checked the length
-    return {"output_tokens": prof.sample_output, "session": prof.sample_session,
-            "timestamp_s": prof.sample_timestamp}[name]
-
-
 def from_profile(prof: Profile) -> Workload:
     """Samples from `requests_sample` if present, else from the prompt histogram/quantiles."""
     path = prof.path
@@ -108,10 +100,8 @@ def from_profile(prof: Profile) -> Workload:
     how: str
     out = sess = ts = None
     if prof.sample_prompt.size:
-        n_all = prof.sample_prompt.size
-        out = _sample_field(prof, "output_tokens", n_all)
-        sess = _sample_field(prof, "session", n_all)
-        ts = _sample_field(prof, "timestamp_s", n_all)
+        # v2 per-request fields (None in a v1 profile), checked by load_profile
+        out, sess, ts = prof.sample_output, prof.sample_session, prof.sample_timestamp
         keep = prof.sample_prompt > 0
         keep[MAX_SAMPLES:] = False
         s = prof.sample_prompt[keep]
