@@ -38,6 +38,12 @@ def shared_trace(*parts: str) -> Path:
     return path
 
 
+def unwrap(err: str) -> str:
+    """stderr with the CLI's word wrapping undone (render.wrapped indents each continuation
+    line by two spaces), so that assertions read whole messages at any terminal width."""
+    return err.replace("\n  ", " ")
+
+
 class CliResult:
     def __init__(self, code: int, out: str, err: str) -> None:
         self.code = code
@@ -55,7 +61,7 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
         capsys.readouterr()
         code = run([str(a) for a in args])
         captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
+        return CliResult(code, captured.out, unwrap(captured.err))
 
     return invoke
 

@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import unwrap
 
 from xmemplan.cli.main import run
 from xmemplan.errors import ExitCode
@@ -63,7 +64,7 @@ def cli(args, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     code = run(["validate", *args])
     out = capsys.readouterr()
-    return code, out.out, out.err
+    return code, out.out, unwrap(out.err)
 
 
 def test_records_that_follow_the_model_pass(tmp_path, trace, capsys, monkeypatch):

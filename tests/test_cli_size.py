@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import unwrap
 
 from xmemplan.cli.main import run
 from xmemplan.profile import save_profile
@@ -27,7 +28,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     capsys.readouterr()
     code = run(list(args))
     out = capsys.readouterr()
-    return code, out.out, out.err
+    return code, out.out, unwrap(out.err)
 
 
 def _whole_at_80(out: str) -> None:

@@ -129,19 +129,7 @@ def _warn(notes: list[str]) -> None:
 
     sys.stdout.flush()
     for note in notes:
-        render.warn(_wrapped("Warning: ", note))
-
-
-def _wrapped(prefix: str, text: str) -> str:
-    """`text` wrapped at the terminal's width (after `prefix`, which the caller prints), at
-    spaces only, so that no number is cut (stderr is printed with soft wrap)."""
-    import textwrap
-
-    from xmemplan.cli.views import render
-
-    width = max(40, render.err_console().width)
-    return textwrap.fill(prefix + text, width=width, subsequent_indent="  ",
-                         break_long_words=False, break_on_hyphens=False)[len(prefix):]
+        render.warn(note)
 
 
 def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
@@ -197,8 +185,7 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
         render.line(f"- {r.excluded_over_context:,} requests longer than the model's context "
                     "are left out.")
     for a in r.assumptions:
-        render.info("Assumption: " + _wrapped("Assumption: ",
-                                              f"{a['assumption']} [{a['source']}]"))
+        render.info(f"Assumption: {a['assumption']} [{a['source']}]")
 
 
 def _plot(r: SizeResult, path: Path) -> None:

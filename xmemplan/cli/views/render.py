@@ -54,17 +54,30 @@ def err_console() -> Console:
     return Console(file=sys.stderr, width=_width(), highlight=False, soft_wrap=True)
 
 
+def wrapped(text: str) -> str:
+    """`text` wrapped at the terminal's width at spaces only: a number, a path or a flag is
+    never split (a word longer than the width keeps its own line)."""
+    import textwrap
+
+    width = max(40, err_console().width)
+    return "\n".join(
+        textwrap.fill(line, width=width, subsequent_indent="  ", break_long_words=False,
+                      break_on_hyphens=False)
+        for line in text.split("\n")
+    )
+
+
 def info(message: str) -> None:
     if not _quiet:
-        err_console().print(message, markup=False)
+        err_console().print(wrapped(message), markup=False)
 
 
 def warn(message: str) -> None:
-    err_console().print(f"Warning: {message}", markup=False, style="yellow")
+    err_console().print(wrapped(f"Warning: {message}"), markup=False, style="yellow")
 
 
 def error(message: str) -> None:
-    err_console().print(f"Error: {message}", markup=False, style="bold red")
+    err_console().print(wrapped(f"Error: {message}"), markup=False, style="bold red")
 
 
 class _Progress:
