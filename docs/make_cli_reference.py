@@ -24,6 +24,9 @@ when it is stale.
 {exit_codes}
 
 Results go to stdout; progress, notes, warnings and errors to stderr.
+Notes, warnings and errors wrap at the terminal's width at spaces only. When the reader of
+stdout goes away early (`| head`), the rest of the output is dropped and the command still
+ends with its own exit code.
 """
 
 

@@ -86,3 +86,24 @@ def test_code_is_returned(code, cli, trace, monkeypatch):
     assert "Traceback" not in r.err or code == ExitCode.INTERNAL
     if code not in (ExitCode.OK, ExitCode.CHECK_FAILED):
         assert r.err.strip(), "a failure says why on stderr"
+
+
+@pytest.mark.parametrize("args, code", [
+    (["catalog"], ExitCode.OK),
+    (["hitrate", "examples/traces/", "--format", "json"], ExitCode.OK),
+    (["hitrate", "examples/traces/", "--format", "xml"], ExitCode.USAGE),
+])
+def test_a_closed_stdout_keeps_the_commands_own_exit_code(args, code):
+    """`xmemplan ... | head -1`: the reader leaving early is not an internal error (rich's
+    default is SystemExit(1)); the command ends with its own code and no traceback."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.Popen([sys.executable, "-m", "xmemplan", *args], cwd=root,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # before the command writes anything: every write meets a closed pipe
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == code, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err

@@ -117,6 +117,12 @@ def _run(args: list[str]) -> int:
 
 def main() -> None:
     code = run()
+    try:  # what is still buffered: a reader that left early (`| head`) is not an error
+        sys.stdout.flush()
+    except BrokenPipeError:
+        from xmemplan.cli.views.render import stdout_closed
+
+        stdout_closed()
     if code == 130:  # ExitCode.INTERRUPTED
         _leave_after_interrupt(code)
     sys.exit(code)

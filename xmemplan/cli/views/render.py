@@ -45,9 +45,34 @@ def _width() -> int | None:
     return int(cols) if cols and cols.isdigit() else None
 
 
+def stdout_closed() -> None:
+    """The reader of stdout went away (`| head`): send the rest of stdout to /dev/null and
+    carry on, so that the command still ends with its own exit code (a failed check stays
+    5), instead of rich's SystemExit(1), which reads as an internal error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no real file (captured): nothing to redirect
+        pass
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        stdout_closed()
+
+
 def out_console() -> Console:
     # Made per call so that redirected/captured sys.stdout is honoured.
-    return Console(file=sys.stdout, width=_width(), highlight=False, soft_wrap=False)
+    return _Console(file=sys.stdout, width=_width(), highlight=False, soft_wrap=False)
+
+
+def _write(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_closed()
 
 
 def err_console() -> Console:
@@ -220,7 +245,7 @@ def to_json(obj: Any) -> str:
 
 
 def emit_json(obj: Any) -> None:
-    sys.stdout.write(to_json(obj) + "\n")
+    _write(to_json(obj) + "\n")
 
 
 def emit_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -229,7 +254,7 @@ def emit_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     writer.writerow(columns)
     for row in rows:
         writer.writerow(["" if v is None else v for v in row])
-    sys.stdout.write(buf.getvalue())
+    _write(buf.getvalue())
 
 
 _SPARKS = "▁▂▃▄▅▆▇█"
