@@ -107,3 +107,16 @@ def test_a_closed_stdout_keeps_the_commands_own_exit_code(args, code):
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == code, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_a_closed_stderr_too_keeps_the_exit_code():
+    """`xmemplan ... 2>&1 | head -1`: notes and warnings meet the closed pipe as well."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.Popen([sys.executable, "-m", "xmemplan", "hitrate", "examples/traces/"],
+                         cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert p.stdout is not None
+    p.stdout.close()
+    assert p.wait(timeout=120) == ExitCode.OK

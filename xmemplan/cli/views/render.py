@@ -45,21 +45,22 @@ def _width() -> int | None:
     return int(cols) if cols and cols.isdigit() else None
 
 
-def stdout_closed() -> None:
-    """The reader of stdout went away (`| head`): send the rest of stdout to /dev/null and
-    carry on, so that the command still ends with its own exit code (a failed check stays
-    5), instead of rich's SystemExit(1), which reads as an internal error."""
+def stdout_closed(stream: Any = None) -> None:
+    """The reader of stdout (or stderr) went away (`| head`): send the rest of that stream
+    to /dev/null and carry on, so that the command still ends with its own exit code (a
+    failed check stays 5), instead of rich's SystemExit(1), which reads as an internal
+    error."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, (stream or sys.stdout).fileno())
         os.close(devnull)
-    except (OSError, ValueError):  # stdout is no real file (captured): nothing to redirect
+    except (OSError, ValueError, io.UnsupportedOperation):  # captured: nothing to redirect
         pass
 
 
 class _Console(Console):
     def on_broken_pipe(self) -> None:
-        stdout_closed()
+        stdout_closed(self.file)
 
 
 def out_console() -> Console:
@@ -76,7 +77,7 @@ def _write(text: str) -> None:
 
 
 def err_console() -> Console:
-    return Console(file=sys.stderr, width=_width(), highlight=False, soft_wrap=True)
+    return _Console(file=sys.stderr, width=_width(), highlight=False, soft_wrap=True)
 
 
 def wrapped(text: str) -> str:
