@@ -200,6 +200,7 @@ _GPU_FIELDS = {
     "host_uplink_bandwidth": (_bw, False),
     "gpus_per_socket": (_int_in(0, MAX_SERVER_GPUS), False),
     "socket_dram_bandwidth": (_bw, False),
+    "host_copy_bandwidth": (_bw, False),
 }
 _TIER_FIELDS = {
     **_COMMON,
@@ -231,6 +232,8 @@ _CALIBRATION_FIELDS: dict[str, tuple[Callable[[Any], Any], bool]] = {
     "host_bandwidth": (_bw, False),
     "xmem_bandwidth": (_bw, False),
     "hbm_efficiency": (_eta, False),
+    "host_efficiency": (_eta, False),
+    "layer_latency": (_time, False),
     "points": (_int0, False),
 }
 _FIELDS = {"model": _MODEL_FIELDS, "gpu": _GPU_FIELDS, "tier": _TIER_FIELDS,
@@ -406,6 +409,7 @@ def _build(kind: str, name: str, raw: _Raw) -> Any:
             host_uplink_bandwidth_bytes_per_s=values.get("host_uplink_bandwidth"),
             gpus_per_socket=values.get("gpus_per_socket", 0),
             socket_dram_bandwidth_bytes_per_s=values.get("socket_dram_bandwidth"),
+            host_copy_bandwidth_bytes_per_s=values.get("host_copy_bandwidth"),
         )
     if values["kind"] != "hbm":
         for f in ("capacity", "bandwidth"):

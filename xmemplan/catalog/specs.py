@@ -117,6 +117,8 @@ class GpuSpec:
     host_uplink_bandwidth_bytes_per_s: float | None = None
     gpus_per_socket: int = 0
     socket_dram_bandwidth_bytes_per_s: float | None = None
+    # Measured pinned host -> GPU copy bandwidth, large DMA copies (None: not measured).
+    host_copy_bandwidth_bytes_per_s: float | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     aliases: tuple[str, ...] = ()
     origin: str = ""
