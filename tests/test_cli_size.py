@@ -48,7 +48,7 @@ def test_bare_command_answers_with_a_node_count(capsys: pytest.CaptureFixture[st
     assert code == 0, err
     first = out.splitlines()[0]
     assert re.match(r"^\d+ X-Mem nodes? for \d+ GPUs", first), first
-    assert "5 requests/s" in out.split("Cheapest")[0].replace("\n", " ")
+    assert "5 requests/s" in " ".join(out.split("Cheapest")[0].split())
     assert "Cheapest compliant option" in out and "Binding constraint" in out
     assert "GPUs and X-Mem nodes by SLO" in out
     assert "Assumption:" in err and "[default" in err and "Traceback" not in err

@@ -77,7 +77,7 @@ def calibrate(
     loo_errs = [abs(lo - p.value) / p.value for p, _, lo in rows if math.isfinite(lo)]
     med = float(sorted(errs)[len(errs) // 2]) if errs else math.nan
     med_loo = float(sorted(loo_errs)[len(loo_errs) // 2]) if loo_errs else math.nan
-    kept = [n for n in ("eta_linear", "eta_attention", "host_bw", "xmem_bw")
+    kept = [n for n in ("eta_linear", "eta_attention", "host_eff", "xmem_bw", "layer_s")
             if n not in plan.load + plan.compute]
     notes = [f"not fitted (no points for it), shipped value kept: {n}" for n in kept]
     for t in sorted({t for p in points for t in p.tier.split("/")}):
@@ -128,10 +128,13 @@ def _write_overlay(out: Path, params: dict[str, float], points: list[Any],
     for key, name, fmt in (("eta_linear", "eta_linear", "{:.4f}"),
                            ("eta_attention", "eta_attention", "{:.4f}"),
                            ("host_bw", "host_bandwidth", '"{:.4f}GB/s"'),
+                           ("host_eff", "host_efficiency", "{:.4f}"),
                            ("xmem_bw", "xmem_bandwidth", '"{:.4f}GB/s"'),
-                           ("hbm_eff", "hbm_efficiency", "{:.4f}")):
+                           ("hbm_eff", "hbm_efficiency", "{:.4f}"),
+                           ("layer_s", "layer_latency", '"{:.3f}us"')):
         if key in params:
-            v = params[key] / 1e9 if key.endswith("_bw") else params[key]
+            v = (params[key] / 1e9 if key.endswith("_bw") else
+                 params[key] * 1e6 if key == "layer_s" else params[key])
             glob.append(f"{name} = {fmt.format(v)}")
     lines = ["# TTFT-model constants fitted by `xmemplan calibrate`; pass this file to",
              "# `xmemplan size --catalog` or `xmemplan validate --catalog`.", ""]

@@ -39,6 +39,7 @@ from xmemplan.sizing.model import (
     VLLM_OFFLOAD,
     Calibration,
     Transfer,
+    compute_seconds,
     ttft,
 )
 
@@ -62,6 +63,7 @@ ENGINE_RULES: dict[str, tuple[str, Transfer]] = {
 # The shipped fit: engines with a per-token host overhead, GPUs with their own eta_attention.
 PUBLIC_PER_TOKEN = ("vllm-kvc",)
 PUBLIC_ETA_GPUS = ("h20",)
+QUANTITIES = ("ttft_ms", "ratio", "ratio_max", "tpot_ms")
 COLUMNS = ("gpu", "model", "engine", "tier", "prompt_tokens", "hit_tokens", "concurrency",
            "ttft_ms")
 
@@ -79,7 +81,7 @@ class Measurement:
     hit_tokens: float
     concurrency: int
     value: float
-    quantity: str = "ttft_ms"  # ttft_ms | ratio | ratio_max
+    quantity: str = "ttft_ms"  # ttft_ms | ratio | ratio_max | tpot_ms
     role: str = "fit"  # fit | held-out
     transfer: str = ""
     source: str = ""
@@ -87,7 +89,10 @@ class Measurement:
 
     @property
     def kind(self) -> str:
-        """full-hit, miss or partial (ratios count as full-hit: both sides load)."""
+        """full-hit, miss, partial or decode (ratios count as full-hit: both sides load;
+        tpot_ms is one decode step at batch 1: a 1-token forward pass)."""
+        if self.quantity == "tpot_ms":
+            return "decode"
         if self.quantity != "ttft_ms":
             return "full-hit"
         h = self.hit_tokens / self.prompt_tokens
@@ -136,9 +141,9 @@ def _row(d: dict[str, Any], path: Path, line: int | None, n: int) -> Measurement
         raise InputError(f"unknown transfer '{transfer}'", path=path, line=line,
                          field="transfer", hint="use " + ", ".join(TRANSFERS))
     quantity = str(d.get("quantity") or "ttft_ms")
-    if quantity not in ("ttft_ms", "ratio", "ratio_max"):
+    if quantity not in QUANTITIES:
         raise InputError(f"unknown quantity '{quantity}'", path=path, line=line,
-                         field="quantity", hint="use ttft_ms, ratio or ratio_max")
+                         field="quantity", hint="use " + ", ".join(QUANTITIES))
     role = str(d.get("role") or "fit")
     if role not in ("fit", "held-out"):
         raise InputError(f"unknown role '{role}'", path=path, line=line, field="role",
@@ -225,10 +230,14 @@ def _engine_cal(params: dict[str, float], engine: str, base: Calibration) -> Cal
         ch["eta_linear_by_dtype"] = {}
     for k, attr in (("eta_linear", "eta_linear"), ("eta_attention", "eta_attention"),
                     ("host_bw", "host_bandwidth_bytes_per_s"),
+                    ("host_eff", "host_efficiency"),
                     ("xmem_bw", "xmem_bandwidth_bytes_per_s"),
-                    ("hbm_eff", "hbm_efficiency")):
+                    ("hbm_eff", "hbm_efficiency"),
+                    ("layer_s", "layer_latency_s")):
         if k in params:
             ch[attr] = params[k]
+    if "host_eff" in params and "host_bw" not in params:
+        ch["host_bandwidth_bytes_per_s"] = None
     by_gpu = dict(base.eta_attention_by_gpu)
     for k, v in params.items():
         if k.startswith("eta_attention:"):
@@ -250,6 +259,9 @@ def _ttft_ms(m: Measurement, tier: str, prompt: Any, hit: Any, cal: Calibration,
 def predict(m: Measurement, params: dict[str, float], cat: Catalog,
             base: Calibration = DEFAULT_CALIBRATION) -> float:
     cal = _engine_cal(params, m.engine, base)
+    if m.quantity == "tpot_ms":  # one decode step: a 1-token pass over S tokens of context
+        return float(compute_seconds(cat.model(m.model), cat.gpu(m.gpu), m.prompt_tokens + 1,
+                                     m.prompt_tokens, cal)) * 1e3
     if m.quantity == "ttft_ms":
         return float(_ttft_ms(m, m.tier, m.prompt_tokens, m.hit_tokens, cal, cat))
     a, b = m.tier.split("/")
@@ -296,7 +308,7 @@ def plan_constants(points: Sequence[Measurement], cat: Catalog, *,
     missing: list[str] = []
     load: list[str] = []
     full = [p for p in points if p.kind == "full-hit"]
-    engines = sorted({p.engine for p in points})
+    engines = sorted({p.engine for p in points if p.kind != "decode"})
     for e in engines:
         fe = [p for p in full if p.engine == e]
         if fe:
@@ -310,12 +322,15 @@ def plan_constants(points: Sequence[Measurement], cat: Catalog, *,
     host_lengths = {p.prompt_tokens for p in full if p.quantity == "ttft_ms"
                     and _tier_kind(cat, p.tier) == "host"}
     if host_lengths:
-        load.append("host_bw")
+        load.append("host_eff")
     xmem_lengths = {p.prompt_tokens for p in full if p.quantity == "ttft_ms"
                     and _tier_kind(cat, p.tier) == "xmem"}
     if xmem_lengths and fit_xmem:
         load.append("xmem_bw")
-    n_bw = ("host_bw" in load) + ("xmem_bw" in load)
+    n_bw = ("host_eff" in load) + ("xmem_bw" in load)
+    decode = [p for p in points if p.kind == "decode"]
+    if decode:
+        load.append("layer_s")
     lengths = {p.prompt_tokens for p in full}
     n_full_constants = len([x for x in load if x.startswith(("t0:", "per_token:"))]) + n_bw
     if full and len(full) < n_full_constants + (1 if n_bw else 0):
@@ -326,7 +341,7 @@ def plan_constants(points: Sequence[Measurement], cat: Catalog, *,
         missing.append("t0 and bandwidth from full-hit points at one prompt length only: "
                        "add full-hit points at a second prompt length (e.g. 1K and 64K)")
     compute: list[str] = []
-    slow = [p for p in points if p.kind != "full-hit"]
+    slow = [p for p in points if p.kind not in ("full-hit", "decode")]
     if slow:
         slow_lengths = {p.prompt_tokens for p in slow}
         if len(slow) < 2 or len(slow_lengths) < 2:
@@ -357,6 +372,8 @@ def _start(name: str, base: Calibration) -> float:
         return base.eta_attention_by_gpu.get(name.split(":")[1], base.eta_attention)
     return float({
         "host_bw": base.host_bandwidth_bytes_per_s or 50e9,
+        "host_eff": base.host_efficiency or 0.9,
+        "layer_s": base.layer_latency_s or 1e-4,
         "xmem_bw": base.xmem_bandwidth_bytes_per_s or 350e9,
         "eta_linear": base.eta_linear, "eta_attention": base.eta_attention,
         "hbm_eff": base.hbm_efficiency,
@@ -400,8 +417,8 @@ def fit_points(points: Sequence[Measurement], cat: Catalog, plan: Plan,
     """Fit the plan's constants: load group on full-hit points, compute group on the rest,
     alternating (`rounds`) so that each sees the other's current values."""
     params = {n: _start(n, base) for n in (*plan.load, *plan.compute)}
-    groups = [(plan.load, [p for p in points if p.kind == "full-hit"]),
-              (plan.compute, [p for p in points if p.kind != "full-hit"])]
+    groups = [(plan.load, [p for p in points if p.kind in ("full-hit", "decode")]),
+              (plan.compute, [p for p in points if p.kind not in ("full-hit", "decode")])]
     for _ in range(rounds):
         for names, pts in groups:
             if not names or not pts:
@@ -464,7 +481,11 @@ def shipped_params() -> dict[str, float]:
     c = DEFAULT_CALIBRATION
     p: dict[str, float] = {f"t0:{e}": v for e, v in c.fixed_overhead_by_engine.items()}
     p.update({f"per_token:{e}": v for e, v in c.per_token_overhead_by_engine.items()})
-    p.update(eta_attention=c.eta_attention, host_bw=c.host_bandwidth_bytes_per_s or 50e9)
+    p.update(eta_attention=c.eta_attention, layer_s=c.layer_latency_s)
+    if c.host_bandwidth_bytes_per_s:
+        p["host_bw"] = c.host_bandwidth_bytes_per_s
+    else:
+        p["host_eff"] = c.host_efficiency or 0.9
     p.update({f"eta_attention:{g}": v for g, v in c.eta_attention_by_gpu.items()})
     return p
 
@@ -553,6 +574,8 @@ def _const_label(name: str) -> tuple[str, str]:
     return {"eta_linear": ("eta_linear (share of the weight dtype's dense peak)", ""),
             "eta_attention": ("eta_attention (share of BF16 peak; default)", ""),
             "host_bw": ("host DRAM effective bandwidth over PCIe, large transfers", "GB/s"),
+            "host_eff": ("host DRAM load: share of the GPU's pinned-copy peak", ""),
+            "layer_s": ("per-layer floor of every forward pass", "us"),
             "xmem_bw": ("X-Mem effective bandwidth, large transfers", "GB/s"),
             "hbm_eff": ("hbm_efficiency (share of HBM bandwidth reading weights and KV)",
                         "")}[name]
@@ -564,6 +587,8 @@ def format_constant(name: str, v: float) -> str:
         return f"{v * 1e3:.1f} ms"
     if unit == "us/token":
         return f"{v * 1e6:.2f} us/token"
+    if unit == "us":
+        return f"{v * 1e6:.1f} us"
     if unit == "GB/s":
         return f"{v / 1e9:.1f} GB/s"
     return f"{v:.3f}"

@@ -60,9 +60,14 @@ class Calibration:
     keeps one per engine (`for_engine`).
     per_token_overhead_s: host-side time per prompt token (prefix hashing and matching).
     host_bandwidth_bytes_per_s: effective host-DRAM -> GPU bandwidth over PCIe for large
-    transfers, replacing the catalog's figure for PCIe host tiers when set.
+    transfers, replacing the catalog's figure for PCIe host tiers when set (a user's own
+    fit, for their GPU).
+    host_efficiency: otherwise, the share of the GPU's measured pinned-copy peak
+    (`host_copy_bandwidth` in the catalog) an engine reaches loading KV.
     xmem_bandwidth_bytes_per_s: the same for X-Mem tiers (a user's own fit; None: catalog).
     hbm_efficiency: share of HBM bandwidth reached reading weights and KV (memory roofline).
+    layer_latency_s: time per layer that every forward pass adds on top of its FLOP and
+    byte rooflines (small kernels, launches, MoE routing; dominant for 1-token passes).
     """
 
     eta_linear: float
@@ -76,6 +81,8 @@ class Calibration:
     hbm_efficiency: float = 0.8
     per_token_overhead_by_engine: Mapping[str, float] = field(default_factory=dict)
     eta_linear_by_dtype: Mapping[str, float] = field(default_factory=dict)
+    host_efficiency: float | None = None
+    layer_latency_s: float = 0.0
 
     def eta_attn(self, gpu: GpuSpec) -> float:
         return float(self.eta_attention_by_gpu.get(gpu.name, self.eta_attention))
@@ -103,14 +110,18 @@ DEFAULT_CALIBRATION = Calibration(
     # tokens x 2048 x 12288): BF16 777.5 of 989 TFLOPS, FP8 1,311.6 of 1,979 TFLOPS.
     eta_linear=0.786,
     eta_linear_by_dtype={"bf16": 0.786, "fp16": 0.786, "fp8": 0.663},
-    eta_attention=0.502,
-    eta_attention_by_gpu={"h20": 0.959},
-    host_bandwidth_bytes_per_s=48.3e9,
-    fixed_overhead_s=0.0267,
-    fixed_overhead_by_engine={"sglang": 0.0267, "vllm": 0.00372, "vllm-kvc": 0.0446},
+    eta_attention=0.518,
+    eta_attention_by_gpu={"h20": 0.962},
+    # Host loads: engines reach 94.4 % of the GPU's measured pinned-copy peak.
+    host_efficiency=0.944,
+    # The vLLM offline harness's t0 fits to 0: its per-request cost is the passes' floor.
+    fixed_overhead_s=0.0211,
+    fixed_overhead_by_engine={"sglang": 0.0211, "vllm": 0.0, "vllm-kvc": 0.0391},
     per_token_overhead_s=0.0,
-    per_token_overhead_by_engine={"vllm-kvc": 9.20e-7},
+    per_token_overhead_by_engine={"vllm-kvc": 9.19e-7},
     hbm_efficiency=0.8,
+    # Per-layer floor of a forward pass, fitted on batch-1 decode steps (A100 TPOT).
+    layer_latency_s=1.169e-4,
 )
 
 
@@ -129,13 +140,17 @@ def calibration_for(catalog: Any, engine: str,
                       ("per_token_overhead", "per_token_overhead_s"),
                       ("host_bandwidth", "host_bandwidth_bytes_per_s"),
                       ("xmem_bandwidth", "xmem_bandwidth_bytes_per_s"),
-                      ("hbm_efficiency", "hbm_efficiency")):
+                      ("hbm_efficiency", "hbm_efficiency"),
+                      ("host_efficiency", "host_efficiency"),
+                      ("layer_latency", "layer_latency_s")):
         if key in v:
             changes[attr] = float(v[key])
     if "eta_attention" in v:
         changes["eta_attention_by_gpu"] = {}
     if "eta_linear" in v:
         changes["eta_linear_by_dtype"] = {}
+    if "host_efficiency" in v and "host_bandwidth" not in v:
+        changes["host_bandwidth_bytes_per_s"] = None
     return replace(cal, **changes)
 
 
@@ -216,6 +231,7 @@ class Breakdown:
     flop_s: ArrayLike = 0.0  # FLOPs / sustained rate
     bytes_s: ArrayLike = 0.0  # weights and KV read from HBM / sustained HBM bandwidth
     interference_s: ArrayLike = 0.0  # compute lost to SM-kernel copies overlapping it
+    latency_s: ArrayLike = 0.0  # passes x layers x layer_latency (the per-pass floor)
 
 
 def _check_tokens(prompt_tokens: ArrayLike, hit_tokens: ArrayLike) -> tuple[Any, Any]:
@@ -406,17 +422,31 @@ def compute_parts(
     return flop_part, byte_part
 
 
+def pass_latency_seconds(model: ModelSpec, new_tokens: ArrayLike,
+                         calibration: Calibration = DEFAULT_CALIBRATION,
+                         chunk_tokens: int = 8192) -> Any:
+    """The per-layer time floor each forward pass adds: passes x layers x layer_latency.
+
+    A pass of a few tokens is neither FLOP- nor weight-read-bound: its small kernels
+    (norms, routing, launches) take about the same time at any size. 0 when nothing is
+    computed."""
+    return forward_passes(new_tokens, chunk_tokens) * model.layers * calibration.layer_latency_s
+
+
 def compute_seconds(
     model: ModelSpec, gpu: GpuSpec, prompt_tokens: ArrayLike, hit_tokens: ArrayLike,
     calibration: Calibration = DEFAULT_CALIBRATION, *, shape: Shape = ONE_GPU,
     attention_dtype: str = "bf16", chunk_tokens: int | None = None,
 ) -> Any:
     """Prefill compute time without the fixed overhead: per operator class the larger of
-    FLOP time and HBM byte time, summed (`compute_parts`)."""
+    FLOP time and HBM byte time, summed (`compute_parts`), plus the passes' layer floor."""
     flop_s, bytes_s = compute_parts(model, gpu, prompt_tokens, hit_tokens, calibration,
                                     shape=shape, attention_dtype=attention_dtype,
                                     chunk_tokens=chunk_tokens)
-    return flop_s + bytes_s
+    s, p = _check_tokens(prompt_tokens, hit_tokens)
+    floor = pass_latency_seconds(model, s - p, calibration,
+                                 chunk_tokens or default_chunk_tokens(gpu))
+    return flop_s + bytes_s + floor
 
 
 def transfer_efficiency(tier: TierSpec, chunk_bytes: float, io: str = "kernel") -> float:
@@ -486,9 +516,12 @@ def effective_bandwidth(
         k = min(gpu.gpus_per_server, loaders if loaders is not None else gpus_loading)
         link = min(link, host_path_limit(gpu, k)) if tier.attach == "host" else min(
             link, _pcie_host_limit(gpu, k))
-        if tier.attach == "pcie" and calibration.host_bandwidth_bytes_per_s and \
-                tier.bandwidth_bytes_per_s:
-            eff = calibration.host_bandwidth_bytes_per_s / tier.bandwidth_bytes_per_s
+        if tier.attach == "pcie" and tier.bandwidth_bytes_per_s:
+            if calibration.host_bandwidth_bytes_per_s:
+                eff = calibration.host_bandwidth_bytes_per_s / tier.bandwidth_bytes_per_s
+            elif calibration.host_efficiency:
+                eff = (calibration.host_efficiency * host_copy_peak(gpu, tier)
+                       / tier.bandwidth_bytes_per_s)
     if tier.kind == "xmem" and calibration.xmem_bandwidth_bytes_per_s and \
             tier.bandwidth_bytes_per_s:
         eff = calibration.xmem_bandwidth_bytes_per_s / tier.bandwidth_bytes_per_s
@@ -506,6 +539,15 @@ def effective_bandwidth(
         share = node * np.asarray(nodes, dtype=np.float64) / max(1, gpus_loading)
         bw = np.minimum(bw, share)
     return bw
+
+
+def host_copy_peak(gpu: GpuSpec, tier: TierSpec) -> float:
+    """Pinned host-to-GPU copy bandwidth of `gpu` over `tier`'s PCIe path, large DMA
+    copies: the GPU's measured figure (catalog `host_copy_bandwidth`), else the tier's
+    published one (an H100's, vLLM blog fig. 4)."""
+    if gpu.host_copy_bandwidth_bytes_per_s:
+        return float(gpu.host_copy_bandwidth_bytes_per_s)
+    return float(tier.effective_bandwidth_bytes_per_s or tier.bandwidth_bytes_per_s or 0.0)
 
 
 def _pcie_host_limit(gpu: GpuSpec, loaders: int) -> float:
@@ -628,6 +670,9 @@ def ttft(
     flop_s, bytes_s = compute_parts(model, gpu, prompt_tokens, hit_tokens, calibration,
                                     shape=shape, attention_dtype=attention_dtype,
                                     chunk_tokens=chunk_tokens)
+    s_tok, p_tok = _check_tokens(prompt_tokens, hit_tokens)
+    floor = pass_latency_seconds(model, s_tok - p_tok, calibration,
+                                 chunk_tokens or default_chunk_tokens(gpu))
     comp = flop_s + bytes_s
     bw = (effective_bandwidth(model, gpu, tier, nodes=nodes, gpus_loading=gpus_loading,
                               transfer=transfer, calibration=calibration, loaders=loaders)
@@ -638,10 +683,11 @@ def ttft(
     comp = comp + extra
     t0 = calibration.fixed_overhead_s + calibration.per_token_overhead_s * np.asarray(
         prompt_tokens, dtype=np.float64)
-    single = t0 + combine(load, comp, overlap, model.layers)
-    step = np.maximum(load, comp)
+    # The passes' layer floor is not hidden behind loads (small kernels between layers).
+    single = t0 + floor + combine(load, comp, overlap, model.layers)
+    step = np.maximum(load, comp + floor)
     return Breakdown(
-        compute_s=comp,
+        compute_s=comp + floor,
         load_s=load,
         single_s=single,
         ttft_s=single + (concurrency - 1) / 2.0 * step,
@@ -655,4 +701,5 @@ def ttft(
         flop_s=flop_s,
         bytes_s=bytes_s,
         interference_s=extra,
+        latency_s=floor,
     )

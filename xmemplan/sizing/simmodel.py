@@ -82,6 +82,7 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     kv_cap = max(0.0, g.hbm_capacity_bytes * HBM_USABLE - M.weight_bytes_per_gpu(m, shape)) / kvb
     tier = s.host if load_tier == "host" else s.xmem
     interf = M.sm_interference_fraction(tier, s.transfer, s.overlap)
+    floor = m.layers * cal.layer_latency_s
     return Engine(
         replicas=replicas,
         chunk_tokens=s.chunk_tokens or M.default_chunk_tokens(g),
@@ -98,9 +99,10 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         sm_interference=interf,
         hbm_bandwidth=hbm,
         kv_bytes_per_token=kvb,
-        fixed_s=cal.fixed_overhead_s,
+        # Every pass (a prefill batch or a decode step) pays the per-layer floor.
+        fixed_s=cal.fixed_overhead_s + floor,
         per_token_s=cal.per_token_overhead_s,
-        decode_fixed_s=s.decode_fixed_s,
+        decode_fixed_s=s.decode_fixed_s + floor,
         dram_bandwidth=dram_cap,
         switch_bandwidth=switch,
         dram_latency_s=s.host.latency_s,
