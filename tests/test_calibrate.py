@@ -197,3 +197,16 @@ def test_cpu_validate_result_is_refused_not_a_crash(tmp_path):
     p = tmp_path / "v.json"
     p.write_text(_json.dumps(doc))
     assert run(["calibrate", str(p)]) == 3
+
+
+def test_public_points_table_is_whole_at_80_columns(tmp_path: Path, capsys,  # type: ignore[no-untyped-def]
+                                                    monkeypatch) -> None:
+    """Every table row closes with its right border at 80 columns (rich crops a table
+    wider than the terminal, and a long point id once cut the LOO column's edge)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert run(["calibrate", str(calib.public_path()), "-o", str(tmp_path / "o.toml")]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln[:1] in "┏┃┡│└"]
+    assert rows
+    for ln in rows:
+        assert len(ln) <= 80 and ln.rstrip()[-1] in "┓┃┩│┘", ln
