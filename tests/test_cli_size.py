@@ -143,7 +143,7 @@ def test_shared_claude_code_profile(capsys: pytest.CaptureFixture[str], tmp_path
                               "--rate", "2", "--requests", "1500")
         assert code == 0, err
         first = out.splitlines()[0]
-        assert re.match(r"^(\d+ X-Mem nodes? for \d+ GPUs|No option meets)", first), first
+        assert re.match(r"^(\d+ X-Mem nodes? for \d+ GPUs?|No option meets)", first), first
         assert "warm p99" in out and "cold p99" in out
         _whole_at_80(out)
 
@@ -372,7 +372,7 @@ def test_answer_line_comes_before_any_warning(tmp_path: Path) -> None:
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                        check=True)
     lines = r.stdout.splitlines()
-    assert re.match(r"^(\d[\d,]* X-Mem nodes? for [\d,]+ GPUs|No option meets)", lines[0]), \
+    assert re.match(r"^(\d[\d,]* X-Mem nodes? for [\d,]+ GPUs?|No option meets)", lines[0]), \
         lines[:3]
     warn = next(i for i, ln in enumerate(lines) if ln.startswith("Warning:"))
     assert warn > 0 and "2 sampled requests are longer" in " ".join(lines[warn:warn + 2])
@@ -410,3 +410,14 @@ def test_profile_with_sessions_replays_its_own_arrivals_by_default(
     doc = _json(capsys, "--ttft-slo", "5s", "--workload", str(p))
     assert doc["load"] == "the trace's own timestamps (0.05 requests/s)"
     assert not any("Poisson" in a["assumption"] for a in doc["assumptions"])
+
+
+def test_answer_line_says_one_gpu_not_one_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    """A load one GPU serves: the answer reads '... for 1 GPU:', not '1 GPUs'."""
+    code, out, err = _run(capsys, "size", "--ttft-slo", "100ms", "--gpu", "h200",
+                          "--model", "qwen3-30b-a3b", "--engine", "vllm", "--prompt-tokens",
+                          "32k", "--hit-rate", "0.999", "--rate", "2")
+    assert code == 0, err
+    first = " ".join(out.split("Cheapest")[0].split())
+    assert re.match(r"^\d+ X-Mem nodes? for 1 GPU:", first), first
+    assert "1 GPUs" not in out

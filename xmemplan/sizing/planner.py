@@ -485,6 +485,11 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) 
     return res
 
 
+
+def _gpus(n: int) -> str:
+    """'1 GPU', '5 GPUs' (the answer line is read aloud; no '1 GPUs')."""
+    return f"{n:,} GPU{'s' if n != 1 else ''}"
+
 def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult:
     p = Planner(req)
     slo_ms = req.slo_s * 1e3
@@ -558,11 +563,11 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         binding = ("compute sets the GPUs" if g_instant is not None and g_instant >= g_host
                    else "load bandwidth sets the GPUs")
         compare = (f"({pq} {hh.slo_value_ms:,.0f} -> {hx.slo_value_ms:,.0f} ms on "
-                   f"{g_host:,} GPUs)")
+                   f"{_gpus(g_host)})")
         xmem_txt = (f"X-Mem adds {headroom:,.0f} ms of headroom {compare}" if headroom >= 0.5
                     else f"X-Mem with {nx:,} node{'s' if nx != 1 else ''} is no faster "
                     f"{compare}")
-        answer = (f"0 X-Mem nodes for {g_best:,} GPUs: "
+        answer = (f"0 X-Mem nodes for {_gpus(g_best)}: "
                   f"{'HBM alone' if cheapest == 'hbm-only' else 'host DRAM'} meets the "
                   f"{slo_txt} SLO at {load}; {xmem_txt}.")
     else:
@@ -574,10 +579,10 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
                     else "per-GPU load bandwidth")
         binding = f"{gpu_bind} sets the GPUs, {node_bind}"
         cheapest = "xmem"
-        host_txt = (f"host DRAM needs {g_host:,} GPUs, {saved:,} more" if g_host is not None
+        host_txt = (f"host DRAM needs {_gpus(g_host)}, {saved:,} more" if g_host is not None
                     and saved is not None
                     else f"host DRAM does not meet it with up to {top:,} GPUs")
-        answer = (f"{n_rec:,} X-Mem node{'s' if n_rec != 1 else ''} for {g_x:,} GPUs: meets "
+        answer = (f"{n_rec:,} X-Mem node{'s' if n_rec != 1 else ''} for {_gpus(g_x)}: meets "
                   f"the {slo_txt} SLO at {load} ({host_txt}); binding: {binding}.")
         if saved:
             reasons.append(f"X-Mem is the cheaper option if {n_rec:,} node(s) cost less than "
@@ -585,7 +590,7 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
     reasons.append(f"Nodes: {'-' if n_bw is None else f'{n_bw:,}'} for bandwidth, {n_cap:,} "
                    "for capacity (working set / node capacity).")
     if g_instant is not None:
-        reasons.append(f"With instant KV loads {g_instant:,} GPUs would do: the rest of the "
+        reasons.append(f"With instant KV loads {_gpus(g_instant)} would do: the rest of the "
                        "GPU count is compute (prefill, decode) and queueing.")
     thin = [o for o in options if o.point is not None
             and o.point.requests_per_replica < MIN_REQUESTS_PER_REPLICA]
@@ -593,7 +598,7 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         o = min(thin, key=lambda o: o.point.requests_per_replica if o.point else 0.0)
         assert o.point is not None
         reasons.append(f"Only {o.point.requests_per_replica:,.1f} simulated requests per "
-                       f"replica at {o.gpus:,} GPUs ({o.option}): the percentiles are of a "
+                       f"replica at {_gpus(o.gpus)} ({o.option}): the percentiles are of a "
                        "short run, not a steady state; raise --requests.")
 
     table = _table(p, n_cap) if with_table else []
