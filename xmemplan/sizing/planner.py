@@ -486,8 +486,10 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) 
 
 
 
-def _gpus(n: int) -> str:
+def _gpus(n: int | None) -> str:
     """'1 GPU', '5 GPUs' (the answer line is read aloud; no '1 GPUs')."""
+    if n is None:
+        return "- GPUs"
     return f"{n:,} GPU{'s' if n != 1 else ''}"
 
 def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult:
