@@ -12,16 +12,19 @@ constant): S prompt tokens, P hit tokens (the cached prefix), b KV bytes per tok
                attention FLOPs = L x q_heads x (d_qk + d_v) x (S^2 - P^2) (causal);
                active weight bytes = dense + experts x (1 - (1 - k/E)^tokens per pass)
              + sm_interference x min(load, compute)   (kernel copies overlapping compute)
+    floor    = passes x L x layer_latency     (small kernels of every pass; not overlapped)
     load     = P x b / effective bandwidth + tier latency        (0 when P = 0)
     effective bandwidth = min(GPU link, tier path, per-GPU link, host path for k loaders)
                           x link efficiency x transfer-size efficiency,
                           capped by node bw x node_efficiency x nodes / GPUs loading
+                          (host DRAM over PCIe: host_efficiency x the GPU's measured
+                          pinned-copy peak replaces link x link efficiency)
     t0 = fixed overhead[engine] + per-token overhead[engine] x S  (fitted on full hits)
-    one request:  sum   t0 + load + compute              (vLLM OffloadingConnector)
-                  layer t0 + max(load, compute) + min(load, compute) / L   (SGLang HiCache)
-                  max   t0 + max(load, compute)           (perfect overlap, a lower bound)
+    one request:  sum   t0 + floor + load + compute              (vLLM OffloadingConnector)
+                  layer t0 + floor + max(load, compute) + min(load, compute) / L  (SGLang)
+                  max   t0 + floor + max(load, compute)   (perfect overlap, a lower bound)
     N in flight on one GPU: request i (1..N) finishes at
-                  one request + (i - 1) x max(load, compute)
+                  one request + (i - 1) x max(load, compute + floor)
 
 Functions other modules call: `request_flops`, `active_weight_bytes`,
 `kv_bytes_per_token_per_gpu`, `weight_bytes_per_gpu`, `load_bandwidth` (k loaders),
