@@ -13,13 +13,18 @@ import pytest
 from xmemplan.catalog import load_catalog
 from xmemplan.cli.main import run
 from xmemplan.sizing import calibration as calib
-from xmemplan.sizing.model import DEFAULT_CALIBRATION, calibration_for, ttft
+from xmemplan.sizing.model import (
+    DEFAULT_CALIBRATION,
+    calibration_for,
+    compute_seconds,
+    ttft,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CAT = load_catalog()
 TRUE = replace(DEFAULT_CALIBRATION, eta_linear=0.5, eta_linear_by_dtype={}, eta_attention=0.6,
                fixed_overhead_by_engine={"vllm": 0.012}, host_bandwidth_bytes_per_s=45e9,
-               xmem_bandwidth_bytes_per_s=300e9).for_engine("vllm")
+               xmem_bandwidth_bytes_per_s=300e9, layer_latency_s=1.5e-4).for_engine("vllm")
 
 
 def _write_points(path: Path) -> None:
@@ -33,11 +38,16 @@ def _write_points(path: Path) -> None:
     rows.append(("host-dram-pcie5", 32768, 16384))  # one partial hit
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(calib.COLUMNS)
+        w.writerow((*calib.COLUMNS, "quantity"))
         for tier, s, h in rows:
             b = ttft(m, g, CAT.tier(tier), s, h, overlap="sum", transfer=calib.VLLM16,
                      calibration=TRUE)
-            w.writerow(["h100-sxm", m.name, "vllm", tier, s, h, 1, float(b.ttft_s) * 1e3])
+            w.writerow(["h100-sxm", m.name, "vllm", tier, s, h, 1, float(b.ttft_s) * 1e3,
+                        "ttft_ms"])
+        for s in (128, 4096):  # batch-1 decode steps: one 1-token pass over s tokens
+            step = compute_seconds(m, g, s + 1, s, TRUE)
+            w.writerow(["h100-sxm", m.name, "vllm", "hbm", s, s, 1, float(step) * 1e3,
+                        "tpot_ms"])
 
 
 def test_round_trip_recovers_the_constants(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -52,11 +62,15 @@ def test_round_trip_recovers_the_constants(tmp_path: Path, capsys) -> None:  # t
     assert c["xmem_bw"] == pytest.approx(300e9, rel=0.01)
     assert c["eta_linear"] == pytest.approx(0.5, rel=0.01)
     assert c["eta_attention"] == pytest.approx(0.6, rel=0.01)
+    assert c["layer_s"] == pytest.approx(1.5e-4, rel=0.01)
     assert doc["median_abs_error"] < 0.01 and doc["median_abs_loo_error"] < 0.01
     # The overlay is a catalog file: size/validate --catalog read it.
     cal = calibration_for(load_catalog([out]), "vllm")
     assert cal.fixed_overhead_s == pytest.approx(0.012, rel=0.01)
     assert cal.xmem_bandwidth_bytes_per_s == pytest.approx(300e9, rel=0.01)
+    assert cal.host_efficiency * 51.2e9 == pytest.approx(45e9, rel=0.01)
+    assert cal.host_bandwidth_bytes_per_s is None  # the share replaces the shipped figure
+    assert cal.layer_latency_s == pytest.approx(1.5e-4, rel=0.01)
 
 
 def test_table_output_answers_first(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -64,7 +78,7 @@ def test_table_output_answers_first(tmp_path: Path, capsys) -> None:  # type: ig
     _write_points(pts)
     assert run(["calibrate", str(pts), "-o", str(tmp_path / "o.toml")]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith("Fitted 5 constants on 13 points")
+    assert first.startswith("Fitted 6 constants on 15 points")
 
 
 def test_underdetermined_fit_is_refused_naming_what_is_missing(tmp_path: Path,
