@@ -4,6 +4,7 @@ test server whose delays follow the model (the real AIPerf runs in .ci/steps/aip
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -76,9 +77,11 @@ def test_records_that_follow_the_model_pass(tmp_path, trace, capsys, monkeypatch
          "error": {"code": 502, "message": "boom"}}])
     code, out, err = cli(["--aiperf", str(art), "--traces", str(trace)], capsys, monkeypatch)
     assert code == ExitCode.OK, err
-    assert out.startswith("validate --aiperf: 40 of 40 trace rows measured by AIPerf")
+    # the verdict is the first line; what ran follows
+    assert out.startswith("PASS: largest p50 TTFT error 3.00%")
+    assert out.splitlines()[1].startswith(
+        "validate --aiperf: 40 of 40 trace rows measured by AIPerf")
     assert "verdict covers: TTFT as AIPerf measured it on a live server" in out
-    assert "PASS: largest p50 TTFT error 3.00%" in out
     assert "1 records were failed or cancelled requests" in out
     assert "1 warm-up records skipped" in out
 
@@ -87,7 +90,11 @@ def test_records_slower_than_the_model_fail(tmp_path, trace, capsys, monkeypatch
     art = write_records(tmp_path / "art", predicted_ms(trace), 1.5)
     code, out, err = cli(["--aiperf", str(art), "--traces", str(trace)], capsys, monkeypatch)
     assert code == ExitCode.CHECK_FAILED
-    assert "FAIL: largest p50 TTFT error 50.00%" in out
+    assert out.startswith("FAIL: largest p50 TTFT error 50.00%")
+    # every table row closes at 80 columns and its figures are whole ms at 0.1
+    rows = [ln for ln in out.splitlines() if ln[:1] in "┏┃┡│└"]
+    assert rows and all(len(ln) <= 80 and ln.rstrip()[-1] in "┓┃┩│┘" for ln in rows)
+    assert not any(re.search(r"\d\.\d{2,}\b", ln) for ln in rows if ln.startswith("│"))
     assert err.startswith("Error: AIPerf's measured TTFT differs from the prediction by 50.0%")
 
 

@@ -298,23 +298,33 @@ def _aiperf(directory: Path, traces: Path | None, model: str | None, gpu: str | 
             render.info(text)
         render.emit_json(res.as_dict())
     else:
+        # Answer first: the verdict, then what ran and the figures behind it.
+        render.line(f"{'PASS' if res.passed else 'FAIL'}: largest p50 TTFT error "
+                    f"{res.error:.2%} (tolerance {res.tolerance:.0%})")
         for text in res.preamble:
             render.line(text)
         render.table(
-            ["class", "requests", "TTFT p50 ms", "predicted", "error", "TTFT p90 ms",
-             "predicted", "error"],
-            [(c.name, c.requests, c.ttft_p50_ms, c.predicted_ttft_p50_ms, _pct(c.error_p50),
-              c.ttft_p90_ms, c.predicted_ttft_p90_ms, _pct(c.error_p90)) for c in res.classes],
-            title=f"AIPerf TTFT vs predicted ({res.model} on {res.gpu}, tier {res.tier})")
+            ["class", "requests", "p50 ms", "model p50", "error", "p90 ms", "model p90",
+             "error"],
+            [(c.name, c.requests, _ms(c.ttft_p50_ms), _ms(c.predicted_ttft_p50_ms),
+              _pct(c.error_p50), _ms(c.ttft_p90_ms), _ms(c.predicted_ttft_p90_ms),
+              _pct(c.error_p90)) for c in res.classes],
+            title=f"AIPerf TTFT: measured and predicted, ms ({res.model} on {res.gpu}, "
+                  f"tier {res.tier})")
         for note in res.notes:
             render.line(f"note: {note}")
-        render.line(f"{'PASS' if res.passed else 'FAIL'}: largest p50 TTFT error "
-                    f"{res.error:.2%} (tolerance {res.tolerance:.0%})")
     if not res.passed:
         raise CheckFailedError(
             f"AIPerf's measured TTFT differs from the prediction by {res.error:.1%} at p50, "
             f"more than the tolerance {res.tolerance:.0%}",
             "See the table above; check --model, --gpu and --tier match the server")
+
+
+def _ms(x: float | None) -> str:
+    """A TTFT in ms at 0.1 ms (AIPerf's and the model's figures; '-' when absent)."""
+    if x is None or x != x:
+        return "-"
+    return f"{x:,.1f}"
 
 
 def _pct(x: float | None) -> str:
