@@ -131,7 +131,7 @@ def test_shipped_defaults_are_the_fit_of_the_public_points(fitted: calib.FitResu
     shipped = calib.shipped_params()
     for name, v in fitted.params.items():
         assert v == pytest.approx(shipped[name], rel=0.01, abs=1e-6), name
-    assert fitted.fit_points == 14 and fitted.held_out_points == 9
+    assert fitted.fit_points == 14 and fitted.held_out_points == 10
 
 
 def test_a_third_of_the_public_points_are_held_out() -> None:
