@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import unwrap
 
 from xmemplan.catalog import load_catalog
 from xmemplan.cli.main import run
@@ -89,15 +90,15 @@ def test_underdetermined_fit_is_refused_naming_what_is_missing(tmp_path: Path,
     one_length = tmp_path / "one.csv"  # full-hit host points at a single prompt length
     one_length.write_text("\n".join([lines[0], lines[3]]) + "\n")
     assert run(["calibrate", str(one_length), "-o", str(tmp_path / "o.toml")]) == 3
-    assert "prompt length" in capsys.readouterr().err
+    assert "prompt length" in unwrap(capsys.readouterr().err)
     misses = tmp_path / "miss.csv"  # full hits plus a single miss point
     misses.write_text("\n".join(lines[:5] + [lines[9]]) + "\n")
     assert run(["calibrate", str(misses), "-o", str(tmp_path / "o.toml")]) == 3
-    assert "eta_linear and eta_attention" in capsys.readouterr().err
+    assert "eta_linear and eta_attention" in unwrap(capsys.readouterr().err)
     no_full = tmp_path / "nofull.csv"
     no_full.write_text("\n".join([lines[0]] + lines[9:13]) + "\n")
     assert run(["calibrate", str(no_full), "-o", str(tmp_path / "o.toml")]) == 3
-    assert "no full-hit point" in capsys.readouterr().err
+    assert "no full-hit point" in unwrap(capsys.readouterr().err)
 
 
 def test_bad_rows_name_file_line_and_field(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

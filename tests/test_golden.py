@@ -27,6 +27,9 @@ def test_output_fits_and_matches_golden(name, args, mask, width, monkeypatch):
     for line in stdout.splitlines():
         assert len(line) <= width, f"wider than {width}: {line!r}"
         assert "…" not in line, f"a value was cut: {line!r}"
+        # every bordered table row closes: the terminal did not crop the right edge
+        if line[:1] in "┏┃┡│└":
+            assert line.rstrip()[-1:] in ("┓", "┃", "┩", "│", "┘"), f"cropped: {line!r}"
     stderr = text.split("== stderr ==\n", 1)[1]
     for line in stderr.splitlines():  # notes wrap at spaces; only one over-long word may stick out
         assert len(line) <= width or " " not in line.strip(), f"wider than {width}: {line!r}"

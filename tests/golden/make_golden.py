@@ -36,6 +36,7 @@ CASES: list[tuple[str, list[str], bool]] = [
 def run_case(args: list[str], width: int, mask: bool) -> str:
     from xmemplan.cli.main import run
 
+    saved = {k: os.environ.get(k) for k in ("COLUMNS", "NO_COLOR")}
     os.environ["COLUMNS"] = str(width)
     os.environ["NO_COLOR"] = "1"
     out, err = io.StringIO(), io.StringIO()
@@ -46,6 +47,12 @@ def run_case(args: list[str], width: int, mask: bool) -> str:
             code = run(list(args))
     finally:
         os.chdir(cwd)
+        # later tests in the same process must not inherit this case's terminal width
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     body = "== stdout ==\n" + out.getvalue() + "== stderr ==\n" + err.getvalue()
     return f"$ xmemplan {' '.join(args)}  (COLUMNS={width}, exit {code})\n" + body
 

@@ -196,17 +196,59 @@ def table(
         for i in range(len(columns))
     ]
     columns = [c.replace("_", " ") for c in columns]
+    # A header wraps at spaces only: each column is at least its longest header word wide.
+    need = [max(n, max((len(w) for w in c.split()), default=1)) for n, c in zip(need, columns,
+                                                                                  strict=False)]
     width = out_console().width
     if sum(need) + 3 * len(columns) + 1 > width and len(columns) > 2:
         _transposed(columns, cells, title, caption, width)
         return
-    t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    for i, name in enumerate(columns):
-        t.add_column(name, justify="right" if i >= right_align_from else "left",
-                     min_width=need[i], overflow="fold")
-    for row in cells:
-        t.add_row(*row)
-    out_console().print(t)
+    def build(table_width: int | None, body: Sequence[Sequence[str]]) -> Table:
+        t = Table(title=title, caption=caption, title_justify="left", caption_justify="left",
+                  width=table_width)
+        for i, name in enumerate(columns):
+            # min_width holds each column at its widest value and longest header word, so
+            # rich shrinks only wrapping text, never a number or a header word
+            t.add_column(name, justify="right" if i >= right_align_from else "left",
+                         min_width=need[i], overflow="fold")
+        for row in body:
+            t.add_row(*row)
+        return t
+
+    # rich can lay a table out one or two characters wider than the terminal when it
+    # shrinks columns, and the terminal then crops the right border: try narrower table
+    # widths until every row closes, else print it transposed. The check renders only
+    # the rows that set a column's width (its longest cell and its longest word): rich
+    # sizes columns from those, so the whole table lays out the same.
+    probe = [cells[i] for i in _widest_rows(cells)]
+    for table_width in (None, *range(width - 1, width - 8, -1)):
+        if _closes(build(table_width, probe), width):
+            out_console().print(build(table_width, cells))
+            return
+    _transposed(columns, cells, title, caption, width)
+
+
+def _widest_rows(cells: Sequence[Sequence[str]]) -> list[int]:
+    """Indices of the rows holding each column's longest cell and longest word."""
+    keep: set[int] = set()
+    ncols = max((len(r) for r in cells), default=0)
+    for j in range(ncols):
+        col = [(r[j] if j < len(r) else "") for r in cells]
+        keep.add(max(range(len(col)), key=lambda i: len(col[i])))
+        keep.add(max(range(len(col)), key=lambda i: max((len(w) for w in col[i].split()),
+                                                        default=0)))
+    return sorted(keep)
+
+
+_OPEN, _CLOSE = "┏┃┡│└", "┓┃┩│┘"
+
+
+def _closes(t: Table, width: int) -> bool:
+    """Whether `t`, printed `width` wide, ends every bordered row with its right border."""
+    buf = io.StringIO()
+    Console(file=buf, width=width, highlight=False, soft_wrap=False, no_color=True).print(t)
+    rows = [ln.rstrip() for ln in buf.getvalue().splitlines() if ln[:1] in _OPEN]
+    return all(ln and ln[-1] in _CLOSE and len(ln) <= width for ln in rows)
 
 
 def _transposed(columns: Sequence[str], cells: list[list[str]], title: str | None,
