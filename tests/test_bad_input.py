@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import unwrap
 
 from xmemplan.errors import ExitCode
 
@@ -89,6 +90,12 @@ def test_claude_blocks_inconsistent_hashes_and_broken_file(cli, tmp_path):
     assert any("expected 200 // 64 = 3 full blocks" in k for k in reasons)
     assert any("truncated" in k for k in reasons)
     assert json.loads(r.out)["requests"] == 1
+    # the truncated file is one skipped file; the bad request of a.json (a JSON document,
+    # so it has no line number) is one skipped record, not a skipped file
+    skipped = json.loads(r.out)["skipped"]
+    assert skipped["files"] == 1 and skipped["lines"] == 1
+    text = cli("hitrate", tmp_path, "-t", "claude-blocks")
+    assert "1 lines skipped, 1 files skipped" in unwrap(text.err)
 
 
 def test_empty_file_and_empty_directory(cli, tmp_path):

@@ -28,7 +28,7 @@ def test_claude_code_weka_dev_set_session_scope():
     }
     for key, value in expected.items():
         assert s[key] == pytest.approx(value, abs=5e-7), key
-    assert s["skipped"]["lines"] == 0 and not result.unrecognized
+    assert s["skipped"]["lines"] == 0 and s["skipped"]["files"] == 0 and not result.unrecognized
 
 
 @pytest.mark.parametrize(

@@ -110,7 +110,8 @@ def test_fifo_named_and_in_a_folder(cli, tmp_path, trace):
     assert "not a regular file" in r.err and "FIFO" in r.err
     r = cli("hitrate", tmp_path, "-f", "json")
     assert_clean(r, codes={OK})
-    assert "pipe.jsonl" in r.err and json.loads(r.out)["skipped"]["lines"] == 1
+    skipped = json.loads(r.out)["skipped"]
+    assert "pipe.jsonl" in r.err and skipped["files"] == 1 and skipped["lines"] == 0
     r = cli("hitrate", tmp_path, "--strict")
     assert_clean(r, codes={INPUT}, names=["pipe.jsonl"])
     r = cli("size", "--ttft-slo", "500ms", "--workload", fifo)

@@ -445,7 +445,9 @@ def analyze(
     hit = replayed.column(S.HIT_TOKENS)
     summary = summarize(codes, replayed.column(S.REQUEST_INDEX), prompt, hit)
     summary["skipped"] = {
-        "lines": skips.total,
+        # a skip without a line number is a whole file (unreadable, truncated, a broken link)
+        "lines": skips.total - skips.files,
+        "files": skips.files,
         "by_reason": dict(skips.counts),
         "unrecognized_files": len(found.unrecognized),
         "empty_files": len(found.empty),

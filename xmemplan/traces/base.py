@@ -211,11 +211,14 @@ class SkipLog:
     warn_examples: list[Skip] = field(default_factory=list)
 
     def skip(
-        self, path: str | Path, line: int | None, reason: str, field_name: str | None = None
+        self, path: str | Path, line: int | None, reason: str, field_name: str | None = None,
+        *, whole_file: bool = False,
     ) -> None:
+        """Count one skipped record (a line, or a request of a JSON document, which has no
+        line number), or with `whole_file` a file left unread as a whole."""
         self._record(self.counts, self.examples, path, line, reason, field_name,
                      "drop --strict to skip and count such lines")
-        if line is None:
+        if whole_file:
             self.files += 1
 
     def warn(

@@ -199,9 +199,9 @@ def _docs(data: bytes, path: Path, skips: SkipLog) -> list[tuple[int | None, Any
         try:
             data.decode("utf-8")
         except UnicodeDecodeError:
-            skips.skip(path, None, "file is not UTF-8 text")
+            skips.skip(path, None, "file is not UTF-8 text", whole_file=True)
             return []
-        skips.skip(path, None, "malformed or truncated JSON document")
+        skips.skip(path, None, "malformed or truncated JSON document", whole_file=True)
         return []
     docs: list[tuple[int | None, Any]] = []
     for i, ln in enumerate(lines):

@@ -200,7 +200,8 @@ def _walk(root: Path, found: Discovery) -> list[tuple[Path, os.stat_result]]:
 
     def on_error(exc: OSError) -> None:
         found.skips.skip(exc.filename or root, None,
-                         f"folder not readable ({exc.strerror or exc}): skipped")
+                         f"folder not readable ({exc.strerror or exc}): skipped",
+                         whole_file=True)
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=on_error, followlinks=True):
         here = Path(dirpath)
@@ -225,18 +226,20 @@ def _walk(root: Path, found: Discovery) -> list[tuple[Path, os.stat_result]]:
             try:
                 st = os.stat(p)
             except FileNotFoundError:
-                found.skips.skip(p, None, "broken symbolic link: skipped")
+                found.skips.skip(p, None, "broken symbolic link: skipped", whole_file=True)
                 continue
             except OSError as exc:
-                found.skips.skip(p, None, f"cannot read it ({exc.strerror or exc}): skipped")
+                found.skips.skip(p, None, f"cannot read it ({exc.strerror or exc}): skipped",
+                                 whole_file=True)
                 continue
             if stat.S_ISDIR(st.st_mode):  # a link to a folder that os.walk listed as a file
                 continue
             if not stat.S_ISREG(st.st_mode):
-                found.skips.skip(p, None, f"not a regular file ({_kind(st.st_mode)}): skipped")
+                found.skips.skip(p, None, f"not a regular file ({_kind(st.st_mode)}): skipped",
+                                 whole_file=True)
                 continue
             if not os.access(p, os.R_OK):
-                found.skips.skip(p, None, "permission denied: skipped")
+                found.skips.skip(p, None, "permission denied: skipped", whole_file=True)
                 continue
             out.append((p, st))
     out.sort(key=lambda item: item[0])
@@ -278,7 +281,8 @@ def discover(
             except InputError as exc:
                 if named or strict:
                     raise
-                found.skips.skip(f, None, f"{exc.message.split(': ', 1)[-1]}: skipped")
+                found.skips.skip(f, None, f"{exc.message.split(': ', 1)[-1]}: skipped",
+                                 whole_file=True)
                 continue
             if reader is None:
                 found.unrecognized.append(f)
