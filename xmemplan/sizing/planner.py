@@ -146,7 +146,7 @@ class SizeResult:
     kv_bytes_per_token: float
     working_set_bytes: float | None
     options: list[OptionResult]
-    recommended_nodes: int | None
+    recommended_nodes: int | None  # what the answer recommends: 0 when X-Mem is not bought
     nodes_for_bandwidth: int | None
     nodes_for_capacity: int
     gpus_host_dram: int | None
@@ -158,6 +158,7 @@ class SizeResult:
     reasons: list[str]
     assumptions: list[dict[str, str]]
     excluded_over_context: int = 0
+    xmem_option_nodes: int | None = None  # the nodes the X-Mem option needs, bought or not
     concurrency: int | None = None
     shape: str = "tp1"
     kv_dtype_bytes: int = 2
@@ -621,7 +622,10 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         prompt_tokens_p50=w.prompt_p50, hit_ratio=w.token_hit_ratio,
         kv_bytes_per_token=p.kvb_all,
         working_set_bytes=None if ws is None else ws * p.kvb_all,
-        options=options, recommended_nodes=n_rec, nodes_for_bandwidth=n_bw,
+        options=options, xmem_option_nodes=n_rec,
+        # the answer line's count: 0 when host DRAM or HBM alone is the cheaper answer
+        recommended_nodes=n_rec if cheapest == "xmem" else (None if cheapest == "none" else 0),
+        nodes_for_bandwidth=n_bw,
         nodes_for_capacity=n_cap, gpus_host_dram=g_host, gpus_xmem=g_x,
         gpus_saved_by_xmem=saved, headroom_ms=headroom, table=table, load_curve=curve,
         reasons=reasons,
