@@ -306,6 +306,31 @@ def test_plan_from_size(capsys, monkeypatch, tmp_path):
     assert doc["classes"][0]["name"] == "warm"
 
 
+def test_plan_kv_dtype_sets_the_page_size(capsys, monkeypatch, tmp_path):
+    """A plan sized with --kv-dtype fp8 is replayed with fp8 pages (half the bytes of the
+    same plan in bf16), and validate says so; a bad kv_dtype_bytes names the field."""
+    monkeypatch.setenv("COLUMNS", "200")
+    page = {}
+    for dtype in ("bf16", "fp8"):
+        assert run(["size", "--ttft-slo", "500ms", "--prompt-tokens", "2048", "--hit-rate",
+                    "0.9", "--model", "qwen3-30b-a3b", "--kv-dtype", dtype,
+                    "--format", "json"]) == ExitCode.OK
+        plan = tmp_path / f"plan-{dtype}.json"
+        plan.write_text(capsys.readouterr().out)
+        code, out, err = cli(["--plan", str(plan), "--repeats", "1", *TOL, "--format", "json"],
+                             capsys, monkeypatch, columns=400)
+        assert code == ExitCode.OK, err
+        doc = json.loads(out)
+        page[dtype] = doc["page_bytes"]
+    assert page["fp8"] * 2 == page["bf16"] == 64 * 98_304
+    bad = json.loads((tmp_path / "plan-fp8.json").read_text())
+    bad["kv_dtype_bytes"] = 3
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    code, _, err = cli(["--plan", str(tmp_path / "bad.json")], capsys, monkeypatch,
+                       columns=200)
+    assert code == ExitCode.INPUT and "field 'kv_dtype_bytes'" in err
+
+
 def test_usage_errors(capsys, monkeypatch):
     assert cli(["--backend", "nvme"], capsys, monkeypatch)[0] == ExitCode.USAGE
     assert cli(["--real", "--emulate"], capsys, monkeypatch)[0] == ExitCode.USAGE

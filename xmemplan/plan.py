@@ -35,6 +35,8 @@ class Plan:
     hit_ratio: float
     concurrency: int | None
     recommended_nodes: int | None
+    kv_dtype_bytes: int | None = None  # 1: FP8 KV (size --kv-dtype fp8); None: the model's
+    shape: str | None = None  # deployment shape label (tp1, tp4 ep4, ...)
 
 
 def plan_from_doc(doc: Any, path: Path | None = None) -> Plan:
@@ -64,6 +66,11 @@ def plan_from_doc(doc: Any, path: Path | None = None) -> Plan:
 
     conc = doc.get("concurrency")
     nodes = doc.get("recommended_nodes")
+    kvb = doc.get("kv_dtype_bytes")
+    if kvb is not None and (isinstance(kvb, bool) or kvb not in (1, 2)):
+        raise InputError(f"{kvb!r} is not a KV element size", path=path,
+                         field="kv_dtype_bytes", hint="1 (fp8) or 2 (bf16/fp16)")
+    shape = doc.get("shape")
     return Plan(
         path=path,
         model=doc["model"],
@@ -74,6 +81,8 @@ def plan_from_doc(doc: Any, path: Path | None = None) -> Plan:
         else None,
         recommended_nodes=nodes if isinstance(nodes, int) and not isinstance(nodes, bool)
         else None,
+        kv_dtype_bytes=kvb,
+        shape=shape if isinstance(shape, str) and shape else None,
     )
 
 

@@ -148,6 +148,7 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
     if len(inputs) > 1:
         raise UsageError("give one of --plan, --workload, --traces")
     pairs: tuple[tuple[int, int], ...] = ()
+    kv_dtype: str | None = None
     source = "seed scenario (long prompts, high hit rate, scaled to this machine)"
     model, gpu = f["model"], f["gpu"]
     file_input = f["plan"] if f["plan"] is not None else f["workload"]
@@ -158,6 +159,12 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
         if got.concurrency and got.concurrency > 1:
             source += (f"; the plan assumes {got.concurrency} prefills in flight per GPU, "
                        "validate replays one per reader")
+        kv_dtype = got.kv_dtype
+        if kv_dtype == "fp8":
+            source += "; KV pages in fp8, as the plan was sized"
+        if got.shape and got.shape != "tp1":
+            source += (f"; the plan's shape is {got.shape}, validate replays one GPU holding "
+                       "the whole KV of each request (tp1)")
     elif f["traces"] is not None:
         pairs, source = pairs_from_traces([f["traces"]], f["max_requests"])
     opts = ValidateOptions(
@@ -171,7 +178,7 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
         prompt_tokens=f["prompt_tokens"], growth_tokens=f["growth_tokens"],
         pairs=pairs, max_requests=f["max_requests"],
         max_bytes=units.parse_bytes(f["max_bytes"], "--max-bytes"), repeats=f["repeats"],
-        catalog_files=tuple(str(p) for p in f["catalog"]), source=source,
+        catalog_files=tuple(str(p) for p in f["catalog"]), source=source, kv_dtype=kv_dtype,
     )
     _check_built(opts)
     return opts

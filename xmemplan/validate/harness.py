@@ -260,12 +260,19 @@ def _kib(n: float) -> str:
 def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResult:
     from xmemplan.backends.device import load_device
     from xmemplan.catalog import load_catalog
-    from xmemplan.sizing.model import Transfer, calibration_for, effective_bandwidth
+    from xmemplan.sizing.model import (
+        Transfer,
+        calibration_for,
+        effective_bandwidth,
+        with_kv_dtype,
+    )
 
     check_options(opts)
     started = time.perf_counter()
     cat = load_catalog(list(opts.catalog_files))
     model, gpu = cat.model(opts.model), cat.gpu(opts.gpu)
+    if opts.kv_dtype:  # a plan sized with --kv-dtype: its pages are that size
+        model = with_kv_dtype(model, opts.kv_dtype)
     tier = cat.tier(opts.tier or ("xmem" if opts.backend == "xmem" else "host-dram-pcie5"))
     calibration = calibration_for(cat, "sglang")
     page_bytes = model.kv_bytes_per_token * opts.page_tokens

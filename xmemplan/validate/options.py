@@ -34,6 +34,7 @@ class ValidateOptions:
     max_bytes: float = 4e9  # cap on the KV bytes moved (all readers together)
     capacity_bytes: float | None = None
     catalog_files: tuple[str, ...] = ()
+    kv_dtype: str | None = None  # KV element type of the replayed pages (a plan's; None: model's)
     seed: int = 0
     source: str = "seed scenario"
 

@@ -95,6 +95,8 @@ class FileWorkload:
     model: str | None = None
     gpu: str | None = None
     concurrency: int | None = None
+    kv_dtype: str | None = None  # a plan sized with --kv-dtype fp8: "fp8"
+    shape: str | None = None  # a plan's deployment shape label
 
 
 def pairs_from_file(path: Path, limit: int = 12) -> FileWorkload:
@@ -133,6 +135,7 @@ def pairs_from_file(path: Path, limit: int = 12) -> FileWorkload:
     return FileWorkload(
         ((int(prompt), int(prompt * ratio)),), f"plan {path}",
         model=got.model, gpu=got.gpu, concurrency=got.concurrency,
+        kv_dtype={1: "fp8", 2: "bf16"}.get(got.kv_dtype_bytes or 0), shape=got.shape,
     )
 
 
