@@ -28,7 +28,7 @@ content blocks; the lookback counts blocks). The model is a pure function of the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -68,6 +68,29 @@ class ModelCall:
     min_len: int
     warm: int = 0  # tokens the API's shared cache held before the conversation's first call
 
+    def trimmed(self) -> ModelCall:
+        """The same call holding only the bounds `replay` can look at: the lookback window
+        before the last breakpoint, and the breakpoints. A long session's calls then hold
+        a few dozen hashes each instead of every message's (N^2/2 over the session)."""
+        n = len(self.bounds)
+        if not n:
+            return self
+        last_bp = max(self.breakpoints) if self.breakpoints else n - 1
+        first = _window_start(self.blocks, last_bp)
+        keep = sorted(set(range(first, last_bp + 1)) | set(self.breakpoints))
+        if len(keep) == n:
+            return self
+        at = {j: k for k, j in enumerate(keep)}
+        return replace(self, bounds=self.bounds[keep], hashes=[self.hashes[j] for j in keep],
+                       blocks=self.blocks[keep], breakpoints=[at[j] for j in self.breakpoints])
+
+
+def _window_start(blocks: np.ndarray, last_bp: int) -> int:
+    """First bound within LOOKBACK_BLOCKS blocks of the last breakpoint (blocks are
+    cumulative, so the window is one run ending there)."""
+    lo = blocks[last_bp] - LOOKBACK_BLOCKS
+    return int(np.searchsorted(blocks[: last_bp + 1], lo, side="left"))
+
 
 @dataclass
 class ModelHit:
@@ -85,8 +108,8 @@ def replay(calls: Sequence[ModelCall]) -> list[ModelHit]:
     for c in calls:
         n = len(c.bounds)
         last_bp = max(c.breakpoints) if c.breakpoints else n - 1
-        lo_blocks = c.blocks[last_bp] - LOOKBACK_BLOCKS if n else 0
-        candidates = {j for j in range(n) if j <= last_bp and c.blocks[j] >= lo_blocks}
+        first = _window_start(c.blocks, last_bp) if n else 0
+        candidates = set(range(first, min(last_bp, n - 1) + 1))
         candidates.update(j for j in c.breakpoints if j <= last_bp)
         now = c.timestamp
         best = best_nottl = 0

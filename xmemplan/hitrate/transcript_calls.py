@@ -32,8 +32,10 @@ time of its newest prompt record), not from when the response was written.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,18 +70,65 @@ class CallsReport:
     notes: list[str] = field(default_factory=list)
 
 
+class _Chains:
+    """Chained content hashes of message lists (one per message: the prefix ending there).
+
+    A session resends its history: a list that starts with the previous list's own message
+    arrays reuses that list's hashes, so a session of N calls hashes each message once
+    instead of once per call (N^2/2). `last_shared` is how many leading messages the last
+    list shared with the one before it."""
+
+    def __init__(self, memo: dict[int, int]) -> None:
+        self.memo = memo
+        self.parts: Sequence[np.ndarray] = ()
+        self.chain: list[int] = []
+        self.cum: list[int] = [0]  # tokens up to the end of each message
+        self.last_shared = 0
+
+    def __call__(self, parts: Sequence[np.ndarray]) -> list[int]:
+        prev = self.parts
+        n = min(len(prev), len(parts))
+        # the usual case, checked in C: the whole previous list is this one's start
+        if all(map(operator.is_, islice(parts, n), islice(prev, n))):
+            k = n
+        else:
+            k = 0
+            while parts[k] is prev[k]:
+                k += 1
+        chain = self.chain[:k]
+        cum = self.cum[: k + 1]
+        h = chain[-1] if k else 0
+        total = cum[-1]
+        memo = self.memo
+        for p in parts[k:]:
+            d = memo.get(id(p))
+            if d is None:
+                d = memo[id(p)] = xxhash.xxh3_64_intdigest(np.ascontiguousarray(p).tobytes())
+            h = xxhash.xxh3_64_intdigest(h.to_bytes(8, "little") + d.to_bytes(8, "little"))
+            chain.append(h)
+            total += p.shape[0]
+            cum.append(total)
+        self.parts, self.chain, self.cum, self.last_shared = parts, chain, cum, k
+        return chain
+
+
 class _Trie:
     """Infinite prefix cache over prompts given as lists of token arrays (messages)."""
 
-    def __init__(self) -> None:
+    def __init__(self, memo: dict[int, int]) -> None:
         self.children: dict[int, list[np.ndarray]] = {}  # prefix hash -> next parts seen
         self.nodes: set[int] = set()
+        self.chains = _Chains(memo)
 
-    def match_insert(self, parts: Sequence[np.ndarray], hashes: Sequence[int]) -> int:
-        hit = 0
-        prev = 0
+    def match_insert(self, parts: Sequence[np.ndarray]) -> int:
+        hashes = self.chains(parts)
+        # The messages this prompt shares (the same arrays) with the last one are cached
+        # whole: every message of the last prompt was inserted when it was matched.
+        k = self.chains.last_shared
+        hit = self.chains.cum[k]
+        prev = hashes[k - 1] if k else 0
         full = True
-        for p, h in zip(parts, hashes):
+        for p, h in zip(parts[k:], hashes[k:]):
             if full and h in self.nodes:
                 hit += p.shape[0]
             elif full:
@@ -97,16 +146,20 @@ class _Trie:
         return hit
 
 
-def _chain(parts: Sequence[np.ndarray], memo: dict[int, int]) -> list[int]:
-    out = []
-    h = 0
-    for p in parts:
-        d = memo.get(id(p))
-        if d is None:
-            d = memo[id(p)] = xxhash.xxh3_64_intdigest(np.ascontiguousarray(p).tobytes())
-        h = xxhash.xxh3_64_intdigest(h.to_bytes(8, "little") + d.to_bytes(8, "little"))
-        out.append(h)
-    return out
+class _CallParts(Sequence[list[np.ndarray]]):
+    """Each call's messages, built when asked for (not all held at once: a session of N
+    calls would hold N^2/2 message references)."""
+
+    def __init__(self, calls: Sequence[Call]) -> None:
+        self.calls = calls
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self.calls[j].parts for j in range(*i.indices(len(self)))]
+        return self.calls[i].parts
 
 
 def _infinite(parts: Sequence[list[np.ndarray]], universe: list[Any], order: np.ndarray,
@@ -115,8 +168,10 @@ def _infinite(parts: Sequence[list[np.ndarray]], universe: list[Any], order: np.
     tries: dict[Any, _Trie] = {}
     hit = np.zeros(len(parts), dtype=np.int64)
     for i in order:
-        t = tries.setdefault(universe[i], _Trie())
-        hit[i] = t.match_insert(parts[i], _chain(parts[i], memo))
+        t = tries.get(universe[i])
+        if t is None:
+            t = tries[universe[i]] = _Trie(memo)
+        hit[i] = t.match_insert(parts[i])
     return hit
 
 
@@ -124,9 +179,12 @@ def _extends(prev: Sequence[np.ndarray], cur: Sequence[np.ndarray]) -> bool:
     """The current prompt starts with the whole previous one (same message arrays)."""
     if len(cur) < len(prev):
         return False
-    for a, b in zip(prev[:-1], cur):
-        if a is not b and not np.array_equal(a, b):
-            return False
+    k = len(prev) - 1
+    # the usual case, checked in C: the same message arrays
+    if not all(map(operator.is_, islice(prev, k), islice(cur, k))):
+        for a, b in zip(prev[:-1], cur):
+            if a is not b and not np.array_equal(a, b):
+                return False
     last, here = prev[-1], cur[len(prev) - 1]
     return bool(here.shape[0] >= last.shape[0]
                 and np.array_equal(here[: last.shape[0]], last))
@@ -164,7 +222,7 @@ def report(calls: Sequence[Call], file_of: Sequence[str], options: HitrateOption
            ) -> CallsReport:
     mode = options.hidden_prefix if options.hidden_prefix not in (None, "none") else "auto"
     calibrated = options.tokens == "calibrated"
-    plain = [c.parts for c in calls]
+    plain = _CallParts(calls)
     run = prepare(calls, mode, calibrated)  # the run's units, with the stand-in
     cal = prepare(calls, None, True)  # API units, no stand-in
     full = prepare(calls, mode, True)  # API units, with the stand-in
@@ -197,18 +255,20 @@ def report(calls: Sequence[Call], file_of: Sequence[str], options: HitrateOption
     # The API's cache rules over the calibrated calls with the stand-in.
     one_hour = _one_hour_contexts(calls)
     mcalls = []
+    chains = _Chains(memo)
     for i, c in enumerate(calls):
         parts = full.parts[i]
-        lens = np.array([p.shape[0] for p in parts], dtype=np.int64)
+        hashes = chains(parts)
         blocks = np.array(([1] if full.hidden[i] else []) + c.blocks, dtype=np.int64)
         bps = [0] if full.hidden[i] and len(parts) > 1 else []
         bps.append(len(parts) - 1)
         mcalls.append(A.ModelCall(
-            universe=0, timestamp=float(sent[i]), bounds=np.cumsum(lens),
-            hashes=_chain(parts, memo), blocks=np.cumsum(blocks), breakpoints=bps,
+            universe=0, timestamp=float(sent[i]),
+            bounds=np.array(chains.cum[1:], dtype=np.int64),
+            hashes=hashes, blocks=np.cumsum(blocks), breakpoints=bps,
             ttl_s=A.TTL_1H_S if c.context in one_hour else A.TTL_5M_S,
             min_len=A.min_cacheable(c.model), warm=int(warm[i]),
-        ))
+        ).trimmed())
     # The model replays in the order requests were sent.
     sorder = np.lexsort((np.arange(n), np.nan_to_num(sent, nan=np.inf)))
     mhits = A.replay([mcalls[i] for i in sorder])
@@ -233,9 +293,9 @@ def report(calls: Sequence[Call], file_of: Sequence[str], options: HitrateOption
             "timestamp_s": None if np.isnan(ts[i]) else float(ts[i]),
             "model": c.model, "version": c.version,
             "prompt_tokens_plain": c.tokens, "hit_tokens_plain": int(h0[i]),
-            "prompt_tokens_hidden": int(sum(p.shape[0] for p in run.parts[i])),
+            "prompt_tokens_hidden": int(run.tokens[i]),
             "hit_tokens_hidden": int(hh[i]), "hidden_prefix_tokens": int(run.hidden[i]),
-            "prompt_tokens_calibrated": int(sum(p.shape[0] for p in full.parts[i])),
+            "prompt_tokens_calibrated": int(full.tokens[i]),
             "hit_tokens_ceiling": int(hw[i]), "hit_tokens_anthropic": int(a[i]),
             "api_cached_tokens": rep[0] if rep else None,
             "api_prompt_tokens": rep[1] if rep else None,
@@ -253,7 +313,7 @@ def report(calls: Sequence[Call], file_of: Sequence[str], options: HitrateOption
         resid = 0.0
         base = float(warm[i])
         if j is not None and not edit and not compaction and calls[j].reported:
-            ours_prev = float(sum(p.shape[0] for p in full.parts[j]))
+            ours_prev = float(full.tokens[j])
             resid = calls[j].reported[1] - ours_prev
             base = float(calls[j].reported[1])
         rest = gap

@@ -671,24 +671,42 @@ class Call:
     compacted: bool  # the chain stops at a compact_boundary
     sidechain: bool
 
-    def _lineage(self) -> list[Call]:
-        out: list[Call] = []
+    def _built(self) -> tuple[list[np.ndarray], list[int]]:
+        """(parts, blocks) of the whole prompt: the new messages of each call of the base
+        chain, oldest first. Started from the last prompt built when this call's chain
+        passes through it (calls are read in order, so a session costs one pass over its
+        messages, not one per call)."""
+        chain: list[Call] = []
+        last = _LAST_BUILT[0] if _LAST_BUILT else None
         c: Call | None = self
+        start: tuple[list[np.ndarray], list[int]] = ([], [])
         while c is not None:
-            out.append(c)
+            if last is not None and c is last[0]:
+                start = (last[1], last[2])
+                break
+            chain.append(c)
             c = c.base
-        out.reverse()
-        return out
+        parts, blocks = list(start[0]), list(start[1])
+        for c in reversed(chain):
+            parts.extend(c.new)
+            blocks.extend(c.new_blocks)
+        _LAST_BUILT[:] = [(self, parts, blocks)]
+        return parts, blocks
 
     @property
     def parts(self) -> list[np.ndarray]:
-        """The prompt's messages as token arrays (built on each access)."""
-        return [p for c in self._lineage() for p in c.new]
+        """The prompt's messages as token arrays (built on each access; read-only)."""
+        return self._built()[0]
 
     @property
     def blocks(self) -> list[int]:
-        """Records (content blocks) per message of the prompt."""
-        return [b for c in self._lineage() for b in c.new_blocks]
+        """Records (content blocks) per message of the prompt (read-only)."""
+        return self._built()[1]
+
+
+# The last (call, parts, blocks) built by Call._built: a strong reference, so a call's id is
+# never reused while it is the start of the next build.
+_LAST_BUILT: list[tuple[Call, list[np.ndarray], list[int]]] = []
 
 
 @dataclass

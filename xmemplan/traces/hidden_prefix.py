@@ -198,13 +198,21 @@ class Prepared:
 
     @property
     def parts(self) -> _Parts:
-        """Per call, the whole list of arrays (built on each access)."""
-        return _Parts(self)
+        """Per call, the whole list of arrays (built on each access, from the last one
+        built when the call extends it). Read-only: do not change a returned list."""
+        got = self.__dict__.get("_parts")
+        if got is None:
+            got = self.__dict__["_parts"] = _Parts(self)
+        return got
 
 
 class _Parts(Sequence[list[np.ndarray]]):
     def __init__(self, prepared: Prepared) -> None:
         self.p = prepared
+        # The last list built: a call whose base chain reaches it starts from a copy of it
+        # instead of walking the chain to the first call (sessions are read in order, so
+        # building every call's list is linear in the session, not quadratic).
+        self._last: tuple[int, list[np.ndarray]] | None = None
 
     def __len__(self) -> int:
         return len(self.p.new)
@@ -220,10 +228,17 @@ class _Parts(Sequence[list[np.ndarray]]):
             return [self[j] for j in range(*i.indices(len(self)))]
         chunks = []
         at: int | None = int(i)
+        last = self._last
+        head: list[np.ndarray] = []
         while at is not None:
+            if last is not None and at == last[0]:
+                head = last[1]
+                break
             chunks.append(self.p.new[at])
             at = self.p.base[at]
-        return [a for new in reversed(chunks) for a in new]
+        out = head + [a for new in reversed(chunks) for a in new]
+        self._last = (int(i), out)
+        return out
 
 
 def _scaled(parts: list[np.ndarray], k: float, memo: dict[int, np.ndarray]
