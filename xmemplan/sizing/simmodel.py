@@ -99,7 +99,9 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         sm_interference=interf,
         hbm_bandwidth=hbm,
         kv_bytes_per_token=kvb,
-        # Every pass (a prefill batch or a decode step) pays the per-layer floor.
+        # The per-layer pass floor rides with t0 (paid by a batch in which a request
+        # starts; a chunked prefill's later passes do not pay it again) and with every
+        # decode step.
         fixed_s=cal.fixed_overhead_s + floor,
         per_token_s=cal.per_token_overhead_s,
         decode_fixed_s=s.decode_fixed_s + floor,
