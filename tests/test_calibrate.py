@@ -214,6 +214,19 @@ def test_cpu_validate_result_is_refused_not_a_crash(tmp_path):
     assert run(["calibrate", str(p)]) == 3
 
 
+def test_decode_rows_print_in_ms_not_as_ratios(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    f = tmp_path / "tpot.csv"
+    f.write_text("gpu,model,engine,tier,prompt_tokens,hit_tokens,concurrency,ttft_ms,quantity\n"
+                 "h100-sxm,qwen3-30b-a3b,vllm,hbm,128,128,1,9.6,tpot_ms\n"
+                 "h100-sxm,qwen3-30b-a3b,vllm,hbm,2048,2048,1,9.9,tpot_ms\n")
+    assert run(["calibrate", str(f), "-o", str(tmp_path / "o.toml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Fitted 1 constant on 2 points")
+    rows = [ln for ln in out.splitlines() if ln.startswith("│") and "decode" in ln]
+    assert len(rows) == 2 and all("x" not in ln.split("│")[3] for ln in rows), rows
+    assert "layer_latency" in (tmp_path / "o.toml").read_text()
+
+
 def test_public_points_table_is_whole_at_80_columns(tmp_path: Path, capsys,  # type: ignore[no-untyped-def]
                                                     monkeypatch) -> None:
     """Every table row closes with its right border at 80 columns (rich crops a table

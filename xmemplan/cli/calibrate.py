@@ -100,7 +100,8 @@ def calibrate(
         render.emit_json(doc)
         return
     loo_txt = f"{med_loo:.1%}" if math.isfinite(med_loo) else "n/a (too few points)"
-    render.line(f"Fitted {len(params)} constants on {len(points)} points: median |error| "
+    render.line(f"Fitted {len(params)} constant{'s' if len(params) != 1 else ''} on "
+                f"{len(points)} points: median |error| "
                 f"{med:.1%}, leave-one-out {loo_txt}.")
     render.line(f"Overlay written to {out} (pass it to size/validate --catalog).")
     render.table(["constant", "value"],
@@ -112,7 +113,8 @@ def calibrate(
           f"{(pr - p.value) / p.value:+.1%}",
           f"{(lo - p.value) / p.value:+.1%}" if math.isfinite(lo) else "n/a"]
          for p, pr, lo in rows],
-        title="Per point: TTFT in ms (ratios: x); LOO = fitted without that point")
+        title="Per point: ms (TTFT; decode: one step), ratios as x; LOO = fitted without "
+              "that point")
     for n in notes:
         render.line(f"note: {n}")
 
@@ -156,7 +158,8 @@ def _write_overlay(out: Path, params: dict[str, float], points: list[Any],
 
 
 def _v(quantity: str, v: float) -> str:
-    return f"{v:.2f}x" if quantity != "ttft_ms" else f"{v:,.1f}"
+    """A ratio as '4.60x'; a time (TTFT, decode step) in ms."""
+    return f"{v:.2f}x" if quantity.startswith("ratio") else f"{v:,.1f}"
 
 
 def _toml_str(s: str) -> str:
