@@ -52,9 +52,11 @@ def test_one_request_alone_is_the_model(overlap: str, tier: str) -> None:
     s = _setup(overlap)
     e = engine_for(s, replicas=1, nodes=1, load_tier=tier)
     rng = np.random.default_rng(7)
-    for _ in range(20):
+    for n in range(22):
         prompt = float(rng.integers(1, 200_000))
         new = float(rng.integers(0, min(prompt, 8192) + 1))  # one forward pass
+        if n < 2:  # a prompt cached whole (one pass of one token) and one new token
+            new = float(n)
         hit = prompt - new
         tr = Traffic(np.array([0.0]), np.array([prompt]),
                      hit_dram=np.array([hit if tier == "host" else 0.0]),

@@ -325,8 +325,10 @@ def default_chunk_tokens(gpu: GpuSpec) -> int:
 
 
 def forward_passes(new_tokens: ArrayLike, chunk_tokens: int) -> Any:
+    """Forward passes to prefill `new_tokens`: at least one, since even a prompt cached
+    whole runs a pass to produce its first token."""
     n = np.asarray(new_tokens, dtype=np.float64)
-    return np.ceil(n / max(1, chunk_tokens))
+    return np.maximum(1.0, np.ceil(n / max(1, chunk_tokens)))
 
 
 def over_max_context(model: ModelSpec, prompt_tokens: ArrayLike) -> Any:
@@ -415,7 +417,7 @@ def compute_parts(
     new = s - p
     chunk = chunk_tokens or default_chunk_tokens(gpu)
     passes = forward_passes(new, chunk)
-    per_pass_tokens = np.minimum(new, chunk)
+    per_pass_tokens = np.maximum(np.minimum(new, chunk), 1.0)
     hbm = gpu.hbm_bandwidth_bytes_per_s * calibration.hbm_efficiency
     w_s = passes * active_weight_bytes(model, per_pass_tokens, shape) / hbm
     kv_s = passes * s * kv_bytes_per_token_per_gpu(model, shape) / hbm
@@ -431,8 +433,7 @@ def pass_latency_seconds(model: ModelSpec, new_tokens: ArrayLike,
     """The per-layer time floor each forward pass adds: passes x layers x layer_latency.
 
     A pass of a few tokens is neither FLOP- nor weight-read-bound: its small kernels
-    (norms, routing, launches) take about the same time at any size. 0 when nothing is
-    computed."""
+    (norms, routing, launches) take about the same time at any size."""
     return forward_passes(new_tokens, chunk_tokens) * model.layers * calibration.layer_latency_s
 
 

@@ -71,8 +71,8 @@ INF = np.inf
 # fpar indices
 F_LIN, F_ATTN, F_WFULL, F_WTOK, F_HBM, F_KVB, F_T0, F_TOK_OVH, F_DEC_OVH = range(9)
 F_DRAM_CAP, F_SWITCH_BW, F_DRAM_LAT, F_XMEM_CAP, F_NODE_BW, F_XMEM_LAT = range(9, 15)
-F_MISS, F_INTERF, F_KVCAP = 15, 16, 17
-N_FPAR = 18
+F_MISS, F_INTERF, F_KVCAP, F_PASS = 15, 16, 17, 18
+N_FPAR = 19
 # ipar indices
 I_REPLICAS, I_CHUNK, I_MAXB, I_OVERLAP, I_LAYERS, I_MIXED, I_PER_SWITCH = range(7)
 N_IPAR = 7
@@ -156,6 +156,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
     t0 = fpar[F_T0]
     tok_ovh = fpar[F_TOK_OVH]
     dec_ovh = fpar[F_DEC_OVH]
+    pass_ovh = fpar[F_PASS]
     cap = np.empty(2)
     cap[0] = fpar[F_DRAM_CAP]
     cap[1] = fpar[F_XMEM_CAP]
@@ -551,6 +552,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         break
                     i = qnext[i]
                 bcount[r] = k
+                fixed += pass_ovh
                 if first:
                     fixed += t0
                 if mixed == 1 and dcount[r] > 0:
@@ -564,7 +566,9 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                 lin_t += lin * nd
                 attn_t += attn * (2.0 * dctx[r] + nd)
                 kv_read += dctx[r] * kvb
-            wb = wdense + wexp * (1.0 - miss ** tokens) if tokens > 0 else 0.0
+            # a batch of prompts cached whole still runs one pass of one token each
+            wtok = tokens if tokens > 0 else float(bcount[r])
+            wb = wdense + wexp * (1.0 - miss ** wtok) if wtok > 0 else 0.0
             w_t = wb / hbm
             kv_t = kv_read / hbm
             comp = (lin_t if lin_t >= w_t else w_t) + (attn_t if attn_t >= kv_t else kv_t)
@@ -723,6 +727,7 @@ class Engine:
     fixed_s: float = 0.0
     per_token_s: float = 0.0
     decode_fixed_s: float = 0.0
+    pass_fixed_s: float = 0.0  # every prefill batch (one forward pass): the layer floor
     dram_bandwidth: float = 1.0
     switch_bandwidth: float = INF
     dram_latency_s: float = 0.0
@@ -750,6 +755,7 @@ class Engine:
         f[F_T0] = self.fixed_s
         f[F_TOK_OVH] = self.per_token_s
         f[F_DEC_OVH] = self.decode_fixed_s
+        f[F_PASS] = self.pass_fixed_s
         f[F_DRAM_CAP] = self.dram_bandwidth
         f[F_SWITCH_BW] = self.switch_bandwidth
         f[F_DRAM_LAT] = self.dram_latency_s

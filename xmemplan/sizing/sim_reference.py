@@ -316,6 +316,7 @@ def simulate_reference(traffic: Traffic, engine: Engine, *,  # noqa: C901
                     rp.batch.append((i, take))
                     if take < need:
                         break
+                fixed += e.pass_fixed_s
                 if first:
                     fixed += e.fixed_s
                 rp.decode = bool(e.mixed and rp.running)
@@ -328,8 +329,10 @@ def simulate_reference(traffic: Traffic, engine: Engine, *,  # noqa: C901
                 lin_t += e.lin_s_per_token * nd
                 attn_t += e.attn_s_per_unit * (2.0 * rp.ctx + nd)
                 kv_read += rp.ctx * e.kv_bytes_per_token
-            wb = (e.dense_weight_bytes + e.expert_weight_bytes * (1.0 - e.expert_miss ** tokens)
-                  if tokens > 0 else 0.0)
+            # a batch of prompts cached whole still runs one pass of one token each
+            wtok = tokens if tokens > 0 else float(len(rp.batch))
+            wb = (e.dense_weight_bytes + e.expert_weight_bytes * (1.0 - e.expert_miss ** wtok)
+                  if wtok > 0 else 0.0)
             w_t = wb / e.hbm_bandwidth
             kv_t = kv_read / e.hbm_bandwidth
             rp.compute = max(lin_t, w_t) + max(attn_t, kv_t)

@@ -99,12 +99,11 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         sm_interference=interf,
         hbm_bandwidth=hbm,
         kv_bytes_per_token=kvb,
-        # The per-layer pass floor rides with t0 (paid by a batch in which a request
-        # starts; a chunked prefill's later passes do not pay it again) and with every
-        # decode step.
-        fixed_s=cal.fixed_overhead_s + floor,
+        # The per-layer pass floor: every prefill batch and every decode step is a pass.
+        fixed_s=cal.fixed_overhead_s,
         per_token_s=cal.per_token_overhead_s,
         decode_fixed_s=s.decode_fixed_s + floor,
+        pass_fixed_s=floor,
         dram_bandwidth=dram_cap,
         switch_bandwidth=switch,
         dram_latency_s=s.host.latency_s,
