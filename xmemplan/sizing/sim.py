@@ -120,17 +120,67 @@ def _heap_pop(ht: np.ndarray, hi: np.ndarray, n: int) -> int:
     return n
 
 
-@njit(cache=True)
-def _decode_step(nd, ctx, lin, attn, kvb, wdense, wexp, miss, hbm):  # noqa: ANN001, ANN202
-    """Compute time of one decode step of `nd` requests holding `ctx` tokens in all."""
-    tokens = 0.0 + nd
-    lin_t = 0.0 + lin * nd
-    attn_t = 0.0 + attn * (2.0 * ctx + nd)
-    kv_read = 0.0 + ctx * kvb
-    wb = wdense + wexp * (1.0 - miss ** tokens) if tokens > 0 else 0.0
+@njit(cache=True, inline="always")
+def _pass_time(wtok, lin_t, attn_t, kv_read, wdense, wexp, miss, hbm):  # noqa: ANN001, ANN202
+    """One pass: per operator class the larger of FLOP time and HBM byte time (weights of
+    the experts `wtok` tokens route to; the KV read), as model.compute_parts."""
+    wb = wdense + wexp * (1.0 - miss ** wtok) if wtok > 0 else 0.0
     w_t = wb / hbm
     kv_t = kv_read / hbm
     return (lin_t if lin_t >= w_t else w_t) + (attn_t if attn_t >= kv_t else kv_t)
+
+
+@njit(cache=True)
+def _decode_step(nd, ctx, lin, attn, kvb, wdense, wexp, miss, hbm):  # noqa: ANN001, ANN202
+    """Compute time of one decode step of `nd` requests holding `ctx` tokens in all."""
+    return _pass_time(0.0 + nd, lin * nd, attn * (2.0 * ctx + nd), ctx * kvb, wdense, wexp,
+                      miss, hbm)
+
+
+@njit(cache=True, inline="always")
+def _advance(active, nact, f_rem, f_rate, dt):  # noqa: ANN001, ANN202
+    """Every active load moves on by `dt` seconds at its current rate."""
+    for a in range(nact):
+        g = active[a]
+        f_rem[g] -= f_rate[g] * dt
+
+
+@njit(cache=True, inline="always")
+def _add_flow(active, nact, free, nfree, f_rem, f_rate, f_tier, f_rep, f_owner,  # noqa: ANN001, ANN202
+              cnt_gpu, cnt_sw, per_switch, cnt_x, cap, switch_bw, node_bw,
+              nbytes, tier, r, owner):
+    """Start a load of `nbytes` from `tier` to replica `r` (the active loads must have been
+    advanced to now) and re-rate every load. Returns (nact, nfree, cnt_x)."""
+    nfree -= 1
+    f = free[nfree]
+    f_rem[f] = nbytes
+    f_tier[f] = tier
+    f_rep[f] = r
+    f_owner[f] = owner
+    active[nact] = f
+    nact += 1
+    cnt_gpu[r, tier] += 1
+    if tier == 0:
+        cnt_sw[r // per_switch] += 1
+    else:
+        cnt_x += 1
+    _rerate(active, nact, f_tier, f_rep, f_rate, cap, cnt_gpu, cnt_sw, per_switch,
+            switch_bw, node_bw, cnt_x)
+    return nact, nfree, cnt_x
+
+
+@njit(cache=True, inline="always")
+def _rerate(active, nact, f_tier, f_rep, f_rate, cap, cnt_gpu, cnt_sw, per_switch,  # noqa: ANN001, ANN202
+            switch_bw, node_bw, cnt_x):
+    """Rates after the set of loads changed: a GPU's link shared by its loads of that tier,
+    capped by the share of the PCIe switch (host DRAM) or of the X-Mem nodes."""
+    for a in range(nact):
+        g = active[a]
+        tr = f_tier[g]
+        rg = f_rep[g]
+        rate = cap[tr] / cnt_gpu[rg, tr]
+        sh = switch_bw / cnt_sw[rg // per_switch] if tr == 0 else node_bw / cnt_x
+        f_rate[g] = rate if rate < sh else sh
 
 
 @njit(cache=True)
@@ -278,9 +328,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
 
         if t_f <= t_r and t_f <= t_h:
             # --- a load ends ---------------------------------------------------------
-            for a in range(nact):
-                f = active[a]
-                f_rem[f] -= f_rate[f] * (now - f_last)
+            _advance(active, nact, f_rem, f_rate, now - f_last)
             f_last = now
             f = active[f_min]
             f_rem[f] = 0.0
@@ -321,14 +369,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                     rend[rr] = e
                     rstate[rr] = 1
                     rhn = _heap_push(rh_t, rh_i, rhn, e, rr)
-            # rates change
-            for a in range(nact):
-                g = active[a]
-                tr = f_tier[g]
-                rg = f_rep[g]
-                rate = cap[tr] / cnt_gpu[rg, tr]
-                sh = switch_bw / cnt_sw[rg // per_switch] if tr == 0 else node_bw / cnt_x
-                f_rate[g] = rate if rate < sh else sh
+            _rerate(active, nact, f_tier, f_rep, f_rate, cap, cnt_gpu, cnt_sw, per_switch,
+                    switch_bw, node_bw, cnt_x)
             continue
 
         if t_r <= t_h:
@@ -431,32 +473,12 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         tok = hit_dram[i] if tier == 0 else hit_xmem[i]
                         if tok > 0:
                             nb += 1
-                            # new flow
-                            for a in range(nact):
-                                g = active[a]
-                                f_rem[g] -= f_rate[g] * (now - f_last)
+                            _advance(active, nact, f_rem, f_rate, now - f_last)
                             f_last = now
-                            nfree -= 1
-                            f = free[nfree]
-                            f_rem[f] = tok * kvb
-                            f_tier[f] = tier
-                            f_rep[f] = r
-                            f_owner[f] = i
-                            active[nact] = f
-                            nact += 1
-                            cnt_gpu[r, tier] += 1
-                            if tier == 0:
-                                cnt_sw[r // per_switch] += 1
-                            else:
-                                cnt_x += 1
-                            for a in range(nact):
-                                g = active[a]
-                                tr = f_tier[g]
-                                rg = f_rep[g]
-                                rate = cap[tr] / cnt_gpu[rg, tr]
-                                sh = (switch_bw / cnt_sw[rg // per_switch] if tr == 0
-                                      else node_bw / cnt_x)
-                                f_rate[g] = rate if rate < sh else sh
+                            nact, nfree, cnt_x = _add_flow(
+                                active, nact, free, nfree, f_rem, f_rate, f_tier, f_rep,
+                                f_owner, cnt_gpu, cnt_sw, per_switch, cnt_x, cap, switch_bw,
+                                node_bw, tok * kvb, tier, r, i)
                     loaded[i] = 1
                 if nb > 0:
                     pending_flows[i] = nb
@@ -568,10 +590,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                 kv_read += dctx[r] * kvb
             # a batch of prompts cached whole still runs one pass of one token each
             wtok = tokens if tokens > 0 else float(bcount[r])
-            wb = wdense + wexp * (1.0 - miss ** wtok) if wtok > 0 else 0.0
-            w_t = wb / hbm
-            kv_t = kv_read / hbm
-            comp = (lin_t if lin_t >= w_t else w_t) + (attn_t if attn_t >= kv_t else kv_t)
+            comp = _pass_time(wtok, lin_t, attn_t, kv_read, wdense, wexp, miss, hbm)
             rcomp[r] = comp
             rfixed[r] = fixed
             nb = 0
@@ -579,30 +598,12 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                 b = dram_b if tier == 0 else xmem_b
                 if b > 0:
                     nb += 1
-                    for a in range(nact):
-                        g = active[a]
-                        f_rem[g] -= f_rate[g] * (now - f_last)
+                    _advance(active, nact, f_rem, f_rate, now - f_last)
                     f_last = now
-                    nfree -= 1
-                    f = free[nfree]
-                    f_rem[f] = b
-                    f_tier[f] = tier
-                    f_rep[f] = r
-                    f_owner[f] = -1 - r
-                    active[nact] = f
-                    nact += 1
-                    cnt_gpu[r, tier] += 1
-                    if tier == 0:
-                        cnt_sw[r // per_switch] += 1
-                    else:
-                        cnt_x += 1
-                    for a in range(nact):
-                        g = active[a]
-                        tr = f_tier[g]
-                        rg = f_rep[g]
-                        rate = cap[tr] / cnt_gpu[rg, tr]
-                        sh = switch_bw / cnt_sw[rg // per_switch] if tr == 0 else node_bw / cnt_x
-                        f_rate[g] = rate if rate < sh else sh
+                    nact, nfree, cnt_x = _add_flow(
+                        active, nact, free, nfree, f_rem, f_rate, f_tier, f_rep, f_owner,
+                        cnt_gpu, cnt_sw, per_switch, cnt_x, cap, switch_bw, node_bw, b, tier,
+                        r, -1 - r)
             if nb > 0:
                 rflows[r] = nb
                 rload_end[r] = now
