@@ -427,14 +427,22 @@ def compute_parts(
     return flop_part, byte_part
 
 
-def pass_latency_seconds(model: ModelSpec, new_tokens: ArrayLike,
-                         calibration: Calibration = DEFAULT_CALIBRATION,
-                         chunk_tokens: int = 8192) -> Any:
-    """The per-layer time floor each forward pass adds: passes x layers x layer_latency.
+def pass_floor_seconds(model: ModelSpec, calibration: Calibration = DEFAULT_CALIBRATION
+                       ) -> float:
+    """The time floor of one forward pass: layers x layer_latency.
 
     A pass of a few tokens is neither FLOP- nor weight-read-bound: its small kernels
     (norms, routing, launches) take about the same time at any size."""
-    return forward_passes(new_tokens, chunk_tokens) * model.layers * calibration.layer_latency_s
+    return model.layers * calibration.layer_latency_s
+
+
+def pass_latency_seconds(model: ModelSpec, gpu: GpuSpec, prompt_tokens: ArrayLike,
+                         hit_tokens: ArrayLike, calibration: Calibration = DEFAULT_CALIBRATION,
+                         chunk_tokens: int | None = None) -> Any:
+    """The floor of prefilling S - P tokens: passes x `pass_floor_seconds`."""
+    s, p = _check_tokens(prompt_tokens, hit_tokens)
+    passes = forward_passes(s - p, chunk_tokens or default_chunk_tokens(gpu))
+    return passes * pass_floor_seconds(model, calibration)
 
 
 def compute_seconds(
@@ -447,10 +455,8 @@ def compute_seconds(
     flop_s, bytes_s = compute_parts(model, gpu, prompt_tokens, hit_tokens, calibration,
                                     shape=shape, attention_dtype=attention_dtype,
                                     chunk_tokens=chunk_tokens)
-    s, p = _check_tokens(prompt_tokens, hit_tokens)
-    floor = pass_latency_seconds(model, s - p, calibration,
-                                 chunk_tokens or default_chunk_tokens(gpu))
-    return flop_s + bytes_s + floor
+    return flop_s + bytes_s + pass_latency_seconds(model, gpu, prompt_tokens, hit_tokens,
+                                                   calibration, chunk_tokens)
 
 
 def transfer_efficiency(tier: TierSpec, chunk_bytes: float, io: str = "kernel") -> float:
@@ -674,9 +680,8 @@ def ttft(
     flop_s, bytes_s = compute_parts(model, gpu, prompt_tokens, hit_tokens, calibration,
                                     shape=shape, attention_dtype=attention_dtype,
                                     chunk_tokens=chunk_tokens)
-    s_tok, p_tok = _check_tokens(prompt_tokens, hit_tokens)
-    floor = pass_latency_seconds(model, s_tok - p_tok, calibration,
-                                 chunk_tokens or default_chunk_tokens(gpu))
+    floor = pass_latency_seconds(model, gpu, prompt_tokens, hit_tokens, calibration,
+                                 chunk_tokens)
     comp = flop_s + bytes_s
     bw = (effective_bandwidth(model, gpu, tier, nodes=nodes, gpus_loading=gpus_loading,
                               transfer=transfer, calibration=calibration, loaders=loaders)

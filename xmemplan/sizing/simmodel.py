@@ -82,7 +82,7 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     kv_cap = max(0.0, g.hbm_capacity_bytes * HBM_USABLE - M.weight_bytes_per_gpu(m, shape)) / kvb
     tier = s.host if load_tier == "host" else s.xmem
     interf = M.sm_interference_fraction(tier, s.transfer, s.overlap)
-    floor = m.layers * cal.layer_latency_s
+    floor = M.pass_floor_seconds(m, cal)
     return Engine(
         replicas=replicas,
         chunk_tokens=s.chunk_tokens or M.default_chunk_tokens(g),
