@@ -70,6 +70,17 @@ class CallsReport:
     notes: list[str] = field(default_factory=list)
 
 
+def _shared_objects(a: Sequence[Any], b: Sequence[Any], n: int) -> int:
+    """How many of the first `n` items of `a` and `b`, from the start, are the same
+    objects (the usual case, all of them, is checked in C)."""
+    if all(map(operator.is_, islice(a, n), islice(b, n))):
+        return n
+    k = 0
+    while a[k] is b[k]:
+        k += 1
+    return k
+
+
 class _Chains:
     """Chained content hashes of message lists (one per message: the prefix ending there).
 
@@ -87,14 +98,7 @@ class _Chains:
 
     def __call__(self, parts: Sequence[np.ndarray]) -> list[int]:
         prev = self.parts
-        n = min(len(prev), len(parts))
-        # the usual case, checked in C: the whole previous list is this one's start
-        if all(map(operator.is_, islice(parts, n), islice(prev, n))):
-            k = n
-        else:
-            k = 0
-            while parts[k] is prev[k]:
-                k += 1
+        k = _shared_objects(parts, prev, min(len(prev), len(parts)))
         chain = self.chain[:k]
         cum = self.cum[: k + 1]
         h = chain[-1] if k else 0
@@ -180,11 +184,10 @@ def _extends(prev: Sequence[np.ndarray], cur: Sequence[np.ndarray]) -> bool:
     if len(cur) < len(prev):
         return False
     k = len(prev) - 1
-    # the usual case, checked in C: the same message arrays
-    if not all(map(operator.is_, islice(prev, k), islice(cur, k))):
-        for a, b in zip(prev[:-1], cur):
-            if a is not b and not np.array_equal(a, b):
-                return False
+    same = _shared_objects(prev, cur, k)
+    for a, b in zip(prev[same:k], cur[same:]):
+        if a is not b and not np.array_equal(a, b):
+            return False
     last, here = prev[-1], cur[len(prev) - 1]
     return bool(here.shape[0] >= last.shape[0]
                 and np.array_equal(here[: last.shape[0]], last))
