@@ -129,7 +129,6 @@ def _write_overlay(out: Path, params: dict[str, float], points: list[Any],
     glob: list[str] = []
     for key, name, fmt in (("eta_linear", "eta_linear", "{:.4f}"),
                            ("eta_attention", "eta_attention", "{:.4f}"),
-                           ("host_bw", "host_bandwidth", '"{:.4f}GB/s"'),
                            ("host_eff", "host_efficiency", "{:.4f}"),
                            ("xmem_bw", "xmem_bandwidth", '"{:.4f}GB/s"'),
                            ("hbm_eff", "hbm_efficiency", "{:.4f}"),

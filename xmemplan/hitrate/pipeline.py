@@ -445,8 +445,7 @@ def analyze(
     hit = replayed.column(S.HIT_TOKENS)
     summary = summarize(codes, replayed.column(S.REQUEST_INDEX), prompt, hit)
     summary["skipped"] = {
-        # a skip without a line number is a whole file (unreadable, truncated, a broken link)
-        "lines": skips.total - skips.files,
+        "lines": skips.lines,
         "files": skips.files,
         "by_reason": dict(skips.counts),
         "unrecognized_files": len(found.unrecognized),

@@ -229,14 +229,13 @@ def _engine_cal(params: dict[str, float], engine: str, base: Calibration) -> Cal
     if "eta_linear" in params:  # a fitted eta_linear replaces the per-dtype values
         ch["eta_linear_by_dtype"] = {}
     for k, attr in (("eta_linear", "eta_linear"), ("eta_attention", "eta_attention"),
-                    ("host_bw", "host_bandwidth_bytes_per_s"),
                     ("host_eff", "host_efficiency"),
                     ("xmem_bw", "xmem_bandwidth_bytes_per_s"),
                     ("hbm_eff", "hbm_efficiency"),
                     ("layer_s", "layer_latency_s")):
         if k in params:
             ch[attr] = params[k]
-    if "host_eff" in params and "host_bw" not in params:
+    if "host_eff" in params:  # the fitted share replaces any absolute host figure
         ch["host_bandwidth_bytes_per_s"] = None
     by_gpu = dict(base.eta_attention_by_gpu)
     for k, v in params.items():
@@ -371,7 +370,6 @@ def _start(name: str, base: Calibration) -> float:
     if name.startswith("eta_attention:"):
         return base.eta_attention_by_gpu.get(name.split(":")[1], base.eta_attention)
     return float({
-        "host_bw": base.host_bandwidth_bytes_per_s or 50e9,
         "host_eff": base.host_efficiency or 0.9,
         "layer_s": base.layer_latency_s or 1e-4,
         "xmem_bw": base.xmem_bandwidth_bytes_per_s or 350e9,
@@ -482,10 +480,7 @@ def shipped_params() -> dict[str, float]:
     p: dict[str, float] = {f"t0:{e}": v for e, v in c.fixed_overhead_by_engine.items()}
     p.update({f"per_token:{e}": v for e, v in c.per_token_overhead_by_engine.items()})
     p.update(eta_attention=c.eta_attention, layer_s=c.layer_latency_s)
-    if c.host_bandwidth_bytes_per_s:
-        p["host_bw"] = c.host_bandwidth_bytes_per_s
-    else:
-        p["host_eff"] = c.host_efficiency or 0.9
+    p["host_eff"] = c.host_efficiency or 0.9
     p.update({f"eta_attention:{g}": v for g, v in c.eta_attention_by_gpu.items()})
     return p
 
@@ -573,7 +568,6 @@ def _const_label(name: str) -> tuple[str, str]:
         return f"eta_attention on {name.split(':')[1]}", ""
     return {"eta_linear": ("eta_linear (share of the weight dtype's dense peak)", ""),
             "eta_attention": ("eta_attention (share of BF16 peak; default)", ""),
-            "host_bw": ("host DRAM effective bandwidth over PCIe, large transfers", "GB/s"),
             "host_eff": ("host DRAM load: share of the GPU's pinned-copy peak", ""),
             "layer_s": ("per-layer floor of every forward pass", "us"),
             "xmem_bw": ("X-Mem effective bandwidth, large transfers", "GB/s"),

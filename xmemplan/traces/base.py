@@ -243,6 +243,11 @@ class SkipLog:
         return sum(self.counts.values())
 
     @property
+    def lines(self) -> int:
+        """Skipped records (lines, or requests of a JSON document), whole files apart."""
+        return self.total - self.files
+
+    @property
     def total_warned(self) -> int:
         return sum(self.warned.values())
 
@@ -442,8 +447,7 @@ def skip_summary(skips: SkipLog, unrecognized: Sized = (), empty: Sized = ()) ->
     """What was not read, counted: lines and whole files skipped, lines read with a warning,
     files in no known format, empty files ('' if none). Every command says it the same way."""
     parts = []
-    files = skips.files
-    lines = skips.total - files
+    files, lines = skips.files, skips.lines
     if lines:
         parts.append(f"{lines:,} lines skipped")
     if files:
