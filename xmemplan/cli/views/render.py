@@ -269,8 +269,11 @@ def _transposed(columns: Sequence[str], cells: list[list[str]], title: str | Non
         t = Table(title=(title or "") + part, title_justify="left")
         t.add_column(columns[0], overflow="fold")
         for r in group:
+            # the row's name heads its column: whole where it fits half the width (the
+            # group widths above reserve that much), folded beyond
             t.add_column(r[0], justify="right", overflow="fold",
-                         min_width=max([len(x) for x in r[1:] if _is_value(x)] + [1]))
+                         min_width=max([len(x) for x in r[1:] if _is_value(x)]
+                                       + [min(len(r[0]), width // 2), 1]))
         for i, name in enumerate(columns[1:], start=1):
             t.add_row(name, *(r[i] if i < len(r) else "" for r in group))
         out_console().print(t)

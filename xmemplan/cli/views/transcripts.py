@@ -29,9 +29,11 @@ def check_flags(hidden_prefix: str | None, tokens: str | None, cache_model: str 
 
 
 def _short(context: str) -> str:
+    """A conversation's name: its file's stem (the session id), and its sub-agent's id.
+    Whole: a table folds it rather than cutting it to '…'."""
     path, _, agent = context.partition("#")
-    name = Path(path).name
-    return f"{name[:12]}… agent {agent[:8]}" if agent else f"{name[:12]}…"
+    name = Path(path).stem
+    return f"{name} agent {agent}" if agent and agent not in name else name
 
 
 def to_json(rep: CallsReport, cache_model: str | None) -> dict[str, Any]:
