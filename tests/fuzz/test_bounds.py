@@ -149,6 +149,68 @@ def test_ctrl_c_prints_no_worker_traceback(tmp_path):
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
 
 
+class _PoolInterruptedAtStart:
+    """Stands in for ProcessPoolExecutor when Ctrl-C lands while it starts (the race behind a
+    CI failure): `map` raises KeyboardInterrupt, and waiting for the pool raises what CPython
+    raises for a manager thread created but never started."""
+
+    def __init__(self, max_workers):
+        self.waited = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown(wait=True)
+
+    def map(self, fn, jobs, chunksize=1):
+        raise KeyboardInterrupt
+        yield  # pragma: no cover - a generator, as Executor.map's result is iterated
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        self.waited = wait
+        if wait:
+            raise RuntimeError("cannot join thread before it is started")
+
+
+def test_ctrl_c_while_the_pool_starts_exits_130(tmp_path, monkeypatch, capsys):
+    """Deterministic form of the race: exit 130 and the interrupt line, not 'internal error'."""
+    from xmemplan.cli.main import run
+    from xmemplan.hitrate import pipeline
+
+    monkeypatch.setattr(pipeline, "ProcessPoolExecutor", _PoolInterruptedAtStart)
+    for f in range(2):  # 2 x 5 MiB: over the 8 MiB at which the pool is used (sparse files)
+        with (tmp_path / f"t{f}.jsonl").open("wb") as fh:
+            fh.write(b'{"session_id": "s", "input_ids": [1]}\n')
+            fh.truncate(5 << 20)
+    code = run(["hitrate", str(tmp_path), "--workers", "2"])
+    err = capsys.readouterr().err
+    assert code == ExitCode.INTERRUPTED, err
+    assert "interrupted" in err and "internal error" not in err, err
+
+
+def test_an_error_while_ctrl_c_unwinds_is_still_the_interrupt(monkeypatch, capsys):
+    """Whatever cleanup fails on the way out of a Ctrl-C, the user pressed Ctrl-C: exit 130."""
+    from xmemplan.cli import main
+
+    def interrupted_then_cleanup_fails(*a, **k):
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise RuntimeError("cleanup failed")
+
+    monkeypatch.setattr(main, "app", interrupted_then_cleanup_fails)
+    assert main.run(["catalog"]) == ExitCode.INTERRUPTED
+    assert "internal error" not in capsys.readouterr().err
+
+    def plain_bug(*a, **k):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(main, "app", plain_bug)
+    assert main.run(["catalog"]) == ExitCode.INTERNAL
+    assert "internal error" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args", [
     pytest.param(["catalog", "--catalog", "{fifo}"], id="catalog"),
     pytest.param(["calibrate", "{fifo}"], id="calibrate"),

@@ -106,6 +106,9 @@ def _run(args: list[str]) -> int:
         render.error(exc.render())
         return exc.exit_code
     except Exception as exc:  # a bug: say so, keep the traceback for --debug
+        if _during_interrupt(exc):  # cleanup that failed while Ctrl-C unwound: still Ctrl-C
+            render.error(_INTERRUPTED)
+            return errors.ExitCode.INTERRUPTED
         if _state["debug"]:
             raise
         render.error(
@@ -113,6 +116,18 @@ def _run(args: list[str]) -> int:
             "Rerun with --debug and report the traceback"
         )
         return errors.ExitCode.INTERNAL
+
+
+def _during_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` was raised while a KeyboardInterrupt was being handled."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc.__context__
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__context__
+    return False
 
 
 def main() -> None:

@@ -370,8 +370,24 @@ def _iter_results(
         return
     # forked workers inherit the loaded kernels
     _warm_kernels({r.NAME for _, r in found.files}, options.capacity is not None)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
         yield from pool.map(_read_job, jobs, chunksize=1)
+    except KeyboardInterrupt:
+        _abandon(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _abandon(pool: ProcessPoolExecutor) -> None:
+    """Drop a pool that Ctrl-C interrupted. Waiting for it (what `with` does) can fail: when
+    the signal lands while the pool starts, its manager thread exists but never started, and
+    joining it raises RuntimeError, which would replace the interrupt (an 'internal error'
+    and exit 1 instead of 130). The CLI ends the workers itself."""
+    try:
+        pool.shutdown(wait=False, cancel_futures=True)
+    except Exception:  # noqa: BLE001 - a half-started pool; the interrupt is what matters
+        pass
 
 
 def analyze(
