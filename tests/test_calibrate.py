@@ -132,7 +132,7 @@ def test_shipped_defaults_are_the_fit_of_the_public_points(fitted: calib.FitResu
     shipped = calib.shipped_params()
     for name, v in fitted.params.items():
         assert v == pytest.approx(shipped[name], rel=0.01, abs=1e-6), name
-    assert fitted.fit_points == 14 and fitted.held_out_points == 10
+    assert fitted.fit_points == 14 and fitted.held_out_points == 11
 
 
 def test_a_third_of_the_public_points_are_held_out() -> None:
@@ -147,10 +147,8 @@ def test_held_out_full_hit_error(fitted: calib.FitResult) -> None:
     held = [r for r in rows if r.role == "held-out" and r.kind == "full-hit"
             and r.quantity == "ttft_ms"]
     assert len(held) == 4
-    # The issue's target is 15 %; the shipped fit reaches 15.3 % (docs/model.md: the two
-    # V12 points, Llama-3.2-1B with 0.5 MB blocks, load slower in the engine than the copy
-    # curve says). This guards against getting worse; it does not claim the target.
-    assert statistics.median(abs(r.error) for r in held) <= 0.155
+    # The issue's target: at most 15 % on points outside the fit (docs/model.md section 3).
+    assert statistics.median(abs(r.error) for r in held) <= 0.15
     fit_rows = [abs(r.error) for r in rows if r.role == "fit"]
     assert statistics.median(fit_rows) < 0.10
 
@@ -167,6 +165,7 @@ def test_docs_show_the_current_blog_claims() -> None:
     doc = (ROOT / "docs" / "model.md").read_text()
     assert claims.up_to_markdown() in doc, "regenerate: python -m xmemplan.sizing.claims"
     assert claims.three_x_markdown() in doc
+    assert claims.sweep_markdown() in doc
 
 
 def test_layer_floor_sets_a_one_token_pass() -> None:
@@ -198,7 +197,28 @@ def test_host_loads_follow_the_gpus_measured_copy_peak() -> None:
     h100 = float(effective_bandwidth(m, cat.gpu("h100-sxm"), host, transfer=big))
     h200 = float(effective_bandwidth(m, cat.gpu("h200-sxm"), host, transfer=big))
     assert h200 / h100 == pytest.approx(55.4 / 51.2, rel=1e-6)
-    assert h200 < 55.4e9
+    assert h200 <= 55.4e9  # never above the measured large-copy peak
+
+
+def test_host_loads_are_capped_at_the_copy_peak_and_pay_for_small_blocks() -> None:
+    """Loads follow the one-transfer copy curve (0.5 MB blocks slower than 2 MB), and no
+    host_efficiency (a user's fit may exceed 1) beats the GPU's measured large-copy peak."""
+    from dataclasses import replace
+
+    from xmemplan.sizing.model import DEFAULT_CALIBRATION, effective_bandwidth
+
+    cat = load_catalog()
+    h100, host = cat.gpu("h100-sxm"), cat.tier("host-dram-pcie5")
+    small = float(effective_bandwidth(cat.model("llama-3.2-1b"), h100, host,
+                                      transfer=calib.VLLM16))  # 0.5 MB blocks
+    mid = float(effective_bandwidth(cat.model("llama-3.1-8b"), h100, host,
+                                    transfer=calib.VLLM16))  # 2 MB blocks
+    eff = DEFAULT_CALIBRATION.host_efficiency
+    assert small == pytest.approx(eff * 39.5e9, rel=1e-3)  # vLLM blog fig. 4 at 512 KiB
+    assert small < mid <= 51.2e9
+    fast = replace(DEFAULT_CALIBRATION, host_efficiency=2.0)
+    assert float(effective_bandwidth(cat.model("llama-3.1-8b"), h100, host,
+                                     transfer=calib.VLLM16, calibration=fast)) == 51.2e9
 
 
 def test_cpu_validate_result_is_refused_not_a_crash(tmp_path):

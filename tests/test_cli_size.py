@@ -49,8 +49,11 @@ def test_bare_command_answers_with_a_node_count(capsys: pytest.CaptureFixture[st
     first = out.splitlines()[0]
     assert re.match(r"^\d+ X-Mem nodes? for \d+ GPUs", first), first
     assert "5 requests/s" in " ".join(out.split("Cheapest")[0].split())
-    assert "Cheapest compliant option" in out and "Binding constraint" in out
+    head = " ".join(out.split("Load:")[0].split())
+    assert "Cheapest compliant option" in head
+    assert head.count("inding") == 1, head  # the binding constraint, said once
     assert "GPUs and X-Mem nodes by SLO" in out
+    assert "(s)" not in out + err, "plurals are spelled out"
     assert "Assumption:" in err and "[default" in err and "Traceback" not in err
     _whole_at_80(out)
 

@@ -113,8 +113,8 @@ def calibrate(
           f"{(pr - p.value) / p.value:+.1%}",
           f"{(lo - p.value) / p.value:+.1%}" if math.isfinite(lo) else "n/a"]
          for p, pr, lo in rows],
-        title="Per point: ms (TTFT; decode: one step), ratios as x; LOO = fitted without "
-              "that point")
+        title="Per point: ms (TTFT; decode: one step), GB/s (load rate), ratios as x; "
+              "LOO = fitted without that point")
     for n in notes:
         render.line(f"note: {n}")
 
@@ -157,7 +157,7 @@ def _write_overlay(out: Path, params: dict[str, float], points: list[Any],
 
 
 def _v(quantity: str, v: float) -> str:
-    """A ratio as '4.60x'; a time (TTFT, decode step) in ms."""
+    """A ratio as '4.60x'; a time (TTFT, decode step) in ms; a load rate in GB/s."""
     return f"{v:.2f}x" if quantity.startswith("ratio") else f"{v:,.1f}"
 
 

@@ -158,7 +158,11 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
         return
     render.line(r.answer)
     _warn(notes)
-    render.line(f"Cheapest compliant option: {r.cheapest}. Binding constraint: {r.binding}.")
+    if "binding:" in r.answer:  # the answer already names it
+        render.line(f"Cheapest compliant option: {r.cheapest}.")
+    else:
+        render.line(f"Cheapest compliant option: {r.cheapest}. Binding constraint: "
+                    f"{r.binding}.")
     render.line(f"Load: {r.load}. Workload: {r.workload}.")
     render.line(f"{r.model} on {r.gpu}, engine {r.engine} (overlap {r.overlap}); SLO "
                 f"{r.ttft_slo_ms:g} ms at p{r.slo_percentile:g} of {r.slo_on} requests.")

@@ -16,6 +16,7 @@ so memory stays bounded by the largest file, and files are spread over worker pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -384,10 +385,8 @@ def _abandon(pool: ProcessPoolExecutor) -> None:
     the signal lands while the pool starts, its manager thread exists but never started, and
     joining it raises RuntimeError, which would replace the interrupt (an 'internal error'
     and exit 1 instead of 130). The CLI ends the workers itself."""
-    try:
+    with contextlib.suppress(Exception):  # a half-started pool; the interrupt is what matters
         pool.shutdown(wait=False, cancel_futures=True)
-    except Exception:  # noqa: BLE001 - a half-started pool; the interrupt is what matters
-        pass
 
 
 def analyze(

@@ -40,6 +40,7 @@ from xmemplan.sizing.model import (
     Calibration,
     Transfer,
     compute_seconds,
+    effective_bandwidth,
     ttft,
 )
 
@@ -61,9 +62,14 @@ ENGINE_RULES: dict[str, tuple[str, Transfer]] = {
     "vllm": ("sum", VLLM16),
 }
 # The shipped fit: engines with a per-token host overhead, GPUs with their own eta_attention.
-PUBLIC_PER_TOKEN = ("vllm-kvc",)
+PUBLIC_PER_TOKEN = ("vllm-kvc", "vllm")
 PUBLIC_ETA_GPUS = ("h20",)
-QUANTITIES = ("ttft_ms", "ratio", "ratio_max", "tpot_ms")
+# Host loads in the shipped fit: the engine's copies run at the catalog's measured rate of one
+# transfer at its block size (vLLM blog fig. 4); not fitted (see fit()).
+PUBLIC_HOST_EFFICIENCY = 1.0
+QUANTITIES = ("ttft_ms", "ratio", "ratio_max", "tpot_ms", "load_gbps")
+# Kinds whose points pin the load group (t0, per-token, bandwidth shares, layer floor).
+LOAD_KINDS = ("full-hit", "decode", "load")
 COLUMNS = ("gpu", "model", "engine", "tier", "prompt_tokens", "hit_tokens", "concurrency",
            "ttft_ms")
 
@@ -81,7 +87,7 @@ class Measurement:
     hit_tokens: float
     concurrency: int
     value: float
-    quantity: str = "ttft_ms"  # ttft_ms | ratio | ratio_max | tpot_ms
+    quantity: str = "ttft_ms"  # ttft_ms | ratio | ratio_max | tpot_ms | load_gbps
     role: str = "fit"  # fit | held-out
     transfer: str = ""
     source: str = ""
@@ -89,10 +95,14 @@ class Measurement:
 
     @property
     def kind(self) -> str:
-        """full-hit, miss, partial or decode (ratios count as full-hit: both sides load;
-        tpot_ms is one decode step at batch 1: a 1-token forward pass)."""
+        """full-hit, miss, partial, decode or load (ratios count as full-hit: both sides
+        load; tpot_ms is one decode step at batch 1: a 1-token forward pass; load_gbps is
+        the engine's KV load rate with many requests in flight, GB/s, where per-request
+        costs overlap the copies and only the copy path is left)."""
         if self.quantity == "tpot_ms":
             return "decode"
+        if self.quantity == "load_gbps":
+            return "load"
         if self.quantity != "ttft_ms":
             return "full-hit"
         h = self.hit_tokens / self.prompt_tokens
@@ -263,6 +273,10 @@ def predict(m: Measurement, params: dict[str, float], cat: Catalog,
                                      m.prompt_tokens, cal)) * 1e3
     if m.quantity == "ttft_ms":
         return float(_ttft_ms(m, m.tier, m.prompt_tokens, m.hit_tokens, cal, cat))
+    if m.quantity == "load_gbps":  # the copy path alone: one GPU loading, large batches
+        transfer = TRANSFERS[m.transfer] if m.transfer else ENGINE_RULES[m.base_engine][1]
+        return float(effective_bandwidth(cat.model(m.model), cat.gpu(m.gpu), cat.tier(m.tier),
+                                         transfer=transfer, calibration=cal)) / 1e9
     a, b = m.tier.split("/")
     if m.quantity == "ratio":
         return float(_ttft_ms(m, a, m.prompt_tokens, m.hit_tokens, cal, cat)
@@ -302,7 +316,8 @@ def _tier_kind(cat: Catalog, name: str) -> str:
 
 def plan_constants(points: Sequence[Measurement], cat: Catalog, *,
                    per_token: Iterable[str] = (), eta_gpus: Iterable[str] = (),
-                   fit_xmem: bool = True, fit_hbm: bool = False) -> Plan:
+                   fit_xmem: bool = True, fit_hbm: bool = False,
+                   fit_host: bool = True) -> Plan:
     """The constants to fit, or InputError naming what the data lacks for each."""
     missing: list[str] = []
     load: list[str] = []
@@ -320,11 +335,13 @@ def plan_constants(points: Sequence[Measurement], cat: Catalog, *,
             load.append(f"per_token:{e}")
     host_lengths = {p.prompt_tokens for p in full if p.quantity == "ttft_ms"
                     and _tier_kind(cat, p.tier) == "host"}
-    if host_lengths:
+    rates = [p for p in points if p.kind == "load"]
+    host_rates = [p for p in rates if _tier_kind(cat, p.tier) == "host"]
+    if (host_lengths or host_rates) and fit_host:
         load.append("host_eff")
     xmem_lengths = {p.prompt_tokens for p in full if p.quantity == "ttft_ms"
                     and _tier_kind(cat, p.tier) == "xmem"}
-    if xmem_lengths and fit_xmem:
+    if (xmem_lengths or any(_tier_kind(cat, p.tier) == "xmem" for p in rates)) and fit_xmem:
         load.append("xmem_bw")
     n_bw = ("host_eff" in load) + ("xmem_bw" in load)
     decode = [p for p in points if p.kind == "decode"]
@@ -332,15 +349,16 @@ def plan_constants(points: Sequence[Measurement], cat: Catalog, *,
         load.append("layer_s")
     lengths = {p.prompt_tokens for p in full}
     n_full_constants = len([x for x in load if x.startswith(("t0:", "per_token:"))]) + n_bw
-    if full and len(full) < n_full_constants + (1 if n_bw else 0):
+    if full and len(full) + len(rates) < n_full_constants + (1 if n_bw else 0):
         missing.append(
             f"{n_full_constants} load constants ({', '.join(load)}) from {len(full)} "
-            f"full-hit points: add full-hit points at more prompt lengths")
-    elif n_bw and len(lengths) < 2:
+            f"full-hit points and {len(rates)} load rates: add full-hit points at more "
+            "prompt lengths")
+    elif n_bw and len(lengths) < 2 and not rates:
         missing.append("t0 and bandwidth from full-hit points at one prompt length only: "
                        "add full-hit points at a second prompt length (e.g. 1K and 64K)")
     compute: list[str] = []
-    slow = [p for p in points if p.kind not in ("full-hit", "decode")]
+    slow = [p for p in points if p.kind not in LOAD_KINDS]
     if slow:
         slow_lengths = {p.prompt_tokens for p in slow}
         if len(slow) < 2 or len(slow_lengths) < 2:
@@ -415,8 +433,8 @@ def fit_points(points: Sequence[Measurement], cat: Catalog, plan: Plan,
     """Fit the plan's constants: load group on full-hit points, compute group on the rest,
     alternating (`rounds`) so that each sees the other's current values."""
     params = {n: _start(n, base) for n in (*plan.load, *plan.compute)}
-    groups = [(plan.load, [p for p in points if p.kind in ("full-hit", "decode")]),
-              (plan.compute, [p for p in points if p.kind not in ("full-hit", "decode")])]
+    groups = [(plan.load, [p for p in points if p.kind in LOAD_KINDS]),
+              (plan.compute, [p for p in points if p.kind not in LOAD_KINDS])]
     for _ in range(rounds):
         for names, pts in groups:
             if not names or not pts:
@@ -465,12 +483,17 @@ def fit(catalog: Catalog | None = None, points: Sequence[Measurement] | None = N
     cat = catalog or load_catalog()
     allp = list(points) if points is not None else public_points()
     pts = [p for p in allp if p.role == "fit"]
+    # host_efficiency is not fitted: it is 1, the engine copying at the measured rate of one
+    # transfer of its block size (the curve in the catalog); what the engine adds on top is
+    # its per-token host work, fitted per engine.
     plan = plan_constants(pts, cat, per_token=PUBLIC_PER_TOKEN, eta_gpus=PUBLIC_ETA_GPUS,
-                          fit_xmem=False, fit_hbm=False)
+                          fit_xmem=False, fit_hbm=False, fit_host=False)
     # eta_linear is measured (data/measurements/device-h200.jsonl), not fitted.
     plan = Plan(plan.load, tuple(n for n in plan.compute if n != "eta_linear"))
-    params = fit_points(pts, cat, plan)
-    return FitResult(params, calibration_from(params), plan, len(pts),
+    base = replace(DEFAULT_CALIBRATION, host_efficiency=PUBLIC_HOST_EFFICIENCY,
+                   host_bandwidth_bytes_per_s=None)
+    params = fit_points(pts, cat, plan, base)
+    return FitResult(params, calibration_from(params, base), plan, len(pts),
                      len(allp) - len(pts))
 
 
@@ -529,7 +552,8 @@ def leave_one_out(points: Sequence[Measurement], cat: Catalog, plan: Plan,
                                  eta_gpus=[n[14:] for n in plan.compute
                                            if n.startswith("eta_attention:")],
                                  fit_xmem="xmem_bw" in plan.load,
-                                 fit_hbm="hbm_eff" in plan.compute)
+                                 fit_hbm="hbm_eff" in plan.compute,
+                                 fit_host="host_eff" in plan.load)
         except InputError:
             out.append(math.nan)
             continue
@@ -568,7 +592,7 @@ def _const_label(name: str) -> tuple[str, str]:
         return f"eta_attention on {name.split(':')[1]}", ""
     return {"eta_linear": ("eta_linear (share of the weight dtype's dense peak)", ""),
             "eta_attention": ("eta_attention (share of BF16 peak; default)", ""),
-            "host_eff": ("host DRAM load: share of the GPU's pinned-copy peak", ""),
+            "host_eff": ("host DRAM load: x the one-transfer copy rate", ""),
             "layer_s": ("per-layer floor of every forward pass", "us"),
             "xmem_bw": ("X-Mem effective bandwidth, large transfers", "GB/s"),
             "hbm_eff": ("hbm_efficiency (share of HBM bandwidth reading weights and KV)",

@@ -76,6 +76,26 @@ def up_to_markdown(cat: Catalog | None = None) -> str:
     return "\n".join(lines)
 
 
+def sweep_markdown(s: Sweep = SWEEPS[1], at_k: tuple[int, ...] = (1, 10, 20, 50, 100),
+                   cat: Catalog | None = None) -> str:
+    """DRAM and X-Mem TTFT of one sweep at a few prompt lengths (docs/model.md: the
+    H200 benchmark whose measured figures are an image)."""
+    p, d, x = single_request_ratios(s, cat or load_catalog())
+    idx = [k - 1 for k in at_k]
+    head = "| prompt | " + " | ".join(f"{k}K" for k in at_k) + " |"
+    return "\n".join([
+        head, "|---|" + "---:|" * len(at_k),
+        "| host DRAM TTFT | " + " | ".join(_ms(d[i]) for i in idx) + " |",
+        "| X-Mem TTFT | " + " | ".join(_ms(x[i]) for i in idx) + " |",
+        "| X-Mem/DRAM speed-up | " + " | ".join(f"{d[i] / x[i]:.2f}x" for i in idx) + " |",
+    ])
+
+
+def _ms(seconds: float) -> str:
+    v = seconds * 1e3
+    return f"{v:.1f} ms" if v < 100 else f"{v:.0f} ms"
+
+
 BURST = (("h100-sxm", "host-dram-pcie5", (0.95, 0.98, 0.99, 0.995, 1.0)),
          ("b200", "host-dram-pcie5", (0.98, 0.99)),
          ("gb200", "host-dram-c2c", (0.98, 0.99)))
@@ -106,5 +126,7 @@ def three_x_markdown(cat: Catalog | None = None, in_flight: int = 8,
 
 if __name__ == "__main__":
     print(up_to_markdown())
+    print()
+    print(sweep_markdown())
     print()
     print(three_x_markdown())

@@ -113,15 +113,17 @@ DEFAULT_CALIBRATION = Calibration(
     # tokens x 2048 x 12288): BF16 777.5 of 989 TFLOPS, FP8 1,311.6 of 1,979 TFLOPS.
     eta_linear=0.786,
     eta_linear_by_dtype={"bf16": 0.786, "fp16": 0.786, "fp8": 0.663},
-    eta_attention=0.518,
+    eta_attention=0.522,
     eta_attention_by_gpu={"h20": 0.962},
-    # Host loads: engines reach 94.4 % of the GPU's measured pinned-copy peak.
-    host_efficiency=0.944,
-    # The vLLM offline harness's t0 fits to 0: its per-request cost is the passes' floor.
-    fixed_overhead_s=0.0211,
-    fixed_overhead_by_engine={"sglang": 0.0211, "vllm": 0.0, "vllm-kvc": 0.0391},
+    # Host loads: the engine copies at the measured rate of one transfer of its block size
+    # (host_efficiency 1, not fitted), capped by the GPU's measured large-copy peak.
+    host_efficiency=1.0,
+    # The vLLM offline harness's t0 fits to ~0: its per-request cost is the passes' floor
+    # and its per-token host work (0.14 us/token, fitted on the vLLM blog's fig. 1).
+    fixed_overhead_s=0.0180,
+    fixed_overhead_by_engine={"sglang": 0.0180, "vllm": 0.000267, "vllm-kvc": 0.0391},
     per_token_overhead_s=0.0,
-    per_token_overhead_by_engine={"vllm-kvc": 9.19e-7},
+    per_token_overhead_by_engine={"vllm": 1.387e-7, "vllm-kvc": 9.18e-7},
     hbm_efficiency=0.8,
     # Per-layer floor of a forward pass, fitted on batch-1 decode steps (A100 TPOT).
     layer_latency_s=1.169e-4,
@@ -544,6 +546,11 @@ def effective_bandwidth(
     for lim in limits[1:]:
         raw = np.minimum(raw, lim)
     bw = raw * eff * transfer_efficiency(tier, transfer.chunk_bytes(model), transfer.io)
+    if (tier.kind == "host" and tier.attach == "pcie" and calibration.host_efficiency
+            and not calibration.host_bandwidth_bytes_per_s):
+        # An engine with transfers in flight can beat one transfer's small-block rate (a
+        # host_efficiency above 1), never the link's measured large-copy peak.
+        bw = np.minimum(bw, host_copy_peak(gpu, tier))
     node = node_effective_bandwidth(tier)
     if node:
         share = node * np.asarray(nodes, dtype=np.float64) / max(1, gpus_loading)

@@ -588,8 +588,8 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         answer = (f"{n_rec:,} X-Mem node{'s' if n_rec != 1 else ''} for {_gpus(g_x)}: meets "
                   f"the {slo_txt} SLO at {load} ({host_txt}); binding: {binding}.")
         if saved:
-            reasons.append(f"X-Mem is the cheaper option if {n_rec:,} node(s) cost less than "
-                           f"{saved:,} GPU(s).")
+            reasons.append(f"X-Mem is the cheaper option if {n_rec:,} "
+                           f"node{'s cost' if n_rec != 1 else ' costs'} less than {_gpus(saved)}.")
     reasons.append(f"Nodes: {'-' if n_bw is None else f'{n_bw:,}'} for bandwidth, {n_cap:,} "
                    "for capacity (working set / node capacity).")
     if g_instant is not None:
@@ -609,7 +609,7 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
     if saving and cheapest != "xmem":
         t = max(saving, key=lambda t: t["ttft_slo_ms"])
         reasons.append(f"X-Mem becomes worth buying at an SLO of {t['ttft_slo_ms']:,.0f} ms or "
-                       f"tighter: it saves {t['gpus_saved']:,} GPU(s) there "
+                       f"tighter: it saves {_gpus(t['gpus_saved'])} there "
                        f"({t['gpus_host_dram']:,} -> {t['gpus_xmem']:,}).")
     curve = _load_curve(p, options) if with_curve else {}
     ws = p.working_set_tokens()

@@ -214,7 +214,8 @@ def build_request(
     shape = replica_shape(m, g, float(np.max(work.prompt_tokens)), tp=tp, ep=ep,
                           dp_attention=dp_attention, max_gpus=max_gpus)
     given = [f for f, v in (("--tp", tp), ("--ep", ep)) if v is not None]
-    said.append((f"replica shape {shape.label} ({shape.gpus} GPU(s) per replica)",
+    said.append((f"replica shape {shape.label} ({shape.gpus} "
+                  f"GPU{'s' if shape.gpus != 1 else ''} per replica)",
                  "flag (" + ", ".join(given) + ")" if given else
                  "default: smallest that holds weights + KV of the longest prompt"
                  + (", --dp-attention" if dp_attention else "")))
