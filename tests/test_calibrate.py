@@ -258,3 +258,40 @@ def test_public_points_table_is_whole_at_80_columns(tmp_path: Path, capsys,  # t
     assert rows
     for ln in rows:
         assert len(ln) <= 80 and ln.rstrip()[-1] in "┓┃┩│┘", ln
+
+
+def test_a_load_rate_pins_host_efficiency_beside_the_engines_per_token_work(
+        tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Full-hit host points alone cannot split the copy rate from per-token engine work
+    (both grow with the prompt); a `load_gbps` row (the load rate with requests in flight)
+    pins the copy rate, and calibrate then recovers both within 1 %."""
+    from xmemplan.sizing.model import effective_bandwidth
+
+    truth = replace(DEFAULT_CALIBRATION, host_efficiency=1.05,
+                    fixed_overhead_by_engine={"vllm": 0.004},
+                    per_token_overhead_by_engine={"vllm": 3e-7}).for_engine("vllm")
+    m, g, host = CAT.model("llama-3.1-8b"), CAT.gpu("h100-sxm"), CAT.tier("host-dram-pcie5")
+    pts = tmp_path / "p.csv"
+    with pts.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow((*calib.COLUMNS, "quantity"))
+        for s in (2048, 16384, 65536):
+            b = ttft(m, g, host, s, s - 1, overlap="sum", transfer=calib.VLLM16,
+                     calibration=truth)
+            w.writerow(["h100-sxm", m.name, "vllm", host.name, s, s - 1, 1,
+                        float(b.ttft_s) * 1e3, "ttft_ms"])
+        rate = float(effective_bandwidth(m, g, host, transfer=calib.VLLM16,
+                                         calibration=truth)) / 1e9
+        w.writerow(["h100-sxm", m.name, "vllm", host.name, 512, 511, 256, rate, "load_gbps"])
+    assert run(["calibrate", str(pts), "--per-token", "vllm", "-o",
+                str(tmp_path / "o.toml"), "-f", "json"]) == 0
+    c = json.loads(capsys.readouterr().out)["constants"]
+    assert c["host_eff"] == pytest.approx(1.05, rel=0.01)
+    assert c["per_token:vllm"] == pytest.approx(3e-7, rel=0.01)
+    assert c["t0:vllm"] == pytest.approx(0.004, rel=0.01)
+    # without the load rate the same rows cannot pin all three: refused, exit 3
+    rows = pts.read_text().splitlines()
+    pts.write_text("\n".join(r for r in rows if not r.endswith("load_gbps")) + "\n")
+    assert run(["calibrate", str(pts), "--per-token", "vllm", "-o",
+                str(tmp_path / "o.toml")]) == 3
+    assert "underdetermined" in " ".join(capsys.readouterr().err.split())

@@ -426,3 +426,25 @@ def test_answer_line_says_one_gpu_not_one_gpus(capsys: pytest.CaptureFixture[str
     first = " ".join(out.split("Cheapest")[0].split())
     assert re.match(r"^\d+ X-Mem nodes? for 1 GPU:", first), first
     assert "1 GPUs" not in out
+
+
+def test_instant_loads_never_need_more_gpus_than_a_real_tier(monkeypatch) -> None:
+    """Instant loads are never slower than a tier, so 'with instant KV loads N GPUs would
+    do' is at most the count any option complies with, even when the search for it is
+    thrown off (a short run flagged as overloaded at one count and not at a smaller one)."""
+    from xmemplan.sizing import planner
+    from xmemplan.sizing.request import build_request
+
+    real = planner.Planner.fewest_gpus
+
+    def thrown_off(self, option, nodes=0, slo_s=None, instant_loads=False):
+        g = real(self, option, nodes, slo_s, instant_loads)
+        return g * 3 if instant_loads and g is not None else g
+
+    monkeypatch.setattr(planner.Planner, "fewest_gpus", thrown_off)
+    req, _ = build_request(ttft_slo="500ms", requests=1000)
+    res = planner.plan(req, with_table=False, with_curve=False)
+    said = [r for r in res.reasons if r.startswith("With instant KV loads")]
+    assert said, res.reasons
+    n = int(said[0].split()[4])
+    assert n <= min(o.gpus for o in res.options if o.gpus is not None), said
