@@ -448,3 +448,41 @@ def test_instant_loads_never_need_more_gpus_than_a_real_tier(monkeypatch) -> Non
     assert said, res.reasons
     n = int(said[0].split()[4])
     assert n <= min(o.gpus for o in res.options if o.gpus is not None), said
+
+
+@pytest.mark.parametrize("slo", ["500ms", "2s"])
+def test_a_wider_shape_hint_is_what_that_shape_answers(capsys, slo) -> None:
+    """When the default (smallest) shape complies, a wider one that needs fewer GPUs, or
+    as many and fewer nodes, is named with the flags to size it; sizing with those flags
+    gives exactly that count, and it is cheaper than the default's answer. --tp given:
+    no hint (the user chose the shape)."""
+    code, out, err = _run(capsys, "size", "--ttft-slo", slo, "--requests", "1500",
+                          "-f", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert "wider_shape" in d
+    answer = (d["gpus_per_option"][d["cheapest"]], d["recommended_nodes"] or 0)
+    w = d["wider_shape"]
+    if w is not None:
+        tp = int(w["shape"].split()[0][2:])
+        code, out, err = _run(capsys, "size", "--ttft-slo", slo, "--requests", "1500",
+                              "--tp", str(tp), "--ep", str(tp), "-f", "json")
+        assert code == 0, err
+        e = json.loads(out)
+        assert (e["gpus_per_option"][e["cheapest"]], e["recommended_nodes"] or 0) == (
+            w["gpus"], w["nodes"])
+        assert (w["gpus"], w["nodes"]) < answer
+    code, out, err = _run(capsys, "size", "--ttft-slo", slo, "--requests", "1500",
+                          "--tp", "1", "-f", "json")
+    assert json.loads(out)["wider_shape"] is None
+
+
+def test_the_bare_answer_names_a_cheaper_wider_shape(capsys) -> None:
+    """The seed scenario today: tp1 needs 1 X-Mem node for 4 GPUs, tp2 host DRAM alone does
+    it with 4. The hint is printed right under the answer, whole at 80 columns."""
+    code, out, err = _run(capsys, "size", "--ttft-slo", "500ms")
+    assert code == 0, err
+    head = " ".join(out.split("Load:")[0].split())
+    assert "Wider replicas need less: as tp2 ep2 replicas" in head, head
+    assert "pass --tp 2 --ep 2" in head
+    _whole_at_80(out)

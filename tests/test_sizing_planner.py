@@ -233,3 +233,25 @@ def test_overloaded_everywhere_says_so() -> None:
     assert r.cheapest == "none" and r.binding.startswith("overloaded")
     assert "overloaded at this rate" in r.answer and "1,000,000 requests/s" in r.answer
     assert all("overloaded at this rate" in o.note for o in r.options)
+
+
+def test_goodput_at_the_search_ceiling_is_a_lower_bound(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A load that still complies where the search stops is reported as capped (a lower
+    bound), not as the ceiling's figure passed off as a measured limit; a load that stops
+    complying between 4x and 8x is found by bisection and is not capped."""
+    from types import SimpleNamespace
+
+    from xmemplan.sizing import planner
+
+    p = Planner(_req("500ms", rate=2.0))
+    limit = [float("inf")]
+
+    def fake_run(option, gpus, nodes=0, scale=1.0, instant_loads=False):  # type: ignore[no-untyped-def]
+        return SimpleNamespace(meets_slo=scale <= limit[0])
+
+    monkeypatch.setattr(p, "run", fake_run)
+    v, capped = p.goodput_bound("xmem", 4, 1)
+    assert capped and v == planner.GOODPUT_CEILING * 2.0
+    limit[0] = 6.0
+    v, capped = p.goodput_bound("xmem", 4, 1)
+    assert not capped and 2.0 * 5.75 <= v <= 2.0 * 6.0

@@ -141,15 +141,15 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
         _warn(notes)
         return
     cols = ["option", "gpus", "nodes", "hit_ratio", "warm_p50_ms", "warm_p99_ms",
-            "cold_p99_ms", "utilisation", "goodput_rps"]
+            "cold_p99_ms", "utilisation", "goodput_rps", "goodput_capped"]
 
     def row(o: OptionResult) -> list[Any]:
         p = o.point
         if p is None:
-            return [o.option, None, o.nodes, None, None, None, None, None, None]
+            return [o.option, None, o.nodes, None, None, None, None, None, None, False]
         w, c = p.ttft_ms.get("warm", {}), p.ttft_ms.get("cold", {})
         return [o.option, o.gpus, o.nodes, p.hit_ratio, w.get("p50"), w.get("p99"),
-                c.get("p99"), p.utilisation, o.goodput_rps]
+                c.get("p99"), p.utilisation, o.goodput_rps, o.goodput_capped]
 
     rows = [row(o) for o in r.options]
     if fmt == "csv":
@@ -163,16 +163,23 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
     else:
         render.line(f"Cheapest compliant option: {r.cheapest}. Binding constraint: "
                     f"{r.binding}.")
+    if r.wider_shape:
+        render.line(r.wider_shape["line"])
     render.line(f"Load: {r.load}. Workload: {r.workload}.")
     render.line(f"{r.model} on {r.gpu}, engine {r.engine} (overlap {r.overlap}); SLO "
                 f"{r.ttft_slo_ms:g} ms at p{r.slo_percentile:g} of {r.slo_on} requests.")
     render.table(
         ["option", "GPUs", "nodes", "hit", "warm p50", "warm p99", "cold p99", "max r/s"],
         [[x[0], _n(x[1]), _n(x[2]), "-" if x[3] is None else f"{x[3]:.3f}", _n(x[4]),
-          _n(x[5]), _n(x[6]), "-" if x[8] is None else f"{x[8]:,.1f}"] for x in rows],
+          _n(x[5]), _n(x[6]), _rps(x[8], x[9])] for x in rows],
         title="Fewest GPUs meeting the SLO; TTFT in ms",
     )
-    render.line("(max r/s: the load those GPUs sustain within the SLO)")
+    from xmemplan.sizing.planner import GOODPUT_CEILING
+
+    capped = any(x[9] for x in rows)
+    render.line("(max r/s: the load those GPUs sustain within the SLO"
+                + (f"; >=: still within it at {GOODPUT_CEILING}x this load, where the search "
+                   "stops" if capped else "") + ")")
     if r.table:
         render.table(
             ["SLO ms", "GPUs, host DRAM", "GPUs, X-Mem", "X-Mem nodes", "GPUs saved"],
@@ -190,6 +197,12 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
                     "are left out.")
     for a in r.assumptions:
         render.info(f"Assumption: {a['assumption']} [{a['source']}]")
+
+
+def _rps(v: float | None, capped: bool) -> str:
+    if v is None:
+        return "-"
+    return f">={v:,.0f}" if capped else f"{v:,.1f}"
 
 
 def _plot(r: SizeResult, path: Path) -> None:

@@ -123,6 +123,9 @@ class OptionResult:
     point: Point | None  # the simulation at that count
     goodput_rps: float | None = None  # largest load within the SLO at that GPU count
     note: str = ""
+    # goodput_rps is the search's ceiling (GOODPUT_CEILING x the load), still within the
+    # SLO: a lower bound (e.g. trace sessions that wait for their replies never overload)
+    goodput_capped: bool = False
 
 
 @dataclass
@@ -163,6 +166,9 @@ class SizeResult:
     shape: str = "tp1"
     kv_dtype_bytes: int = 2
     attention_dtype: str = "bf16"
+    # A wider replica shape that needs fewer GPUs (or as many and fewer nodes) than this
+    # answer at the default (smallest) shape: {"shape", "gpus", "nodes", "answer"}
+    wider_shape: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def option(self, name: str) -> OptionResult:
@@ -175,7 +181,8 @@ class SizeResult:
                              if k not in ("options", "extra")}}
         d["options"] = [
             {"option": o.option, "gpus": o.gpus, "nodes": o.nodes,
-             "goodput_rps": o.goodput_rps, "note": o.note,
+             "goodput_rps": o.goodput_rps, "goodput_capped": o.goodput_capped,
+             "note": o.note,
              **({} if o.point is None else {
                  "hit_ratio": o.point.hit_ratio, "hbm_share_of_hits": o.point.hbm_share,
                  "ttft_ms": o.point.ttft_ms, "utilisation": o.point.utilisation,
@@ -426,17 +433,25 @@ class Planner:
 
     def goodput(self, option: str, gpus: int, nodes: int) -> float | None:
         """The largest load (requests/s, or users x this for closed loop) within the SLO."""
+        return self.goodput_bound(option, gpus, nodes)[0]
+
+    def goodput_bound(self, option: str, gpus: int, nodes: int
+                      ) -> tuple[float | None, bool]:
+        """(goodput, capped): capped when the load still complies at GOODPUT_CEILING x the
+        requested one, where the search stops (the figure is then a lower bound)."""
         base = self.req.load.load_rps()
         if base is None:
-            return None
+            return None, False
 
         def ok(s: float) -> bool:
             return self.run(option, gpus, nodes, scale=s).meets_slo
 
         lo, hi = 0.0, 1.0
         if ok(hi):
-            while ok(hi * 2) and hi < 64:
+            while hi < GOODPUT_CEILING and ok(hi * 2):
                 hi *= 2
+            if hi >= GOODPUT_CEILING:
+                return hi * base, True
             lo, hi = hi, hi * 2
         for _ in range(5):
             mid = (lo + hi) / 2
@@ -444,7 +459,7 @@ class Planner:
                 lo = mid
             else:
                 hi = mid
-        return lo * base if lo > 0 else 0.0
+        return (lo * base if lo > 0 else 0.0), False
 
 
 def nodes_for_capacity(p: Planner) -> int:
@@ -456,6 +471,7 @@ def nodes_for_capacity(p: Planner) -> int:
 
 
 SHAPES_TP = (2, 4, 8)
+GOODPUT_CEILING = 128  # goodput search stops at this multiple of the requested load
 
 
 def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) -> SizeResult:
@@ -463,6 +479,8 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) 
     count complies at the requested replica shape, wider tensor parallelism is tried
     (TP 2, 4, 8; EP = TP for MoE) and the first shape that complies is the answer."""
     res = _plan(req, with_table=with_table, with_curve=with_curve)
+    if res.cheapest != "none" and req.auto_shape:
+        _hint_wider(req, res)
     if res.cheapest != "none" or not req.auto_shape:
         return res
     tried = []
@@ -485,6 +503,42 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) 
         res.reasons.append(f"Wider replicas ({', '.join(tried)}) do not meet it either.")
     return res
 
+
+
+def _cost(r: SizeResult) -> tuple[int, int] | None:
+    """(GPUs, X-Mem nodes) the answer buys; None when nothing complies."""
+    if r.cheapest == "none":
+        return None
+    g = r.option(r.cheapest).gpus
+    return None if g is None else (g, r.recommended_nodes or 0)
+
+
+def _hint_wider(req: SizeRequest, res: SizeResult) -> None:
+    """The answer stays at the smallest shape that fits (the default), but when a wider
+    one (TP 2, 4, 8) needs fewer GPUs, or as many and fewer nodes, say so: long prompts
+    make tensor parallelism pay even where one GPU per replica complies."""
+    best = _cost(res)
+    if best is None:
+        return
+    found: tuple[tuple[int, int], M.Shape, SizeResult] | None = None
+    for tp in SHAPES_TP:
+        if tp <= req.shape.tp or tp > min(req.max_gpus, best[0]):
+            continue  # a replica of tp GPUs cannot use fewer GPUs than tp
+        shape = M.Shape(tp=tp, ep=tp if req.model.expert_params else 1,
+                        dp_attention=req.shape.dp_attention or req.dp_attention)
+        wider = _plan(replace(req, shape=shape), with_table=False, with_curve=False)
+        c = _cost(wider)
+        if c is not None and c < (found[0] if found else best):
+            found = (c, shape, wider)
+    if found is None:
+        return
+    (g, n), shape, wider = found
+    flags = f"--tp {shape.tp}" + (f" --ep {shape.ep}" if shape.ep > 1 else "")
+    res.wider_shape = {
+        "shape": shape.label, "gpus": g, "nodes": n, "answer": wider.answer,
+        "line": f"Wider replicas need less: as {shape.label} replicas, "
+                f"{wider.answer.split(':')[0]} ({wider.cheapest}); pass {flags} to size "
+                "that shape."}
 
 
 def _gpus(n: int | None) -> str:
@@ -529,7 +583,7 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
                opt("xmem", g_x, n_rec)]
     for o in options:
         if o.gpus is not None:
-            o.goodput_rps = p.goodput(o.option, o.gpus, o.nodes or 0)
+            o.goodput_rps, o.goodput_capped = p.goodput_bound(o.option, o.gpus, o.nodes or 0)
 
     # the answer -------------------------------------------------------------------------
     reasons: list[str] = []
