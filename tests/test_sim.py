@@ -244,3 +244,26 @@ def test_kv_capacity_holds_back_new_prefills_while_decoding() -> None:
     assert free.start[1] < free.done[0]
     assert tight.start[1] >= tight.done[0]
     _little_ok(tight)
+
+
+@pytest.mark.parametrize("tier", ["host", "xmem"])
+def test_a_chunked_prefill_alone_is_the_model(tier: str) -> None:
+    """Several forward passes of whole chunks: each pass reads the KV of its own context
+    (prefix + chunks up to its end), in the model as in the simulator. The model charged
+    every pass the whole prompt's KV before (40K with 4 passes: ms apart)."""
+    for chunk in (8192, 64):  # 64-token chunks: attention reads more KV than it computes
+        _chunked_case(tier, chunk)
+
+
+def _chunked_case(tier: str, chunk: int) -> None:
+    s = _setup("layer", chunk_tokens=chunk)
+    e = engine_for(s, replicas=1, nodes=1, load_tier=tier)
+    assert e.chunk_tokens == chunk
+    for prompt, passes in ((40_960.0, 4), (100_000.0, 3), (200_000.0, 8), (65_536.0, 2)):
+        hit = prompt - passes * chunk
+        tr = Traffic(np.array([0.0]), np.array([prompt]),
+                     hit_dram=np.array([hit if tier == "host" else 0.0]),
+                     hit_xmem=np.array([hit if tier == "xmem" else 0.0]))
+        r = simulate(tr, e)
+        assert r.ttft[0] == pytest.approx(single_request_ttft(s, prompt, hit, tier),
+                                          rel=1e-9), (prompt, passes)

@@ -406,7 +406,8 @@ def compute_parts(
     - linear/MoE layers: linear FLOPs over TP ranks at eta_linear x peak[weight dtype]
       against, per forward pass (chunked prefill), the active weights one GPU reads;
     - attention: attention FLOPs over TP ranks (one rank with DP attention) at
-      eta_attention x peak[attention dtype] against, per pass, the context's KV bytes.
+      eta_attention x peak[attention dtype] against, per pass, the KV bytes of its
+      context (the prefix and the chunks up to the pass's end).
     Byte rates are hbm_efficiency x HBM bandwidth. Returned: the FLOP and byte parts of
     that sum (compute = their sum; each class contributes its larger term to one of them).
     """
@@ -422,7 +423,10 @@ def compute_parts(
     per_pass_tokens = np.maximum(np.minimum(new, chunk), 1.0)
     hbm = gpu.hbm_bandwidth_bytes_per_s * calibration.hbm_efficiency
     w_s = passes * active_weight_bytes(model, per_pass_tokens, shape) / hbm
-    kv_s = passes * s * kv_bytes_per_token_per_gpu(model, shape) / hbm
+    # each pass reads the KV of its context: the prefix and the chunks before it, up to
+    # its own end (the last pass: the whole prompt), as the simulator charges it
+    kv_tokens = (passes - 1) * (p + chunk * passes / 2) + s
+    kv_s = kv_tokens * kv_bytes_per_token_per_gpu(model, shape) / hbm
     lin_s, attn_s = linear / lin_rate, attention / attn_rate
     flop_part = np.where(lin_s >= w_s, lin_s, 0.0) + np.where(attn_s >= kv_s, attn_s, 0.0)
     byte_part = np.where(lin_s >= w_s, 0.0, w_s) + np.where(attn_s >= kv_s, 0.0, kv_s)
@@ -690,17 +694,25 @@ def ttft(
     floor = pass_latency_seconds(model, gpu, prompt_tokens, hit_tokens, calibration,
                                  chunk_tokens)
     comp = flop_s + bytes_s
+    # Loads overlap the first forward pass only (they start with its batch; later chunks
+    # attend to a prefix already loaded): the rest of a chunked prefill runs after.
+    s_arr, p_arr = _check_tokens(prompt_tokens, hit_tokens)
+    chunk = chunk_tokens or default_chunk_tokens(gpu)
+    f1, b1 = compute_parts(model, gpu, np.minimum(s_arr, p_arr + chunk), p_arr, calibration,
+                           shape=shape, attention_dtype=attention_dtype, chunk_tokens=chunk)
+    first = np.minimum(f1 + b1, comp)
+    rest = comp - first
     bw = (effective_bandwidth(model, gpu, tier, nodes=nodes, gpus_loading=gpus_loading,
                               transfer=transfer, calibration=calibration, loaders=loaders)
           if bandwidth_bytes_per_s is None else np.asarray(bandwidth_bytes_per_s, np.float64))
     load = load_seconds(model, hit_tokens, bw, tier.latency_s,
                         bytes_per_token=kv_bytes_per_token_per_gpu(model, shape))
-    extra = sm_interference_seconds(load, comp, tier, transfer, overlap)
+    extra = sm_interference_seconds(load, first, tier, transfer, overlap)
     comp = comp + extra
     t0 = calibration.fixed_overhead_s + calibration.per_token_overhead_s * np.asarray(
         prompt_tokens, dtype=np.float64)
     # The passes' layer floor is not hidden behind loads (small kernels between layers).
-    single = t0 + floor + combine(load, comp, overlap, model.layers)
+    single = t0 + floor + combine(load, first + extra, overlap, model.layers) + rest
     step = np.maximum(load, comp + floor)
     return Breakdown(
         compute_s=comp + floor,
