@@ -102,3 +102,15 @@ def test_help_lists_commands(cli):
         assert cmd in r.out
     r = cli("hitrate", "--help")
     assert r.code == 0 and "--scope" in r.out and "--page-size" in r.out
+
+
+def test_first_line_counts_in_words(cli, tmp_path):
+    """'1 request, 1 session', never '1 requests'; plurals otherwise."""
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"session_id": "a", "timestamp": 0, "input_ids": [1, 2, 3]}\n')
+    first = cli("hitrate", one).out.splitlines()[0]
+    assert "(1 request, 1 session, infinite cache)" in first, first
+    two = tmp_path / "two.jsonl"
+    two.write_text('{"session_id": "a", "timestamp": 0, "input_ids": [1, 2]}\n'
+                   '{"session_id": "b", "timestamp": 1, "input_ids": [1, 2, 3]}\n')
+    assert "(2 requests, 2 sessions," in cli("hitrate", two).out.splitlines()[0]

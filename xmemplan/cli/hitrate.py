@@ -259,6 +259,11 @@ def _warn_skips(result: HitrateResult) -> None:
             render.warn(f"  {p}: matches no known trace format (skipped)")
 
 
+def _count(n: int, noun: str) -> str:
+    """'1 request', '2,801 requests'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _report(
     result: HitrateResult, fmt: str, calls: CallsReport | None = None,
     cache_model: str | None = None,
@@ -270,8 +275,9 @@ def _report(
     s = result.summary
     if fmt == "table":  # the answer first, then what it rests on
         render.line(
-            f"Token hit ratio {render.fmt(s['token_hit_ratio'])} ({s['requests']:,} requests, "
-            f"{s['sessions']:,} sessions, infinite cache)"
+            f"Token hit ratio {render.fmt(s['token_hit_ratio'])} "
+            f"({_count(s['requests'], 'request')}, {_count(s['sessions'], 'session')}, "
+            "infinite cache)"
         )
     _warn_skips(result)
     if fmt == "json":

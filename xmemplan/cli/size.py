@@ -182,7 +182,7 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
                    "stops" if capped else "") + ")")
     if r.table:
         render.table(
-            ["SLO ms", "GPUs, host DRAM", "GPUs, X-Mem", "X-Mem nodes", "GPUs saved"],
+            ["SLO ms", "GPUs, host DRAM", "GPUs, X-Mem", "nodes, X-Mem", "GPUs saved"],
             [[f"{t['ttft_slo_ms']:,.0f}", _n(t["gpus_host_dram"]), _n(t["gpus_xmem"]),
               _n(t["xmem_nodes"]), _n(t["gpus_saved"])] for t in r.table],
             title=f"GPUs and X-Mem nodes by SLO, same load, {r.shape} replicas",
