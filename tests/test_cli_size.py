@@ -486,3 +486,27 @@ def test_the_bare_answer_names_a_cheaper_wider_shape(capsys) -> None:
     assert "Wider replicas need less: as tp2 ep2 replicas" in head, head
     assert "pass --tp 2 --ep 2" in head
     _whole_at_80(out)
+
+
+def test_mem_fraction_sets_the_kv_room(capsys) -> None:
+    """--mem-fraction is the engines' HBM share (SGLang --mem-fraction-static, vLLM
+    --gpu-memory-utilization): the simulated KV capacity is that share minus the weights,
+    it is stated as an assumption, and a value outside (0, 1] is refused, naming the flag."""
+    from xmemplan.sizing import model as M
+    from xmemplan.sizing.request import build_request
+    from xmemplan.sizing.simmodel import engine_for
+
+    caps = {}
+    for f in (0.9, 0.75):
+        req, _ = build_request(ttft_slo="500ms", mem_fraction=f, requests=500)
+        e = engine_for(req.setup, replicas=1, nodes=1)
+        room = req.gpu.hbm_capacity_bytes * f - M.weight_bytes_per_gpu(req.model, req.shape)
+        assert e.kv_capacity_tokens == pytest.approx(
+            room / M.kv_bytes_per_token_per_gpu(req.model, req.shape))
+        caps[f] = e.kv_capacity_tokens
+    assert caps[0.75] < caps[0.9]
+    code, out, err = _run(capsys, "size", "--ttft-slo", "500ms", "--mem-fraction", "0.75")
+    assert code == 0 and "takes 75% of each GPU's HBM" in err and "--mem-fraction" in err
+    for bad in ("0", "1.5", "x"):
+        code, out, err = _run(capsys, "size", "--ttft-slo", "500ms", "--mem-fraction", bad)
+        assert code == 2 and "--mem-fraction" in err and "Traceback" not in err, err

@@ -67,6 +67,9 @@ def size(
         "(SGLang --enable-dp-attention)."),
     kv_dtype: str | None = typer.Option(
         None, "--kv-dtype", help="KV cache dtype: bf16, fp16 or fp8 (default: the model's)."),
+    mem_fraction: str | None = typer.Option(
+        None, "--mem-fraction", help="Share of each GPU's HBM the engine takes for weights + "
+        "KV: SGLang --mem-fraction-static, vLLM --gpu-memory-utilization (default 0.9)."),
     attention_dtype: str = typer.Option(
         "bf16", "--attention-dtype", help="Attention compute: bf16, or fp8 (FP8 attention "
         "at the GPU's FP8 peak)."),
@@ -107,7 +110,7 @@ def size(
         overlap=overlap, page_tokens=page_tokens, slo_at=slo_at, slo_on=slo_on,
         host_tier=host_tier, xmem_tier=xmem_tier, catalog=catalog, requests=requests,
         seed=seed, max_gpus=max_gpus, tp=tp, ep=ep, dp_attention=dp_attention,
-        kv_dtype=kv_dtype, attention_dtype=attention_dtype,
+        kv_dtype=kv_dtype, attention_dtype=attention_dtype, mem_fraction=mem_fraction,
     )
     result = plan(req, with_curve=plot is not None or fmt == "json")
     _report(result, fmt, notes)

@@ -70,13 +70,14 @@ class SizeRequest:
     assumptions: tuple[tuple[str, str], ...] = ()  # (statement, source)
     attention_dtype: str = "bf16"  # bf16 or fp8 (FP8 attention: the GPU's FP8 peak)
     dp_attention: bool = False  # --dp-attention: kept by the wider shapes plan() tries
+    mem_fraction: float = HBM_USABLE  # --mem-fraction: HBM share for weights + KV
 
     @property
     def setup(self) -> Setup:
         return Setup(model=self.model, gpu=self.gpu, host=self.host, xmem=self.xmem,
                      calibration=self.calibration, transfer=self.transfer,
                      overlap=self.overlap, shape=self.shape, mixed=self.mixed,
-                     attention_dtype=self.attention_dtype)
+                     attention_dtype=self.attention_dtype, mem_fraction=self.mem_fraction)
 
 
 def describe_load(a: Arrivals) -> str:
@@ -231,7 +232,8 @@ class Planner:
     # capacities -------------------------------------------------------------------------
     def hbm_tokens(self, gpus: int) -> float:
         m, g, s = self.req.model, self.req.gpu, self.req.shape
-        per = max(0.0, g.hbm_capacity_bytes * HBM_USABLE - M.weight_bytes_per_gpu(m, s))
+        per = max(0.0, g.hbm_capacity_bytes * self.req.mem_fraction
+                  - M.weight_bytes_per_gpu(m, s))
         return per / self.kvb * max(1, gpus // s.gpus)  # tokens per replica x replicas
 
     def tier_tokens(self, option: str, gpus: int, nodes: int) -> float:

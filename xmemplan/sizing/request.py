@@ -20,6 +20,7 @@ from xmemplan.errors import UsageError
 from xmemplan.sizing import model as M
 from xmemplan.sizing import workload as wl
 from xmemplan.sizing.planner import SizeRequest, describe_load
+from xmemplan.sizing.simmodel import HBM_USABLE
 
 ENGINES = {
     # SGLang HiCache: per-layer load events, page 64 layer_first, kernel IO (the Netpreme fork).
@@ -55,6 +56,7 @@ def build_request(
     xmem_tier: str = "xmem", catalog: Sequence[Path] = (), requests: int = 4000,
     seed: int = 0, max_gpus: int = 1024, tp: int | None = None, ep: int | None = None,
     dp_attention: bool = False, kv_dtype: str | None = None, attention_dtype: str = "bf16",
+    mem_fraction: float | str | None = None,
 ) -> tuple[SizeRequest, list[str]]:
     """The request and notes to show (which workload, what was overridden)."""
     slo = units.parse_duration(ttft_slo, "--ttft-slo", lo_open=True)
@@ -100,6 +102,8 @@ def build_request(
     units.check_int(seed, "--seed", 0, 2**63 - 1)
     if hit_rate is not None:
         hit_rate = units.parse_fraction(hit_rate, "--hit-rate")
+    frac = (HBM_USABLE if mem_fraction is None
+            else units.parse_fraction(mem_fraction, "--mem-fraction", lo_open=True))
     prompt = None
     if prompt_tokens is not None:
         prompt = units.parse_tokens(prompt_tokens, "--prompt-tokens")
@@ -212,7 +216,10 @@ def build_request(
                      "flag" if output_tokens is not None else "default: " + BLOG))
     cal = M.calibration_for(cat, engine)
     shape = replica_shape(m, g, float(np.max(work.prompt_tokens)), tp=tp, ep=ep,
-                          dp_attention=dp_attention, max_gpus=max_gpus)
+                          dp_attention=dp_attention, max_gpus=max_gpus, mem_fraction=frac)
+    said.append((f"the engine takes {frac:.0%} of each GPU's HBM for weights + KV",
+                 "flag (--mem-fraction)" if mem_fraction is not None else
+                 "default: SGLang --mem-fraction-static / vLLM --gpu-memory-utilization 0.9"))
     given = [f for f, v in (("--tp", tp), ("--ep", ep)) if v is not None]
     said.append((f"replica shape {shape.label} ({shape.gpus} "
                   f"GPU{'s' if shape.gpus != 1 else ''} per replica)",
@@ -255,7 +262,7 @@ def build_request(
         slo_percentile=float(slo_at[1:]), slo_on=slo_on, output_tokens=out,
         requests=requests, seed=seed, working_set_tokens=ws_tokens, max_gpus=max_gpus,
         mixed=mixed, auto_shape=tp is None and ep is None, assumptions=tuple(said),
-        attention_dtype=attention_dtype, dp_attention=dp_attention,
+        attention_dtype=attention_dtype, dp_attention=dp_attention, mem_fraction=frac,
     )
     if req.xmem.node_bandwidth_bytes_per_s is None:
         raise UsageError(f"tier '{req.xmem.name}' has no node_bandwidth",
@@ -269,7 +276,7 @@ def _kv_dtype_name(m: ModelSpec) -> str:
 
 def replica_shape(m: ModelSpec, g: GpuSpec, kv_tokens: float, *, tp: int | None = None,
                   ep: int | None = None, dp_attention: bool = False,
-                  max_gpus: int = 1024) -> M.Shape:
+                  max_gpus: int = 1024, mem_fraction: float = HBM_USABLE) -> M.Shape:
     """The replica shape from `--tp`, `--ep` and `--dp-attention`, checked to hold the
     weights and the KV of `kv_tokens` in HBM; without --tp/--ep the smallest that does.
 
@@ -281,10 +288,11 @@ def replica_shape(m: ModelSpec, g: GpuSpec, kv_tokens: float, *, tp: int | None 
                          "drop --ep (expert parallelism applies to MoE models)")
     if tp is None and ep is None:
         shape = M.smallest_shape(m, g, kv_tokens, dp_attention=dp_attention,
-                                 max_gpus=max_gpus, raise_if_none=False)
+                                 max_gpus=max_gpus, raise_if_none=False,
+                                 usable_fraction=mem_fraction)
         if shape is None:
             big = M.smallest_shape(m, g, kv_tokens, dp_attention=dp_attention,
-                                   raise_if_none=False)
+                                   raise_if_none=False, usable_fraction=mem_fraction)
             raise UsageError(
                 f"{m.name} with {kv_tokens:,.0f} tokens of KV does not fit on {g.name} "
                 f"replicas of up to --max-gpus {max_gpus:,} GPUs",
@@ -306,7 +314,7 @@ def replica_shape(m: ModelSpec, g: GpuSpec, kv_tokens: float, *, tp: int | None 
         raise UsageError(f"{flags}: a replica of {shape.gpus:,} GPUs is more than "
                          f"--max-gpus {max_gpus:,}", "raise --max-gpus or narrow the shape")
     try:
-        M.check_shape(m, g, shape, kv_tokens)
+        M.check_shape(m, g, shape, kv_tokens, usable_fraction=mem_fraction)
     except UsageError as e_:
         raise UsageError(f"{flags}{' --dp-attention' if dp_attention else ''}: "
                          f"{e_.message}", e_.hint) from None

@@ -22,6 +22,7 @@ from xmemplan.sizing.sim import LAYER, MAX, SUM, Engine
 
 OVERLAP_CODES = {"sum": SUM, "layer": LAYER, "max": MAX}
 HBM_USABLE = 0.9  # share of HBM for weights + KV (as model.shape_fits' usable_fraction)
+# (the engines' knob: SGLang --mem-fraction-static, vLLM --gpu-memory-utilization)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Setup:
     decode_fixed_s: float = 0.0
     max_batch: int = 256
     attention_dtype: str = "bf16"  # "fp8": FP8 attention at the GPU's FP8 peak (model.ttft)
+    mem_fraction: float = HBM_USABLE  # share of HBM the engine takes for weights + KV
 
 
 def _raw_host_link(gpu: GpuSpec, tier: TierSpec) -> float:
@@ -79,7 +81,8 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     node = M.node_effective_bandwidth(s.xmem)
     node_bw = math.inf if not node else node * nodes / shape.gpus
     # KV that fits in HBM next to the weights (SGLang --mem-fraction-static ~0.9).
-    kv_cap = max(0.0, g.hbm_capacity_bytes * HBM_USABLE - M.weight_bytes_per_gpu(m, shape)) / kvb
+    kv_cap = max(0.0, g.hbm_capacity_bytes * s.mem_fraction
+                 - M.weight_bytes_per_gpu(m, shape)) / kvb
     tier = s.host if load_tier == "host" else s.xmem
     interf = M.sm_interference_fraction(tier, s.transfer, s.overlap)
     floor = M.pass_floor_seconds(m, cal)
