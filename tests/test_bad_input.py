@@ -95,7 +95,7 @@ def test_claude_blocks_inconsistent_hashes_and_broken_file(cli, tmp_path):
     skipped = json.loads(r.out)["skipped"]
     assert skipped["files"] == 1 and skipped["lines"] == 1
     text = cli("hitrate", tmp_path, "-t", "claude-blocks")
-    assert "1 lines skipped, 1 files skipped" in unwrap(text.err)
+    assert "1 line skipped, 1 file skipped" in unwrap(text.err)
 
 
 def test_empty_file_and_empty_directory(cli, tmp_path):
@@ -105,7 +105,7 @@ def test_empty_file_and_empty_directory(cli, tmp_path):
     assert r.code == ExitCode.INPUT and "directory holds no files" in r.err
     _write(tmp_path / "nothing", "empty.jsonl", "")
     r = cli("hitrate", empty_dir)
-    assert r.code == ExitCode.INPUT and "no requests could be read" in r.err and "1 empty files" in r.err
+    assert r.code == ExitCode.INPUT and "no requests could be read" in r.err and "1 empty file" in r.err
 
 
 def test_missing_path_and_unknown_names(cli, tmp_path):
@@ -135,7 +135,7 @@ def test_unrecognized_file_reported_and_strict_fails(cli, tmp_path):
 def test_all_lines_bad_is_an_error(cli, tmp_path):
     p = _write(tmp_path, "t.jsonl", '{"session_id": "s", "input_ids": "x"}\n')
     r = cli("hitrate", p, "-t", "tokens")
-    assert r.code == ExitCode.INPUT and "no requests could be read" in r.err and "1 lines skipped" in r.err
+    assert r.code == ExitCode.INPUT and "no requests could be read" in r.err and "1 line skipped" in r.err
 
 
 def test_internal_errors_hide_traceback_unless_debug(cli, tmp_path, monkeypatch):

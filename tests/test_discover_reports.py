@@ -23,7 +23,7 @@ def test_export_counts_and_names_the_entries_it_skips(cli, tmp_path):
     r = cli("export", d, "--to", "aiperf", "-o", tmp_path / "out.jsonl")
     assert r.code == ExitCode.OK, r.err
     text = r.out + r.err
-    assert "1 files skipped, 1 files in no known format" in text, text
+    assert "1 file skipped, 1 file in no known format" in text, text
     assert "p.jsonl: not a regular file" in text and "z.jsonl: matches no known" in text
 
 
@@ -33,7 +33,7 @@ def test_export_with_nothing_readable_says_why(cli, tmp_path):
     os.mkfifo(d / "p.jsonl")
     r = cli("export", d, "--to", "aiperf", "-o", tmp_path / "out.jsonl")
     assert r.code == ExitCode.INPUT and "Traceback" not in r.err
-    assert "1 files skipped" in r.err, r.err
+    assert "1 file skipped" in r.err, r.err
 
 
 def test_per_call_report_keeps_its_skips_and_notes(tmp_path):

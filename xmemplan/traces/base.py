@@ -446,16 +446,19 @@ def block_row(
 def skip_summary(skips: SkipLog, unrecognized: Sized = (), empty: Sized = ()) -> str:
     """What was not read, counted: lines and whole files skipped, lines read with a warning,
     files in no known format, empty files ('' if none). Every command says it the same way."""
+    def n(k: int, one: str, many: str) -> str:
+        return f"{k:,} {one if k == 1 else many}"
+
     parts = []
     files, lines = skips.files, skips.lines
     if lines:
-        parts.append(f"{lines:,} lines skipped")
+        parts.append(n(lines, "line", "lines") + " skipped")
     if files:
-        parts.append(f"{files:,} files skipped")
+        parts.append(n(files, "file", "files") + " skipped")
     if skips.total_warned:
-        parts.append(f"{skips.total_warned:,} lines read with a warning")
+        parts.append(n(skips.total_warned, "line", "lines") + " read with a warning")
     if len(unrecognized):
-        parts.append(f"{len(unrecognized):,} files in no known format")
+        parts.append(n(len(unrecognized), "file", "files") + " in no known format")
     if len(empty):
-        parts.append(f"{len(empty):,} empty files")
+        parts.append(n(len(empty), "empty file", "empty files"))
     return ", ".join(parts)

@@ -98,7 +98,7 @@ def show(rep: CallsReport, cache_model: str | None) -> None:
     head += ["explained"]
     frows = []
     for f in rep.files:
-        r = [Path(f["file"]).name[:16], f["calls"], f["api"], f["plain"], f["hidden"],
+        r = [Path(f["file"]).stem, f["calls"], f["api"], f["plain"], f["hidden"],
              f["ceiling"]]
         r += [f["anthropic"]] if anth else []
         r += [f"{f['explained_share']:.1%}"]
