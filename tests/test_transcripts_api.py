@@ -157,6 +157,26 @@ def test_cli_flags_say_what_was_added(tmp_path, cli):
     assert cli("hitrate", p, "--cache-model", "lru").code == 2
 
 
+def test_the_answer_comes_before_what_the_per_call_report_adds(tmp_path):
+    """Answer first in a terminal: stdout and stderr in the order written (unbuffered),
+    the hit ratio is the first line; the stand-in and --out lines come after it."""
+    import os
+    import subprocess
+    import sys
+
+    p = _session(tmp_path, 9_000, 1, lambda i, api: _normal(i, api, 9_000), calls=4)
+    r = subprocess.run(
+        [sys.executable, "-u", "-m", "xmemplan", "hitrate", str(p), "--hidden-prefix", "auto",
+         "--cache-model", "anthropic", "--out", str(tmp_path / "c.csv")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+        env=dict(os.environ, COLUMNS="100", NO_COLOR="1"))
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and lines[0].startswith("Token hit ratio"), r.stdout
+    text = "\n".join(lines)
+    assert text.index("Token hit ratio") < text.index("Hidden prefix: a stand-in")
+    assert text.index("Token hit ratio") < text.index("Wrote 4 requests")
+
+
 # --- bad input in the transcript reader -----------------------------------------------------
 
 

@@ -191,14 +191,7 @@ def hitrate(
 
         options.scope = result.scope
         calls = analyze_calls(list(traces), options)
-        if calls is not None:
-            tv.say_added(calls)  # stderr, whatever the format
-            # The per-call pass reads the same paths: show only what the first did not.
-            for note in (n for n in calls.notes if n not in result.notes):
-                render.info(f"Note: {note}")
-            if calls.skips.total > result.skips.total:
-                render.warn(f"{calls.skips.total - result.skips.total:,} more lines skipped "
-                            "by the per-call report.")
+    wrote = None
     if out is not None:
         import io
 
@@ -213,8 +206,18 @@ def hitrate(
         else:
             frame.write_csv(buf)
         write_output(out, buf.getvalue(), "--out")
-        render.info(f"Wrote {len(frame):,} requests to {out}")
-    _report(result, fmt, calls, cache_model)
+        wrote = f"Wrote {len(frame):,} requests to {out}"
+    _report(result, fmt, calls, cache_model)  # the answer first, then what it rests on
+    if calls is not None:
+        tv.say_added(calls)  # stderr, whatever the format
+        # The per-call pass reads the same paths: show only what the first did not.
+        for note in (n for n in calls.notes if n not in result.notes):
+            render.info(f"Note: {note}")
+        if calls.skips.total > result.skips.total:
+            render.warn(f"{calls.skips.total - result.skips.total:,} more lines skipped "
+                        "by the per-call report.")
+    if wrote:
+        render.info(wrote)
     if result.capacity is not None:
         from xmemplan.cli.views.capacity import finish_cli
 

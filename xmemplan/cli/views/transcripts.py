@@ -67,8 +67,8 @@ def say_added(rep: CallsReport) -> None:
     lo, hi = min(sizes), max(sizes)
     each = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
     render.info(f"Hidden prefix: a stand-in of {each} tokens was put before each of "
-                f"{len(sizes):,} calls ({total:,} tokens in all); per conversation below "
-                "(json: transcripts.hidden_prefix).")
+                f"{len(sizes):,} calls ({total:,} tokens in all); per conversation in the "
+                "hidden-prefix table (json: transcripts.hidden_prefix).")
 
 
 def show(rep: CallsReport, cache_model: str | None) -> None:
