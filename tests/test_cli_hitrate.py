@@ -114,3 +114,28 @@ def test_first_line_counts_in_words(cli, tmp_path):
     two.write_text('{"session_id": "a", "timestamp": 0, "input_ids": [1, 2]}\n'
                    '{"session_id": "b", "timestamp": 1, "input_ids": [1, 2, 3]}\n')
     assert "(2 requests, 2 sessions," in cli("hitrate", two).out.splitlines()[0]
+
+
+def test_a_finite_cache_is_the_answer_and_repeats_add_up(cli, trace):
+    """--capacity given: the first line answers at that capacity (the infinite cache in
+    brackets); --capacity repeated adds sizes (as a comma list does), never drops one."""
+    rep = cli("hitrate", trace, "--capacity", "100", "--capacity", "1M")
+    comma = cli("hitrate", trace, "--capacity", "100,1M")
+    assert rep.code == 0 and rep.out == comma.out
+    first = " ".join(rep.out.split("Prefix-cache")[0].split())
+    assert first.startswith("Token hit ratio ") and "with an LRU cache of 100 tokens / 1M" \
+        " tokens (infinite cache: " in first, first
+    doc = json.loads(cli("hitrate", trace, "--capacity", "100", "--capacity", "1M",
+                         "-f", "json").out)
+    assert [c["capacity"] for c in doc["capacity"]["capacities"]] == ["100", "1M"]
+
+
+@pytest.mark.parametrize("value, text", [
+    (2306.04, "2,306"), (1979.0, "1,979"), (360861538.0, "360,861,538"), (0.9626, "0.9626"),
+    (51.2, "51.2"), (0.0004, "0.0004"), (2.5e16, "2.5e+16"), (float("nan"), "-"),
+])
+def test_table_floats_are_whole_with_separators(value, text):
+    """Table cells: 2306.04 s prints as 2,306 (as ints do), small values keep 4 places."""
+    from xmemplan.cli.views.render import fmt
+
+    assert fmt(value) == text

@@ -73,10 +73,10 @@ def hitrate(
         None, "--timestamp-field",
         help="Request logs: the field holding the request time (Unix s or ISO 8601).",
     ),
-    capacity: str | None = typer.Option(
-        None, "--capacity",
+    capacity: list[str] = typer.Option(
+        [], "--capacity",
         help="Also replay LRU caches of these sizes: tokens (3M) or bytes with --model "
-        "(80GB,1TB). Comma-separated.",
+        "(80GB,1TB). Comma-separated, or the flag repeated.",
     ),
     capacity_curve: str | None = typer.Option(
         None, "--capacity-curve",
@@ -165,7 +165,8 @@ def hitrate(
     from xmemplan.cli.views.capacity import cli_spec
 
     options.capacity = cli_spec(
-        capacity, capacity_curve, tiers, model, idle, page_size, profile_out, plot
+        ",".join(capacity) if capacity else None, capacity_curve, tiers, model, idle,
+        page_size, profile_out, plot
     )
     with render.progress(None, "Reading traces", unit="bytes") as bar:
         result = analyze(list(traces), options, bar.update)
@@ -277,11 +278,20 @@ def _report(
 
     s = result.summary
     if fmt == "table":  # the answer first, then what it rests on
-        render.line(
-            f"Token hit ratio {render.fmt(s['token_hit_ratio'])} "
-            f"({_count(s['requests'], 'request')}, {_count(s['sessions'], 'session')}, "
-            "infinite cache)"
-        )
+        counts = f"{_count(s['requests'], 'request')}, {_count(s['sessions'], 'session')}"
+        caps = result.capacity.capacities if result.capacity is not None else []
+        if caps:  # the user asked for a finite cache: that is the answer
+            from xmemplan.cli.views.capacity import _cap_label
+
+            ratios = " / ".join(render.fmt(c["token_hit_ratio"]) for c in caps)
+            sizes = " / ".join(_cap_label(c) for c in caps)
+            render.line(
+                f"Token hit ratio {ratios} with an LRU cache of {sizes} (infinite cache: "
+                f"{render.fmt(s['token_hit_ratio'])}; {counts})"
+            )
+        else:
+            render.line(f"Token hit ratio {render.fmt(s['token_hit_ratio'])} ({counts}, "
+                        "infinite cache)")
     _warn_skips(result)
     if fmt == "json":
         payload = {

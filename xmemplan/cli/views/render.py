@@ -160,7 +160,9 @@ def fmt(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "-"
-        if value != 0 and (abs(value) >= 1e7 or abs(value) < 1e-3):
+        if 1e3 <= abs(value) < 1e15:  # whole, with separators: 2,306 not 2306.04
+            return f"{value:,.0f}"
+        if value != 0 and (abs(value) >= 1e15 or abs(value) < 1e-3):
             return f"{value:.{digits}g}"
         return f"{value:.{digits}f}".rstrip("0").rstrip(".") if "." in f"{value}" else str(value)
     if isinstance(value, int):
