@@ -322,8 +322,9 @@ def _report(
                 "difference")]
         render.emit_csv(["metric", "value"], [(k, s[k]) for k in keys] + extra)
         return
-    files = ", ".join(f"{n} {name}" for name, n in sorted(result.files_by_format.items()))
-    render.info(f"Files: {files}; scope: {result.scope}; page size: {result.page_size}")
+    files = ", ".join(f"{name} {n:,}" for name, n in sorted(result.files_by_format.items()))
+    render.info(f"Files by format: {files}; scope: {result.scope}; page size: "
+                f"{result.page_size}")
     render.table(
         ["metric", "value"],
         [("sessions", s["sessions"]), ("requests", s["requests"]),
