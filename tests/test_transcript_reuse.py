@@ -70,3 +70,55 @@ def test_trimmed_calls_replay_the_same(seed: int) -> None:
     trimmed = A.replay([c.trimmed() for c in calls])
     assert full == trimmed
     assert any(len(c.trimmed().bounds) < len(c.bounds) for c in calls)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_windowed_call_is_the_trimmed_call(seed: int) -> None:
+    """`windowed_call` builds only the lookback window and the breakpoints; it must equal
+    the whole call trimmed, field for field, including messages of zero content blocks and
+    a breakpoint on the first message (the stand-in)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        n = int(rng.integers(1, 90))
+        lens = rng.integers(1, 200, size=n)
+        per_msg = [int(x) for x in rng.integers(0, 3, size=n)]
+        hashes = [int(x) for x in rng.integers(0, 1 << 40, size=n)]
+        bps = sorted({0, n - 1} if rng.random() < 0.5 else {n - 1})
+        cum = [0, *np.cumsum(lens).tolist()]
+        kw = dict(universe=0, timestamp=1.0, ttl_s=300.0, min_len=100, warm=3)
+        whole = A.ModelCall(bounds=np.array(cum[1:], dtype=np.int64), hashes=hashes,
+                            blocks=np.cumsum(per_msg), breakpoints=bps, **kw).trimmed()
+        win = A.windowed_call(cum=cum, hashes=hashes, blocks=per_msg, breakpoints=bps, **kw)
+        assert np.array_equal(win.bounds, whole.bounds)
+        assert win.hashes == whole.hashes
+        assert np.array_equal(win.blocks, whole.blocks)
+        assert win.breakpoints == whole.breakpoints
+
+
+def test_chained_lists_share_without_a_walk_and_agree_with_one() -> None:
+    """A prompt built by extending another (`ChainedList` with its parent's key) shares
+    all of the parent's messages, the same objects; `shared_objects` answers that without
+    walking them, and the answer equals the walk's, in either order; lists without keys,
+    or whose keys are unrelated, are walked."""
+    from xmemplan.traces.base import ChainedList, shared_objects
+
+    rng = np.random.default_rng(9)
+    msgs = _msgs(rng, 40)
+    a = ChainedList(msgs[:25], key="a")
+    b = ChainedList(a, key="b", parent="a")
+    b.extend(msgs[25:])
+
+    def walk(x: list[np.ndarray], y: list[np.ndarray], n: int) -> int:
+        k = 0
+        while k < n and x[k] is y[k]:
+            k += 1
+        return k
+
+    for x, y in ((a, b), (b, a)):
+        for n in (0, 10, 25):
+            assert shared_objects(x, y, n) == walk(x, y, n) == n
+    edited = list(b)
+    edited[7] = np.array([1, 2])
+    assert shared_objects(edited, b, 40) == walk(edited, b, 40) == 7
+    other = ChainedList(edited, key="c", parent="z")
+    assert shared_objects(other, b, 40) == 7

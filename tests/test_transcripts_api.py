@@ -281,3 +281,30 @@ def test_json_output_carries_the_per_file_comparison(tmp_path, cli):
     (h,) = doc["hidden_prefix"]
     assert h["hidden_tokens"] == 9_000 and h["spread_tokens"]["max"] == 9_000
     assert doc["cache_rules"]["min_cacheable"] == {"claude-opus-4-6": 4096}
+
+
+def test_prompt_lists_name_the_prompt_they_extend_truthfully(tmp_path):
+    """Reader and stand-in both build each call's list by extending an earlier call's and
+    say so (`ChainedList.parent`): that earlier list's messages must be exactly the first
+    items, the same objects, so that `shared_objects` may skip walking them."""
+    from xmemplan.traces.hidden_prefix import prepare
+
+    p = _write(tmp_path / f"{G.SESSION}.jsonl", G.claude_api_session(calls=6))
+    found = CT.calls(p, ReadOptions(), SkipLog(), get_encoder(None)).calls
+    assert len(found) == 6 and any(c.base is not None for c in found)
+    for c in found:
+        parts = c.parts
+        assert parts.key == id(c)
+        if c.base is not None:
+            assert parts.parent == id(c.base)
+            base = c.base.parts
+            assert len(base) < len(parts) and all(x is y for x, y in zip(base, parts))
+    prep = prepare(found, "auto", False)
+    assert any(j is not None for j in prep.base)
+    for i in range(len(found)):
+        parts = prep.parts[i]
+        j = prep.base[i]
+        if j is not None:
+            base = prep.parts[j]
+            assert parts.parent == base.key
+            assert all(x is y for x, y in zip(base, parts)) and len(base) <= len(parts)

@@ -85,6 +85,41 @@ class ModelCall:
                        blocks=self.blocks[keep], breakpoints=[at[j] for j in self.breakpoints])
 
 
+def windowed_call(*, cum: Sequence[int], hashes: Sequence[int], blocks: Sequence[int],
+                  breakpoints: list[int], **fields: object) -> ModelCall:
+    """`ModelCall(bounds=cum[1:], hashes, blocks=cumsum(blocks), ...).trimmed()` without
+    building the whole-prompt arrays: `cum` is the tokens up to each message end (cum[0] =
+    0), `blocks` the content blocks per message. Only the lookback window before the last
+    breakpoint and the breakpoints are read, so a call costs its window, not its length
+    (a session of N calls would build N^2/2 entries)."""
+    n = len(hashes)
+    if not n:
+        return ModelCall(bounds=np.zeros(0, np.int64), hashes=[],
+                         blocks=np.zeros(0, np.int64), breakpoints=list(breakpoints),
+                         **fields)  # type: ignore[arg-type]
+    last_bp = max(breakpoints) if breakpoints else n - 1
+    first, tail = last_bp, 0  # tail: blocks after `first` up to the last breakpoint
+    while first > 0 and tail + blocks[first] <= LOOKBACK_BLOCKS:
+        tail += blocks[first]
+        first -= 1
+    keep = sorted(set(range(first, last_bp + 1)) | set(breakpoints))
+    upto = sum(blocks[: last_bp + 1])  # cumulative blocks at the last breakpoint
+    cum_blocks = {}
+    run = upto
+    for j in range(last_bp, first - 1, -1):
+        cum_blocks[j] = run
+        run -= blocks[j]
+    for j in breakpoints:
+        if j not in cum_blocks:  # before the window (e.g. the stand-in, message 0)
+            cum_blocks[j] = sum(blocks[: j + 1])
+    at = {j: k for k, j in enumerate(keep)}
+    return ModelCall(
+        bounds=np.array([cum[j + 1] for j in keep], dtype=np.int64),
+        hashes=[hashes[j] for j in keep],
+        blocks=np.array([cum_blocks[j] for j in keep], dtype=np.int64),
+        breakpoints=[at[j] for j in breakpoints], **fields)  # type: ignore[arg-type]
+
+
 def _window_start(blocks: np.ndarray, last_bp: int) -> int:
     """First bound within LOOKBACK_BLOCKS blocks of the last breakpoint (blocks are
     cumulative, so the window is one run ending there)."""

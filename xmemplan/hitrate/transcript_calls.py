@@ -32,10 +32,8 @@ time of its newest prompt record), not from when the response was written.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +42,7 @@ import xxhash
 
 from xmemplan.hitrate import anthropic_cache as A
 from xmemplan.traces.base import SkipLog
+from xmemplan.traces.base import shared_objects as _shared_objects
 from xmemplan.traces.hidden_prefix import Estimate, prepare
 
 if TYPE_CHECKING:
@@ -70,17 +69,6 @@ class CallsReport:
     notes: list[str] = field(default_factory=list)
 
 
-def _shared_objects(a: Sequence[Any], b: Sequence[Any], n: int) -> int:
-    """How many of the first `n` items of `a` and `b`, from the start, are the same
-    objects (the usual case, all of them, is checked in C)."""
-    if all(map(operator.is_, islice(a, n), islice(b, n))):
-        return n
-    k = 0
-    while a[k] is b[k]:
-        k += 1
-    return k
-
-
 class _Chains:
     """Chained content hashes of message lists (one per message: the prefix ending there).
 
@@ -97,10 +85,14 @@ class _Chains:
         self.last_shared = 0
 
     def __call__(self, parts: Sequence[np.ndarray]) -> list[int]:
+        """The chain of `parts` (valid until the next call: a list that extends the last
+        one grows it in place rather than copying its shared part)."""
         prev = self.parts
         k = _shared_objects(parts, prev, min(len(prev), len(parts)))
-        chain = self.chain[:k]
-        cum = self.cum[: k + 1]
+        if k == len(self.chain):
+            chain, cum = self.chain, self.cum
+        else:
+            chain, cum = self.chain[:k], self.cum[: k + 1]
         h = chain[-1] if k else 0
         total = cum[-1]
         memo = self.memo
@@ -262,16 +254,16 @@ def report(calls: Sequence[Call], file_of: Sequence[str], options: HitrateOption
     for i, c in enumerate(calls):
         parts = full.parts[i]
         hashes = chains(parts)
-        blocks = np.array(([1] if full.hidden[i] else []) + c.blocks, dtype=np.int64)
+        blocks = c.blocks
+        if full.hidden[i]:
+            blocks = [1, *blocks]
         bps = [0] if full.hidden[i] and len(parts) > 1 else []
         bps.append(len(parts) - 1)
-        mcalls.append(A.ModelCall(
+        mcalls.append(A.windowed_call(
+            cum=chains.cum, hashes=hashes, blocks=blocks, breakpoints=bps,
             universe=0, timestamp=float(sent[i]),
-            bounds=np.array(chains.cum[1:], dtype=np.int64),
-            hashes=hashes, blocks=np.cumsum(blocks), breakpoints=bps,
             ttl_s=A.TTL_1H_S if c.context in one_hour else A.TTL_5M_S,
-            min_len=A.min_cacheable(c.model), warm=int(warm[i]),
-        ).trimmed())
+            min_len=A.min_cacheable(c.model), warm=int(warm[i])))
     # The model replays in the order requests were sent.
     sorder = np.lexsort((np.arange(n), np.nan_to_num(sent, nan=np.inf)))
     mhits = A.replay([mcalls[i] for i in sorder])

@@ -26,12 +26,14 @@ import gzip
 import io
 import lzma
 import math
+import operator
 import os
 import re
 import resource
 from collections import Counter
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Sequence, Sized
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -192,6 +194,37 @@ def read_input(path: Path) -> bytes:
             raise _corrupt(path, exc) from exc
         data = out.getvalue()
     return data[3:] if data.startswith(BOM) else data
+
+
+class ChainedList(list):
+    """A prompt's messages, as built by extending another prompt's: `key` names this list's
+    prompt and `parent` the prompt it extends (None: none), whose messages are its first
+    items, the same objects. Comparing two prompts then needs no walk over their shared
+    messages (a session of N calls would cost N^2/2 identity checks)."""
+
+    __slots__ = ("key", "parent")
+
+    def __init__(self, items: Any = (), key: Any = None, parent: Any = None) -> None:
+        super().__init__(items)
+        self.key, self.parent = key, parent
+
+
+def shared_objects(a: Sequence[Any], b: Sequence[Any], n: int) -> int:
+    """How many of the first `n` items of `a` and `b`, from the start, are the same objects:
+    `n` at once when one is a `ChainedList` extending the other, else checked (in C for the
+    usual case, all of them)."""
+    ka, kb = getattr(a, "key", None), getattr(b, "key", None)
+    if ka is not None and kb is not None:
+        if getattr(a, "parent", None) == kb and n <= len(b):
+            return n
+        if getattr(b, "parent", None) == ka and n <= len(a):
+            return n
+    if all(map(operator.is_, islice(a, n), islice(b, n))):
+        return n
+    k = 0
+    while a[k] is b[k]:
+        k += 1
+    return k
 
 
 @dataclass

@@ -63,7 +63,7 @@ from xmemplan.text.chat_template import block_text, content_text
 from xmemplan.text.encoder import ChunkEncoder
 from xmemplan.text.tokenizer import get_tokenizer
 from xmemplan.traces._build import BatchBuilder, Extend
-from xmemplan.traces.base import ReadOptions, SkipLog, iter_json_lines, read_input
+from xmemplan.traces.base import ChainedList, ReadOptions, SkipLog, iter_json_lines, read_input
 from xmemplan.traces.schema import RequestBatch
 
 NAME = "claude-transcript"
@@ -686,7 +686,10 @@ class Call:
                 break
             chain.append(c)
             c = c.base
-        parts, blocks = list(start[0]), list(start[1])
+        # Keyed by the calls: its base's messages are its first items, the same objects.
+        parts = ChainedList(start[0], key=id(self),
+                            parent=None if self.base is None else id(self.base))
+        blocks = list(start[1])
         for c in reversed(chain):
             parts.extend(c.new)
             blocks.extend(c.new_blocks)

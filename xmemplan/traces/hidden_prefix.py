@@ -40,6 +40,7 @@ import numpy as np
 import xxhash
 
 from xmemplan.errors import UsageError
+from xmemplan.traces.base import ChainedList
 
 if TYPE_CHECKING:
     from xmemplan.traces.claude_transcript import Call
@@ -236,7 +237,10 @@ class _Parts(Sequence[list[np.ndarray]]):
                 break
             chunks.append(self.p.new[at])
             at = self.p.base[at]
-        out = head + [a for new in reversed(chunks) for a in new]
+        base = self.p.base[int(i)]
+        out = ChainedList(head, key=(id(self.p), int(i)),
+                          parent=None if base is None else (id(self.p), base))
+        out.extend(a for new in reversed(chunks) for a in new)
         self._last = (int(i), out)
         return out
 
