@@ -177,6 +177,29 @@ def test_the_answer_comes_before_what_the_per_call_report_adds(tmp_path):
     assert text.index("Token hit ratio") < text.index("Wrote 4 requests")
 
 
+def test_csv_carries_the_per_call_report_as_the_json_does(tmp_path, cli):
+    """`--format csv` has the per-file and per-conversation figures of the JSON, by name."""
+    import csv as _csv
+    import io
+
+    p = _session(tmp_path, 9_000, 1, lambda i, api: _normal(i, api, 9_000), calls=4)
+    args = ("hitrate", p, "--hidden-prefix", "auto", "--cache-model", "anthropic")
+    doc = json.loads(cli(*args, "-f", "json").out)["transcripts"]
+    r = cli(*args, "-f", "csv")
+    assert r.code == 0, r.err
+    rows = dict(_csv.reader(io.StringIO(r.out)))
+    f = doc["files"][0]
+    name = Path(f["file"]).stem
+    for k in ("calls", "api", "plain", "hidden", "ceiling", "anthropic", "explained_share"):
+        assert float(rows[f"transcripts.file[{name}].{k}"]) == pytest.approx(float(f[k]))
+    for k, v in f["reason_tokens"].items():
+        assert float(rows[f"transcripts.file[{name}].reason_tokens.{k}"]) == pytest.approx(v)
+    e = doc["hidden_prefix"][0]
+    assert int(rows[f"transcripts.hidden_prefix[{p.stem}].hidden_tokens"]) == \
+        e["hidden_tokens"] == 9_000
+    assert float(rows["transcripts.explained_share"]) == pytest.approx(doc["explained_share"])
+
+
 # --- bad input in the transcript reader -----------------------------------------------------
 
 

@@ -320,6 +320,8 @@ def _report(
             extra += [(f"reported.{k}", rep[k]) for k in (
                 "requests", "reported_token_hit_ratio", "reconstructed_token_hit_ratio",
                 "difference")]
+        if calls is not None:
+            extra += tv.csv_rows(calls, cache_model)
         render.emit_csv(["metric", "value"], [(k, s[k]) for k in keys] + extra)
         return
     files = ", ".join(f"{name} {n:,}" for name, n in sorted(result.files_by_format.items()))

@@ -56,6 +56,26 @@ def to_json(rep: CallsReport, cache_model: str | None) -> dict[str, Any]:
     }
 
 
+def csv_rows(rep: CallsReport, cache_model: str | None) -> list[tuple[str, Any]]:
+    """`metric,value` rows of the per-call report for `--format csv`: the JSON's per-file
+    ratios and per-conversation hidden prefix, named like `capacity[3M].token_hit_ratio`."""
+    doc = to_json(rep, cache_model)
+    rows: list[tuple[str, Any]] = []
+    for f in doc["files"]:
+        name = Path(f["file"]).stem
+        rows += [(f"transcripts.file[{name}].{k}", v) for k, v in f.items()
+                 if k not in ("file", "reason_tokens")]
+        rows += [(f"transcripts.file[{name}].reason_tokens.{k}", v)
+                 for k, v in (f.get("reason_tokens") or {}).items()]
+    for e in doc["hidden_prefix"]:
+        name = _short(e["context"])
+        rows += [(f"transcripts.hidden_prefix[{name}].{k}", e[k]) for k in (
+            "model", "calls", "hidden_tokens", "reconstructed_per_api_token", "fitted")]
+    rows += [(f"transcripts.{k}", doc[k]) for k in (
+        "explained_share", "difference_tokens", "unexplained_tokens")]
+    return rows
+
+
 def say_added(rep: CallsReport) -> None:
     """What --hidden-prefix put before the calls, and how large it was (stderr)."""
     from xmemplan.cli.views import render
