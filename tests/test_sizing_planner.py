@@ -146,6 +146,7 @@ def test_blog_direction_xmem_sustains_more_load_per_gpu() -> None:
                requests=1500)
     r = blog_ratio(req, gpus=4)
     assert r["ratio"] is not None and r["ratio"] > 1.5
+    assert not r["host_dram_capped"] and not r["xmem_capped"]  # both limits were found
     low = blog_ratio(_req("500ms", prompt_tokens="64Ki", hit_rate=0.95, rate=1.0,
                           output_tokens=1, requests=1500), gpus=4)
     # at 95 % the residual prefill hides the load: the tier barely matters

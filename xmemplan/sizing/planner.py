@@ -733,11 +733,16 @@ def _load_curve(p: Planner, options: list[OptionResult]) -> dict[str, Any]:
     return out
 
 
-def blog_ratio(req: SizeRequest, gpus: int = 8, nodes: int = 1) -> dict[str, float | None]:
-    """Load per GPU that host DRAM and X-Mem sustain within the SLO on `gpus` GPUs."""
+def blog_ratio(req: SizeRequest, gpus: int = 8, nodes: int = 1
+               ) -> dict[str, float | bool | None]:
+    """Load per GPU that host DRAM and X-Mem sustain within the SLO on `gpus` GPUs. A load
+    still within it at the search's ceiling is a lower bound (`*_capped`): the ratio is
+    then only bounded (None when both are)."""
     p = Planner(replace(req))
-    h = p.goodput("host-dram", gpus, 0)
-    x = p.goodput("xmem", gpus, nodes)
+    h, h_cap = p.goodput_bound("host-dram", gpus, 0)
+    x, x_cap = p.goodput_bound("xmem", gpus, nodes)
+    ratio = None if not h or x is None or (h_cap and x_cap) else x / h
     return {"host_dram_rps_per_gpu": None if h is None else h / gpus,
             "xmem_rps_per_gpu": None if x is None else x / gpus,
-            "ratio": None if not h or x is None else x / h}
+            "host_dram_capped": h_cap, "xmem_capped": x_cap,
+            "ratio": ratio}
