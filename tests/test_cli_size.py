@@ -350,7 +350,7 @@ def test_linear_efficiency_is_the_weight_dtypes(capsys: pytest.CaptureFixture[st
     (["--requests", "100000000"], "Allowed: [200, 200,000]"),
     (["--output-tokens", "300000"], "allowed: 1 to 196,608 with this prompt"),
     (["--output-tokens", "20000"], "--output-tokens up to 12,500 at --requests 4,000"),
-    (["--requests", "200000", "--max-gpus", "100000"], "--max-gpus up to 2,000 at --requests"),
+    (["--requests", "200000", "--max-gpus", "100000"], "--max-gpus up to 10,000 at --requests"),
 ])
 def test_flags_out_of_range_name_the_flag_and_range(capsys: pytest.CaptureFixture[str],
                                                     args: list[str], needle: str) -> None:

@@ -127,7 +127,8 @@ def test_queueing_check_can_fail() -> None:
 @st.composite
 def _case(draw: st.DrawFn) -> tuple[Traffic, Engine]:
     n = draw(st.integers(1, 24))
-    R = draw(st.integers(1, 4))
+    # up to 4 replicas the kernel scans them; from 17 (SCAN_REPLICAS + 1) it keeps a tree
+    R = draw(st.sampled_from([1, 2, 3, 4, 17, 20]))
     gaps = draw(st.lists(st.floats(0, 0.05), min_size=n, max_size=n))
     prompt = np.array(draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n)), float)
     split = [draw(st.lists(st.integers(0, 100), min_size=3, max_size=3)) for _ in range(n)]
@@ -191,6 +192,28 @@ def test_kernel_matches_reference(case: tuple[Traffic, Engine]) -> None:
         np.testing.assert_allclose(getattr(a, name), getattr(c, name), rtol=1e-9, atol=1e-9,
                                    err_msg=name)
     assert a.stats[S_DECODE_STEPS] == c.stats[S_DECODE_STEPS]
+
+
+def test_many_replicas_route_as_the_reference() -> None:
+    """Join-shortest-queue over 64 replicas (the kernel's tree, the reference's scan): the
+    same replica for every request, and the same times, under load with ties."""
+    from xmemplan.sizing.sim import SCAN_REPLICAS
+
+    R = 64
+    assert R > SCAN_REPLICAS
+    rng = np.random.default_rng(11)
+    n = 1500
+    tr = Traffic(np.cumsum(rng.exponential(0.001, n)), rng.integers(100, 4000, n).astype(float),
+                 hit_dram=rng.integers(0, 90, n).astype(float),
+                 output=rng.integers(1, 40, n))
+    e = Engine(replicas=R, chunk_tokens=2048, max_batch=8, lin_s_per_token=2e-5,
+               decode_fixed_s=0.004, dram_bandwidth=2e10, kv_bytes_per_token=1e5,
+               fixed_s=0.002)
+    a, b = simulate(tr, e), simulate_reference(tr, e)
+    np.testing.assert_array_equal(a.replica, b.replica)
+    assert len(set(a.replica.tolist())) == R  # every replica used
+    for name in ("start", "first", "done"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-9, atol=1e-12)
 
 
 # --- determinism and inputs ------------------------------------------------------------

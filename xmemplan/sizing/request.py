@@ -40,7 +40,7 @@ MAX_REQUESTS = 200_000  # p99 from 180,000 kept requests: far past what percenti
 MAX_DECODE_STEPS = 50_000_000  # requests x output tokens per simulation (~10 s in all)
 # requests x --max-gpus: an open arrival is routed by a scan over every replica, so one
 # simulation at the largest count costs requests x replicas (4,000 x 100,000: ~1 s)
-MAX_REQUEST_GPUS = 400_000_000
+MAX_REQUEST_GPUS = 2_000_000_000
 KV_DTYPES = ("bf16", "fp16", "fp8")
 ATTENTION_DTYPES = ("bf16", "fp8")
 BLOG = "lm-sys blog 2026-06-27-netpreme-xmem.md (AIPerf agentic run, research V8)"

@@ -11,8 +11,9 @@ think[i]) (prev = -1: open loop; else the request it follows in its session, so 
 users and a trace's think times are the same mechanism).
 
 Routing. route[i] >= 0 pins a replica; -1 joins the replica with the fewest unfinished
-requests (prefilling or decoding; lowest index on ties); -2 follows prev's replica
-(session affinity).
+requests (prefilling or decoding; lowest index on ties: a scan up to SCAN_REPLICAS
+replicas, a min tree above, O(log R) per change); -2 follows prev's replica (session
+affinity).
 
 Scheduling (per replica, one iteration at a time, SGLang's prefill-first FCFS):
 - if prefills wait: a batch takes the queue in order, up to `chunk` new tokens and
@@ -81,6 +82,38 @@ S_AREA, S_SPAN_START, S_SPAN_END, S_BATCHES, S_DECODE_STEPS = range(5)
 N_STATS = 5
 
 SUM, LAYER, MAX = 0, 1, 2
+
+
+# Join-shortest-queue over many replicas: a min tree of outstanding x P + index (the
+# fewest unfinished requests, lowest index on ties), O(log R) per change instead of a scan
+# of every replica per arrival. Up to SCAN_REPLICAS replicas the scan is cheaper and kept.
+SCAN_REPLICAS = 16
+_SEG_NONE = np.int64(1) << 62
+
+
+@njit(cache=True)
+def _seg_init(R: int) -> tuple[np.ndarray, int]:
+    P = 1
+    while P < R:
+        P *= 2
+    seg = np.full(2 * P, _SEG_NONE, np.int64)
+    for q in range(R):
+        seg[P + q] = q  # 0 outstanding
+    for k in range(P - 1, 0, -1):
+        a, b = seg[2 * k], seg[2 * k + 1]
+        seg[k] = a if a < b else b
+    return seg, P
+
+
+@njit(cache=True, inline="always")
+def _seg_set(seg: np.ndarray, P: int, q: int, count: int) -> None:
+    k = P + q
+    seg[k] = count * P + q
+    k //= 2
+    while k >= 1:
+        a, b = seg[2 * k], seg[2 * k + 1]
+        seg[k] = a if a < b else b
+        k //= 2
 
 
 @njit(cache=True)
@@ -258,6 +291,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
     dcount = np.zeros(R, np.int64)
     dctx = np.zeros(R)
     outstanding = np.zeros(R, np.int64)
+    tree = R > SCAN_REPLICAS
+    seg, P = _seg_init(R if tree else 1)
     held = np.zeros(R)  # prompt tokens of started, unfinished prefills (KV in HBM)
 
     # replica state: 0 idle, 1 running (ends at rend), 2 waiting for its batch's loads
@@ -407,6 +442,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                     else:
                         t_done[i] = now
                         outstanding[r] -= 1
+                        if tree:
+                            _seg_set(seg, P, r, outstanding[r])
                         finished += 1
                         j = dep[i]
                         if j >= 0:
@@ -438,6 +475,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         dctx[r] -= prompt[i] + output[i] - 1
                         t_done[i] = now
                         outstanding[r] -= 1
+                        if tree:
+                            _seg_set(seg, P, r, outstanding[r])
                         finished += 1
                         j = dep[i]
                         if j >= 0:
@@ -461,12 +500,17 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                 if r == -2:
                     r = rep[prev[i]] if prev[i] >= 0 else -1
                 if r < 0:
-                    r = 0
-                    for q in range(1, R):
-                        if outstanding[q] < outstanding[r]:
-                            r = q
+                    if tree:
+                        r = seg[1] % P
+                    else:
+                        r = 0
+                        for q in range(1, R):
+                            if outstanding[q] < outstanding[r]:
+                                r = q
                 rep[i] = r
                 outstanding[r] += 1
+                if tree:
+                    _seg_set(seg, P, r, outstanding[r])
                 nb = 0
                 if overlap == SUM:
                     for tier in range(2):
