@@ -37,21 +37,74 @@ class Run:
     ttft_p90_ms: float
     queue_p50_ms: float | None
     source: str
+    isl_p90: int | None = None  # prompt_tok_len p90 (None: not published for the run)
+    osl_p50: float | None = None  # gen_tok_len p50 and p90
+    osl_p90: float | None = None
 
 
 RUNS = (
     Run("hybrid-cpu 04-19 03:07", "host-dram", 63_333, 0.039, 0.970, 3_698.3, 7_470.8,
         3_313.0, SRC + "benchmark/results_benchmarks/bench_hybrid-cpu_p8000_20260419_030721/"
-        "summary.json"),
+        "summary.json", isl_p90=98_000, osl_p50=97.6, osl_p90=704.8),
     Run("hybrid-mtier 04-19 09:35", "xmem", 48_448, 0.110, 0.968, 1_929.5, 4_593.5,
         1_407.9, SRC + "benchmark/results_benchmarks/bench_hybrid-mtier_p8000_20260419_093528/"
-        "summary.json"),
+        "summary.json", isl_p90=89_444, osl_p50=90.3, osl_p90=670.6),
     Run("clean pair, CPU", "host-dram", 52_636, 0.046, 0.965, 2_192.0, 4_765.0, None,
         SRC + "MTier_analysis.txt section 4"),
     Run("clean pair, MTier", "xmem", 46_173, 0.052, 0.969, 2_270.0, 4_849.0, None,
         SRC + "MTier_analysis.txt section 4"),
 )
 TOLERANCE = 0.25
+# The clean pair publishes no spread: it takes the two summary runs' (ISL p90/p50 and the
+# output-length percentiles, averaged).
+SPREAD = (0.5 * (98_000 / 63_333 + 89_444 / 48_448), 94.0, 687.7)
+Z90 = 1.2815515655446004  # standard normal 90th percentile
+
+
+def _lognormal(rng, p50: float, p90: float, n: int):  # type: ignore[no-untyped-def]
+    """Draws whose median and 90th percentile are the published ones."""
+    import numpy as np
+
+    return np.exp(rng.normal(np.log(p50), np.log(p90 / p50) / Z90, n))
+
+
+def predict_spread(run: Run, *, think_s: float, mem_fraction: float, requests: int,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """The same deployment with prompt and output lengths drawn per request (lognormal at
+    the published p50 and p90), 12 agents each waiting `think_s` after a reply: the
+    simulator's engine driven directly, first tenth of requests left out."""
+    import numpy as np
+
+    from xmemplan.sizing.request import build_request
+    from xmemplan.sizing.sim import Traffic, simulate
+    from xmemplan.sizing.simmodel import engine_for
+
+    req, _ = build_request(ttft_slo="10s", prompt_tokens=str(run.isl_p50), hit_rate=0.9,
+                           users=12, model="qwen3-30b-a3b-fp8", gpu="h100-sxm",
+                           engine="vllm", kv_dtype="fp8", mem_fraction=mem_fraction, tp=1,
+                           requests=200)
+    ratio, o50, o90 = SPREAD
+    isl90 = run.isl_p90 or run.isl_p50 * ratio
+    o50, o90 = run.osl_p50 or o50, run.osl_p90 or o90
+    rng = np.random.default_rng(seed)
+    top = float(req.model.max_context) - 4096
+    prompt = np.clip(np.round(_lognormal(rng, run.isl_p50, isl90, requests)), 1024, top)
+    output = np.clip(np.round(_lognormal(rng, o50, o90, requests)), 1, 4096).astype(np.int64)
+    hbm = np.floor(prompt * run.gpu_hit)
+    ext = np.floor((prompt - hbm) * run.ext_hit)
+    agents = 12
+    prev = np.array([i - agents if i >= agents else -1 for i in range(requests)])
+    tier = "host" if run.option == "host-dram" else "xmem"
+    tr = Traffic(np.zeros(requests), prompt, hit_hbm=hbm,
+                 hit_dram=ext if tier == "host" else None,
+                 hit_xmem=ext if tier == "xmem" else None, output=output, prev=prev,
+                 think=np.full(requests, think_s))
+    r = simulate(tr, engine_for(req.setup, replicas=1, nodes=1, load_tier=tier))
+    keep = np.argsort(r.arrival, kind="stable")[requests // 10:]
+    ttft = r.ttft[keep] * 1e3
+    queue = (r.start - r.ready)[keep] * 1e3
+    return (float(np.percentile(ttft, 50)), float(np.percentile(ttft, 90)),
+            float(np.mean(queue)))
 
 
 def predict(run: Run, *, think: str, output: int, mem_fraction: float,
@@ -75,11 +128,22 @@ def main() -> None:
     ap.add_argument("--output", type=int, default=200, help="output tokens per turn")
     ap.add_argument("--mem-fraction", type=float, default=0.75)
     ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--fixed", action="store_true",
+                    help="one prompt length (the ISL p50) and one output length for all, "
+                    "through the planner (default: lengths drawn at the published spread)")
     a = ap.parse_args()
+    from xmemplan import units
+
+    think_s = units.parse_duration(a.think, "--think")
     rows, worst = [], 0.0
     for r in RUNS:
-        p50, p90, queue = predict(r, think=a.think, output=a.output,
-                                  mem_fraction=a.mem_fraction, requests=a.requests)
+        if a.fixed:
+            p50, p90, queue = predict(r, think=a.think, output=a.output,
+                                      mem_fraction=a.mem_fraction, requests=a.requests)
+        else:
+            p50, p90, queue = predict_spread(r, think_s=think_s,
+                                             mem_fraction=a.mem_fraction,
+                                             requests=a.requests)
         e50, e90 = p50 / r.ttft_p50_ms - 1, p90 / r.ttft_p90_ms - 1
         worst = max(worst, abs(e50), abs(e90))
         rows.append((r, p50, p90, queue, e50, e90))
@@ -97,8 +161,10 @@ def main() -> None:
         meas = x[0][0].ttft_p50_ms / x[1][0].ttft_p50_ms
         pred = x[0][1] / x[1][1]
         print(f"clean pair, DRAM / X-Mem TTFT p50: measured {meas:.2f}x, predicted {pred:.2f}x")
-    print(f"assumed: think {a.think}, {a.output} output tokens, mem fraction "
-          f"{a.mem_fraction}, {a.requests:,} requests, fixed prompt at each run's ISL p50")
+    lengths = (f"{a.output} output tokens, fixed prompt at each run's ISL p50" if a.fixed
+               else "prompt and output lengths lognormal at each run's p50 and p90")
+    print(f"assumed: think {a.think}, mem fraction {a.mem_fraction}, {a.requests:,} "
+          f"requests, {lengths}")
 
 
 if __name__ == "__main__":

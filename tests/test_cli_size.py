@@ -510,3 +510,22 @@ def test_mem_fraction_sets_the_kv_room(capsys) -> None:
     for bad in ("0", "1.5", "x"):
         code, out, err = _run(capsys, "size", "--ttft-slo", "500ms", "--mem-fraction", bad)
         assert code == 2 and "--mem-fraction" in err and "Traceback" not in err, err
+
+
+def test_a_nearly_full_kv_cache_is_called_optimistic(capsys) -> None:
+    """Where the simulated KV cache is 80 % full or more on average, the answer says its
+    figures are optimistic and cites the loaded check; the seed scenario (about a third
+    full) does not. kv_full is a share of the KV room: between 0 and 1."""
+    loaded = ["size", "--ttft-slo", "5s", "--prompt-tokens", "52636", "--hit-rate", "0.965",
+              "--users", "12", "--think", "1s", "--output-tokens", "300", "--model",
+              "qwen3-30b-a3b-fp8", "--engine", "vllm", "--kv-dtype", "fp8",
+              "--mem-fraction", "0.75", "--tp", "1", "--requests", "1500"]
+    code, out, err = _run(capsys, *loaded)
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "full on average" in text and "read these figures as optimistic" in text, text
+    code, out, err = _run(capsys, *loaded, "-f", "json")
+    fulls = [o["kv_full"] for o in json.loads(out)["options"] if "kv_full" in o]
+    assert fulls and all(0.0 <= f <= 1.0 for f in fulls) and max(fulls) >= 0.8
+    code, out, err = _run(capsys, "size", "--ttft-slo", "500ms")
+    assert "full on average" not in " ".join(out.split())

@@ -114,6 +114,8 @@ class Point:
     overloaded: bool = False
     capacity_rps: float | None = None  # requests/s these GPUs serve at this run's batching
     requests_per_replica: float = 0.0
+    # time-average share of the replicas' KV room held by started, unfinished requests
+    kv_full: float = 0.0
 
 
 @dataclass
@@ -189,7 +191,8 @@ class SizeResult:
                  "ttft_ms": o.point.ttft_ms, "utilisation": o.point.utilisation,
                  "queue_ms_mean": o.point.queue_ms_mean, "meets_slo": o.point.meets_slo,
                  "overloaded": o.point.overloaded, "capacity_rps": o.point.capacity_rps,
-                 "requests_per_replica": o.point.requests_per_replica})}
+                 "requests_per_replica": o.point.requests_per_replica,
+                 "kv_full": o.point.kv_full})}
             for o in self.options]
         d["gpus_per_option"] = {o.option: o.gpus for o in self.options}
         return d
@@ -342,7 +345,20 @@ class Planner:
                      ttft_ms=stats, slo_value_ms=value, utilisation=r.utilisation(),
                      queue_ms_mean=float(np.mean(r.queue_delay[keep]) * 1e3),
                      meets_slo=value <= req.slo_s * 1e3 and not over, overloaded=over,
-                     capacity_rps=cap, requests_per_replica=len(r.arrival) / len(r.busy))
+                     capacity_rps=cap, requests_per_replica=len(r.arrival) / len(r.busy),
+                     kv_full=self._kv_full(r, gpus))
+
+    def _kv_full(self, r: SimResult, gpus: int) -> float:
+        """Little's law over the run: the KV tokens of started, unfinished requests (prompt
+        and output, each from its start to its end), time-averaged, over the replicas'
+        KV room (`hbm_tokens`)."""
+        room = self.hbm_tokens(gpus)
+        span = r.span
+        if not room or not span or span <= 0:
+            return 0.0
+        t = r.traffic
+        held = float(np.sum((t.prompt + t.output) * (r.done - r.start)))
+        return held / span / room
 
     def _overload(self, r: SimResult, ttft_ms: np.ndarray, scale: float
                   ) -> tuple[bool, float | None]:
@@ -474,6 +490,7 @@ def nodes_for_capacity(p: Planner) -> int:
 
 SHAPES_TP = (2, 4, 8)
 GOODPUT_CEILING = 128  # goodput search stops at this multiple of the requested load
+KV_FULL_WARN = 0.8  # a simulated KV cache this full on average: say the answer is optimistic
 
 
 def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) -> SizeResult:
@@ -657,6 +674,16 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
     if g_instant is not None:
         reasons.append(f"With instant KV loads {_gpus(g_instant)} would do: the rest of the "
                        "GPU count is compute (prefill, decode) and queueing.")
+    full = [o for o in options if o.point is not None and o.point.kv_full >= KV_FULL_WARN]
+    if full:
+        worst = max(full, key=lambda o: o.point.kv_full if o.point else 0.0)
+        assert worst.point is not None
+        reasons.append(
+            f"The KV cache is {worst.point.kv_full:.0%} full on average ({worst.option}, "
+            f"{_gpus(worst.gpus)}): where agents fill it, a published run (12 agents on one "
+            "H100, KV 92-94 % full) measured TTFT 5-15x above this simulator's and no gain "
+            "from X-Mem (docs/validation.md, 'Loaded check'): read these figures as "
+            "optimistic.")
     thin = [o for o in options if o.point is not None
             and o.point.requests_per_replica < MIN_REQUESTS_PER_REPLICA]
     if thin:
