@@ -110,6 +110,7 @@ def test_first_line_counts_in_words(cli, tmp_path):
     one.write_text('{"session_id": "a", "timestamp": 0, "input_ids": [1, 2, 3]}\n')
     first = cli("hitrate", one).out.splitlines()[0]
     assert "(1 request, 1 session, infinite cache)" in first, first
+    assert first.startswith("Token hit ratio 0.0000 "), first  # a ratio, not a bare '0'
     two = tmp_path / "two.jsonl"
     two.write_text('{"session_id": "a", "timestamp": 0, "input_ids": [1, 2]}\n'
                    '{"session_id": "b", "timestamp": 1, "input_ids": [1, 2, 3]}\n')

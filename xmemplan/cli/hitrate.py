@@ -263,6 +263,11 @@ def _warn_skips(result: HitrateResult) -> None:
             render.warn(f"  {p}: matches no known trace format (skipped)")
 
 
+def _ratio(x: float | None) -> str:
+    """The answer's ratio at four places, zero included ('0.0000', not '0')."""
+    return "-" if x is None or x != x else f"{x:.4f}"
+
+
 def _count(n: int, noun: str) -> str:
     """'1 request', '2,801 requests'."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
@@ -283,14 +288,14 @@ def _report(
         if caps:  # the user asked for a finite cache: that is the answer
             from xmemplan.cli.views.capacity import _cap_label
 
-            ratios = " / ".join(render.fmt(c["token_hit_ratio"]) for c in caps)
+            ratios = " / ".join(_ratio(c["token_hit_ratio"]) for c in caps)
             sizes = " / ".join(_cap_label(c) for c in caps)
             render.line(
                 f"Token hit ratio {ratios} with an LRU cache of {sizes} (infinite cache: "
-                f"{render.fmt(s['token_hit_ratio'])}; {counts})"
+                f"{_ratio(s['token_hit_ratio'])}; {counts})"
             )
         else:
-            render.line(f"Token hit ratio {render.fmt(s['token_hit_ratio'])} ({counts}, "
+            render.line(f"Token hit ratio {_ratio(s['token_hit_ratio'])} ({counts}, "
                         "infinite cache)")
     _warn_skips(result)
     if fmt == "json":
