@@ -256,3 +256,23 @@ def test_goodput_at_the_search_ceiling_is_a_lower_bound(monkeypatch) -> None:  #
     limit[0] = 6.0
     v, capped = p.goodput_bound("xmem", 4, 1)
     assert not capped and 2.0 * 5.75 <= v <= 2.0 * 6.0
+
+
+def test_overload_is_judged_on_the_load_the_run_was_offered() -> None:
+    """A trace's sessions wait for their replies, so they arrive slower than the rate named:
+    a run 3 % busy is not overloaded whatever the nominal rate (the nominal figure flagged
+    such a run, and broke the GPU-count search). Arrivals faster than the replicas serve
+    (with a growing queue) still are."""
+    from types import SimpleNamespace
+
+    p = Planner(_req("500ms", rate=2.0))
+    n = 300
+    ttft = np.linspace(1.0, 3.0, n)  # later requests wait longer (a trace's busy hour)
+    # 300 requests over 6,000 s (0.05/s) on 8 replicas busy 3 % of the time
+    slow = SimpleNamespace(arrival=np.linspace(0.0, 6000.0, n), busy=np.full(8, 180.0))
+    over, cap = p._overload(slow, ttft, 1.0)
+    assert not over and cap is not None and cap > 0.05
+    # 300 requests in 10 s (30/s) on 2 replicas busy 60 s each: 5/s served, queue growing
+    fast = SimpleNamespace(arrival=np.linspace(0.0, 10.0, n), busy=np.full(2, 60.0))
+    over, cap = p._overload(fast, np.linspace(1.0, 50.0, n), 1.0)
+    assert over and cap == pytest.approx(5.0)

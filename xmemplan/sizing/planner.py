@@ -379,7 +379,12 @@ class Planner:
         k = len(ttft_ms) // 3
         trend = float(np.mean(ttft_ms[-k:])) > 1.25 * float(np.mean(ttft_ms[:k]))
         short = len(r.arrival) < MIN_REQUESTS_PER_REPLICA * len(r.busy)
-        return bool(rate * scale > cap and (trend or short)), cap
+        # The load these replicas were offered: the run's own arrivals. Open-loop arrivals
+        # are the requested rate; a trace's sessions wait for their replies, so they arrive
+        # slower than the rate named (the nominal figure had flagged a run 3 % busy).
+        span = float(r.arrival.max() - r.arrival.min())
+        offered = (len(r.arrival) - 1) / span if span > 0 else rate * scale
+        return bool(offered > cap and (trend or short)), cap
 
     # searches ---------------------------------------------------------------------------
     def fewest_gpus(self, option: str, nodes: int = 0, slo_s: float | None = None,
