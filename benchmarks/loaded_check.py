@@ -68,6 +68,22 @@ def _lognormal(rng, p50: float, p90: float, n: int):  # type: ignore[no-untyped-
     return np.exp(rng.normal(np.log(p50), np.log(p90 / p50) / Z90, n))
 
 
+AGENTS = 12
+
+
+def _request(run: Run, mem_fraction: float, **kw: object):  # type: ignore[no-untyped-def]
+    """The published deployment: one H100, Qwen3-30B-A3B FP8 with FP8 KV, vLLM rules,
+    `mem_fraction` of HBM, the agents as closed-loop users."""
+    from xmemplan.sizing.request import build_request
+
+    hit = run.gpu_hit + (1.0 - run.gpu_hit) * run.ext_hit
+    req, _ = build_request(
+        ttft_slo="10s", prompt_tokens=str(run.isl_p50), hit_rate=hit, users=AGENTS,
+        model="qwen3-30b-a3b-fp8", gpu="h100-sxm", engine="vllm", kv_dtype="fp8",
+        mem_fraction=mem_fraction, tp=1, **kw)  # type: ignore[arg-type]
+    return req
+
+
 def predict_spread(run: Run, *, think_s: float, mem_fraction: float, requests: int,
                    seed: int = 0) -> tuple[float, float, float]:
     """The same deployment with prompt and output lengths drawn per request (lognormal at
@@ -75,14 +91,10 @@ def predict_spread(run: Run, *, think_s: float, mem_fraction: float, requests: i
     simulator's engine driven directly, first tenth of requests left out."""
     import numpy as np
 
-    from xmemplan.sizing.request import build_request
     from xmemplan.sizing.sim import Traffic, simulate
     from xmemplan.sizing.simmodel import engine_for
 
-    req, _ = build_request(ttft_slo="10s", prompt_tokens=str(run.isl_p50), hit_rate=0.9,
-                           users=12, model="qwen3-30b-a3b-fp8", gpu="h100-sxm",
-                           engine="vllm", kv_dtype="fp8", mem_fraction=mem_fraction, tp=1,
-                           requests=200)
+    req = _request(run, mem_fraction)
     ratio, o50, o90 = SPREAD
     isl90 = run.isl_p90 or run.isl_p50 * ratio
     o50, o90 = run.osl_p50 or o50, run.osl_p90 or o90
@@ -92,8 +104,8 @@ def predict_spread(run: Run, *, think_s: float, mem_fraction: float, requests: i
     output = np.clip(np.round(_lognormal(rng, o50, o90, requests)), 1, 4096).astype(np.int64)
     hbm = np.floor(prompt * run.gpu_hit)
     ext = np.floor((prompt - hbm) * run.ext_hit)
-    agents = 12
-    prev = np.array([i - agents if i >= agents else -1 for i in range(requests)])
+    prev = np.arange(requests) - AGENTS  # each agent's previous request (-N: none yet)
+    prev[prev < 0] = -1
     tier = "host" if run.option == "host-dram" else "xmem"
     tr = Traffic(np.zeros(requests), prompt, hit_hbm=hbm,
                  hit_dram=ext if tier == "host" else None,
@@ -111,13 +123,8 @@ def predict(run: Run, *, think: str, output: int, mem_fraction: float,
             requests: int) -> tuple[float, float, float]:
     """(TTFT p50 ms, p90 ms, mean queue ms) of the simulated run."""
     from xmemplan.sizing.planner import Planner
-    from xmemplan.sizing.request import build_request
 
-    hit = run.gpu_hit + (1.0 - run.gpu_hit) * run.ext_hit
-    req, _ = build_request(
-        ttft_slo="10s", prompt_tokens=str(run.isl_p50), hit_rate=hit, users=12, think=think,
-        output_tokens=output, model="qwen3-30b-a3b-fp8", gpu="h100-sxm", engine="vllm",
-        kv_dtype="fp8", requests=requests, mem_fraction=mem_fraction, tp=1)
+    req = _request(run, mem_fraction, think=think, output_tokens=output, requests=requests)
     pt = Planner(req).run(run.option, 1, 1 if run.option == "xmem" else 0)
     return pt.ttft_ms["all"]["p50"], pt.ttft_ms["all"]["p90"], pt.queue_ms_mean
 

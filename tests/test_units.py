@@ -53,3 +53,13 @@ def test_byte_quantity_detection_and_formatting():
     assert not is_byte_quantity("3M") and not is_byte_quantity("3")
     assert format_count(12_345_678) == "12.3M"
     assert format_bytes(1.5e12) == "1.5 TB"
+
+
+def test_count_says_one_in_the_singular():
+    from xmemplan.units import count
+
+    assert count(1, "GPU") == "1 GPU"
+    assert count(0, "GPU") == "0 GPUs"
+    assert count(2801, "request") == "2,801 requests"
+    assert count(1, "empty file") == "1 empty file"
+    assert count(3, "query", "queries") == "3 queries"

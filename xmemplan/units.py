@@ -277,6 +277,11 @@ def parse_tokens(text: str | int | float, what: str = "tokens",
     return parse_count(text, what, lo=1, hi=hi)
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """`n` and its noun, singular for one: '1 GPU', '5 GPUs', '2,801 requests'."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def format_count(n: float) -> str:
     """12345678 -> '12.3M' (powers of 1000)."""
     for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):

@@ -9,6 +9,8 @@ from typing import Any
 
 import typer
 
+from xmemplan import units
+
 
 def register(app: typer.Typer) -> None:
     app.command("calibrate")(calibrate)
@@ -100,7 +102,7 @@ def calibrate(
         render.emit_json(doc)
         return
     loo_txt = f"{med_loo:.1%}" if math.isfinite(med_loo) else "n/a (too few points)"
-    render.line(f"Fitted {len(params)} constant{'s' if len(params) != 1 else ''} on "
+    render.line(f"Fitted {units.count(len(params), 'constant')} on "
                 f"{len(points)} points: median |error| "
                 f"{med:.1%}, leave-one-out {loo_txt}.")
     render.line(f"Overlay written to {out} (pass it to size/validate --catalog).")

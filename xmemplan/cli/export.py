@@ -46,7 +46,6 @@ def export(
                         if spacing is not None else None)
     render.line(f"wrote {res.rows:,} requests to {res.path} (mooncake_trace, "
                 f"{res.block_tokens}-token blocks: {res.blocks:,} hash_ids, "
-                f"{res.unique_blocks:,} distinct) from {res.files} "
-                f"file{'' if res.files == 1 else 's'}")
+                f"{res.unique_blocks:,} distinct) from {units.count(res.files, 'file')}")
     for note in res.notes:
         render.line(f"note: {note}")

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from xmemplan import units
+
 if TYPE_CHECKING:
     from xmemplan.hitrate.pipeline import HitrateResult
     from xmemplan.hitrate.transcript_calls import CallsReport
@@ -268,11 +270,6 @@ def _ratio(x: float | None) -> str:
     return "-" if x is None or x != x else f"{x:.4f}"
 
 
-def _count(n: int, noun: str) -> str:
-    """'1 request', '2,801 requests'."""
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
-
 def _report(
     result: HitrateResult, fmt: str, calls: CallsReport | None = None,
     cache_model: str | None = None,
@@ -283,13 +280,14 @@ def _report(
 
     s = result.summary
     if fmt == "table":  # the answer first, then what it rests on
-        counts = f"{_count(s['requests'], 'request')}, {_count(s['sessions'], 'session')}"
+        counts = (f"{units.count(s['requests'], 'request')}, "
+                  f"{units.count(s['sessions'], 'session')}")
         caps = result.capacity.capacities if result.capacity is not None else []
         if caps:  # the user asked for a finite cache: that is the answer
-            from xmemplan.cli.views.capacity import _cap_label
+            from xmemplan.cli.views.capacity import cap_label
 
             ratios = " / ".join(_ratio(c["token_hit_ratio"]) for c in caps)
-            sizes = " / ".join(_cap_label(c) for c in caps)
+            sizes = " / ".join(cap_label(c) for c in caps)
             render.line(
                 f"Token hit ratio {ratios} with an LRU cache of {sizes} (infinite cache: "
                 f"{_ratio(s['token_hit_ratio'])}; {counts})"

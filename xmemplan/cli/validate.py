@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from xmemplan import units
 from xmemplan.defaults import SEED_GPU, SEED_MODEL
 
 OUTPUT_FORMATS = ("table", "json")
@@ -255,8 +256,8 @@ def _report(result: Any, fmt: str, show_requests: bool) -> None:
             row += [c.ttft_p50_ms, c.predicted_ttft_p50_ms, _pct(c.ttft_error_p50)]
         rows.append(row)
     render.table(cols, rows, title=f"Measured vs the model's KV loads ({result.model} on "
-                 f"{result.gpu}, tier {result.tier}, {result.readers} "
-                 f"reader{'' if result.readers == 1 else 's'}; cold: hit "
+                 f"{result.gpu}, tier {result.tier}, {units.count(result.readers, 'reader')}; "
+                 "cold: hit "
                  "< 50%, warm: hit >= 50%)")
     for c in result.classes:
         if c.name == "warm" and c.simulated_load_p50_ms is not None:

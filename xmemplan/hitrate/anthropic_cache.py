@@ -28,7 +28,7 @@ content blocks; the lookback counts blocks). The model is a pure function of the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -68,30 +68,14 @@ class ModelCall:
     min_len: int
     warm: int = 0  # tokens the API's shared cache held before the conversation's first call
 
-    def trimmed(self) -> ModelCall:
-        """The same call holding only the bounds `replay` can look at: the lookback window
-        before the last breakpoint, and the breakpoints. A long session's calls then hold
-        a few dozen hashes each instead of every message's (N^2/2 over the session)."""
-        n = len(self.bounds)
-        if not n:
-            return self
-        last_bp = max(self.breakpoints) if self.breakpoints else n - 1
-        first = _window_start(self.blocks, last_bp)
-        keep = sorted(set(range(first, last_bp + 1)) | set(self.breakpoints))
-        if len(keep) == n:
-            return self
-        at = {j: k for k, j in enumerate(keep)}
-        return replace(self, bounds=self.bounds[keep], hashes=[self.hashes[j] for j in keep],
-                       blocks=self.blocks[keep], breakpoints=[at[j] for j in self.breakpoints])
-
 
 def windowed_call(*, cum: Sequence[int], hashes: Sequence[int], blocks: Sequence[int],
                   breakpoints: list[int], **fields: object) -> ModelCall:
-    """`ModelCall(bounds=cum[1:], hashes, blocks=cumsum(blocks), ...).trimmed()` without
-    building the whole-prompt arrays: `cum` is the tokens up to each message end (cum[0] =
-    0), `blocks` the content blocks per message. Only the lookback window before the last
-    breakpoint and the breakpoints are read, so a call costs its window, not its length
-    (a session of N calls would build N^2/2 entries)."""
+    """A call holding only the bounds `replay` can look at: the lookback window before the
+    last breakpoint, and the breakpoints. `cum` is the tokens up to each message end (cum[0]
+    = 0), `hashes` the chained hash at each message end, `blocks` the content blocks per
+    message. Only the window is read, so a call costs its window, not its length (a session
+    of N calls would build N^2/2 entries); `replay` gives it the hits of the whole call."""
     n = len(hashes)
     if not n:
         return ModelCall(bounds=np.zeros(0, np.int64), hashes=[],

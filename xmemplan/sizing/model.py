@@ -6,23 +6,27 @@ constant): S prompt tokens, P hit tokens (the cached prefix), b KV bytes per tok
 
     compute  = max(linear FLOPs / (tp x eta_lin[dtype] x peak), passes x active weight
                    bytes / (hbm_eff x HBM bw))                         (linear / MoE)
-             + max(attention FLOPs / (ranks x eta_attn x peak[attn dtype]), passes x
-                   S x b / (hbm_eff x HBM bw))                         (attention)
+             + max(attention FLOPs / (ranks x eta_attn x peak[attn dtype]), KV read
+                   / (hbm_eff x HBM bw))                               (attention)
+               KV read = b x the passes' contexts: (passes - 1) x (P + chunk x passes
+                   / 2) + S tokens (each pass reads its prefix and chunks so far);
                linear FLOPs = 2 x active params x (S - P);
                attention FLOPs = L x q_heads x (d_qk + d_v) x (S^2 - P^2) (causal);
                active weight bytes = dense + experts x (1 - (1 - k/E)^tokens per pass)
-             + sm_interference x min(load, compute)   (kernel copies overlapping compute)
+             + sm_interference x min(load, c1)   (kernel copies overlapping the first pass)
     floor    = passes x L x layer_latency     (small kernels of every pass; not overlapped)
     load     = P x b / effective bandwidth + tier latency        (0 when P = 0)
     effective bandwidth = min(GPU link, tier path, per-GPU link, host path for k loaders)
                           x link efficiency x transfer-size efficiency,
                           capped by node bw x node_efficiency x nodes / GPUs loading
                           (host DRAM over PCIe: host_efficiency x the GPU's measured
-                          pinned-copy peak replaces link x link efficiency)
+                          pinned-copy peak replaces link x link efficiency, and the
+                          result is capped at that peak)
     t0 = fixed overhead[engine] + per-token overhead[engine] x S  (fitted on full hits)
     one request:  sum   t0 + floor + load + compute              (vLLM OffloadingConnector)
-                  layer t0 + floor + max(load, compute) + min(load, compute) / L  (SGLang)
-                  max   t0 + floor + max(load, compute)   (perfect overlap, a lower bound)
+                  layer t0 + floor + max(load, c1) + min(load, c1) / L + (compute - c1)
+                        (SGLang; c1 = the first forward pass, the only one loads overlap)
+                  max   t0 + floor + max(load, c1) + (compute - c1)   (a lower bound)
     N in flight on one GPU: request i (1..N) finishes at
                   one request + (i - 1) x max(load, compute + floor)
 
@@ -65,8 +69,10 @@ class Calibration:
     host_bandwidth_bytes_per_s: effective host-DRAM -> GPU bandwidth over PCIe for large
     transfers, replacing the catalog's figure for PCIe host tiers when set (a user's own
     fit, for their GPU).
-    host_efficiency: otherwise, the share of the GPU's measured pinned-copy peak
-    (`host_copy_bandwidth` in the catalog) an engine reaches loading KV.
+    host_efficiency: otherwise, the multiple of the GPU's measured pinned-copy peak
+    (`host_copy_bandwidth` in the catalog), scaled by the copy curve at the engine's block
+    size, that an engine reaches loading KV (shipped: 1, the curve's rate; capped at the
+    peak).
     xmem_bandwidth_bytes_per_s: the same for X-Mem tiers (a user's own fit; None: catalog).
     hbm_efficiency: share of HBM bandwidth reached reading weights and KV (memory roofline).
     layer_latency_s: time per layer that every forward pass adds on top of its FLOP and
@@ -354,6 +360,14 @@ def hbm_need_bytes(model: ModelSpec, shape: Shape, kv_tokens: float) -> float:
     return weight_bytes_per_gpu(model, shape) + tokens * per_tok
 
 
+def kv_room_tokens(model: ModelSpec, gpu: GpuSpec, shape: Shape,
+                   usable_fraction: float = 0.9) -> float:
+    """KV tokens one replica's GPUs hold next to the weights, in `usable_fraction` of HBM
+    (the engines' --mem-fraction-static / --gpu-memory-utilization)."""
+    room = gpu.hbm_capacity_bytes * usable_fraction - weight_bytes_per_gpu(model, shape)
+    return max(0.0, room) / kv_bytes_per_token_per_gpu(model, shape)
+
+
 def shape_fits(model: ModelSpec, gpu: GpuSpec, shape: Shape, kv_tokens: float,
                usable_fraction: float = 0.9) -> bool:
     return hbm_need_bytes(model, shape, kv_tokens) <= gpu.hbm_capacity_bytes * usable_fraction
@@ -528,6 +542,7 @@ def effective_bandwidth(
         return gpu.hbm_bandwidth_bytes_per_s * eff
     link = gpu.link_bandwidth(tier.attach)
     eff = tier.link_efficiency
+    peak = None  # a host load's ceiling: the GPU's measured large-copy rate
     if tier.kind == "host":
         k = min(gpu.gpus_per_server, loaders if loaders is not None else gpus_loading)
         link = min(link, host_path_limit(gpu, k)) if tier.attach == "host" else min(
@@ -536,8 +551,8 @@ def effective_bandwidth(
             if calibration.host_bandwidth_bytes_per_s:
                 eff = calibration.host_bandwidth_bytes_per_s / tier.bandwidth_bytes_per_s
             elif calibration.host_efficiency:
-                eff = (calibration.host_efficiency * host_copy_peak(gpu, tier)
-                       / tier.bandwidth_bytes_per_s)
+                peak = host_copy_peak(gpu, tier)
+                eff = calibration.host_efficiency * peak / tier.bandwidth_bytes_per_s
     if tier.kind == "xmem" and calibration.xmem_bandwidth_bytes_per_s and \
             tier.bandwidth_bytes_per_s:
         eff = calibration.xmem_bandwidth_bytes_per_s / tier.bandwidth_bytes_per_s
@@ -550,11 +565,10 @@ def effective_bandwidth(
     for lim in limits[1:]:
         raw = np.minimum(raw, lim)
     bw = raw * eff * transfer_efficiency(tier, transfer.chunk_bytes(model), transfer.io)
-    if (tier.kind == "host" and tier.attach == "pcie" and calibration.host_efficiency
-            and not calibration.host_bandwidth_bytes_per_s):
+    if peak is not None:
         # An engine with transfers in flight can beat one transfer's small-block rate (a
         # host_efficiency above 1), never the link's measured large-copy peak.
-        bw = np.minimum(bw, host_copy_peak(gpu, tier))
+        bw = np.minimum(bw, peak)
     node = node_effective_bandwidth(tier)
     if node:
         share = node * np.asarray(nodes, dtype=np.float64) / max(1, gpus_loading)

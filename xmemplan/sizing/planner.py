@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from xmemplan import units
 from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
 from xmemplan.errors import UsageError
 from xmemplan.sizing import model as M
@@ -234,10 +235,9 @@ class Planner:
 
     # capacities -------------------------------------------------------------------------
     def hbm_tokens(self, gpus: int) -> float:
-        m, g, s = self.req.model, self.req.gpu, self.req.shape
-        per = max(0.0, g.hbm_capacity_bytes * self.req.mem_fraction
-                  - M.weight_bytes_per_gpu(m, s))
-        return per / self.kvb * max(1, gpus // s.gpus)  # tokens per replica x replicas
+        r = self.req
+        per = M.kv_room_tokens(r.model, r.gpu, r.shape, r.mem_fraction)
+        return per * max(1, gpus // r.shape.gpus)  # tokens per replica x replicas
 
     def tier_tokens(self, option: str, gpus: int, nodes: int) -> float:
         if option == "hbm-only":
@@ -352,9 +352,8 @@ class Planner:
         """Little's law over the run: the KV tokens of started, unfinished requests (prompt
         and output, each from its start to its end), time-averaged, over the replicas'
         KV room (`hbm_tokens`)."""
-        room = self.hbm_tokens(gpus)
-        span = r.span
-        if not room or not span or span <= 0:
+        room, span = self.hbm_tokens(gpus), r.span
+        if room <= 0 or span <= 0:
             return 0.0
         t = r.traffic
         held = float(np.sum((t.prompt + t.output) * (r.done - r.start)))
@@ -454,13 +453,10 @@ class Planner:
                 lo = mid
         return hi
 
-    def goodput(self, option: str, gpus: int, nodes: int) -> float | None:
-        """The largest load (requests/s, or users x this for closed loop) within the SLO."""
-        return self.goodput_bound(option, gpus, nodes)[0]
-
     def goodput_bound(self, option: str, gpus: int, nodes: int
                       ) -> tuple[float | None, bool]:
-        """(goodput, capped): capped when the load still complies at GOODPUT_CEILING x the
+        """(goodput, capped): the largest load (requests/s, or users x this for closed
+        loop) within the SLO; capped when the load still complies at GOODPUT_CEILING x the
         requested one, where the search stops (the figure is then a lower bound)."""
         base = self.req.load.load_rps()
         if base is None:
@@ -528,7 +524,6 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) 
     return res
 
 
-
 def _cost(r: SizeResult) -> tuple[int, int] | None:
     """(GPUs, X-Mem nodes) the answer buys; None when nothing complies."""
     if r.cheapest == "none":
@@ -567,9 +562,8 @@ def _hint_wider(req: SizeRequest, res: SizeResult) -> None:
 
 def _gpus(n: int | None) -> str:
     """'1 GPU', '5 GPUs' (the answer line is read aloud; no '1 GPUs')."""
-    if n is None:
-        return "- GPUs"
-    return f"{n:,} GPU{'s' if n != 1 else ''}"
+    return "- GPUs" if n is None else units.count(n, "GPU")
+
 
 def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult:
     p = Planner(req)
@@ -585,9 +579,9 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
     g_x = None if n_rec is None else p.fewest_gpus("xmem", n_rec)
     g_instant = p.fewest_gpus("xmem", big, instant_loads=True)
     # Instant loads are never slower than a real tier, so a count that complies with one
-    # complies with them. The searches assume compliance grows with the GPU count, and the
-    # overload check of a short simulated run can break that (seen: instant loads "need" 9
-    # GPUs where X-Mem complies with 5); take the smallest count known to comply.
+    # complies with them: the bisecting searches assume compliance grows with the GPU
+    # count, and where a run breaks that (a nominal-rate overload flag once made instant
+    # loads "need" 9 GPUs beside X-Mem's 5) the line still says the smallest count known.
     known = [g for g in (g_instant, g_x, g_host, g_hbm) if g is not None]
     g_instant = min(known) if known else None
 
@@ -652,7 +646,7 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         compare = (f"({pq} {hh.slo_value_ms:,.0f} -> {hx.slo_value_ms:,.0f} ms on "
                    f"{_gpus(g_host)})")
         xmem_txt = (f"X-Mem adds {headroom:,.0f} ms of headroom {compare}" if headroom >= 0.5
-                    else f"X-Mem with {nx:,} node{'s' if nx != 1 else ''} is no faster "
+                    else f"X-Mem with {units.count(nx, 'node')} is no faster "
                     f"{compare}")
         answer = (f"0 X-Mem nodes for {_gpus(g_best)}: "
                   f"{'HBM alone' if cheapest == 'hbm-only' else 'host DRAM'} meets the "
@@ -669,11 +663,11 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         host_txt = (f"host DRAM needs {_gpus(g_host)}, {saved:,} more" if g_host is not None
                     and saved is not None
                     else f"host DRAM does not meet it with up to {top:,} GPUs")
-        answer = (f"{n_rec:,} X-Mem node{'s' if n_rec != 1 else ''} for {_gpus(g_x)}: meets "
+        answer = (f"{units.count(n_rec, 'X-Mem node')} for {_gpus(g_x)}: meets "
                   f"the {slo_txt} SLO at {load} ({host_txt}); binding: {binding}.")
         if saved:
-            reasons.append(f"X-Mem is the cheaper option if {n_rec:,} "
-                           f"node{'s cost' if n_rec != 1 else ' costs'} less than {_gpus(saved)}.")
+            reasons.append(f"X-Mem is the cheaper option if {units.count(n_rec, 'node')} "
+                           f"cost{'s' if n_rec == 1 else ''} less than {_gpus(saved)}.")
     reasons.append(f"Nodes: {'-' if n_bw is None else f'{n_bw:,}'} for bandwidth, {n_cap:,} "
                    "for capacity (working set / node capacity).")
     if g_instant is not None:

@@ -38,8 +38,8 @@ SEED_OUTPUT_TOKENS = 100
 # (steps are summed one by one inside a run), so requests x output tokens is capped.
 MAX_REQUESTS = 200_000  # p99 from 180,000 kept requests: far past what percentiles need
 MAX_DECODE_STEPS = 50_000_000  # requests x output tokens per simulation (~10 s in all)
-# requests x --max-gpus: an open arrival is routed by a scan over every replica, so one
-# simulation at the largest count costs requests x replicas (4,000 x 100,000: ~1 s)
+# requests x --max-gpus: events scale with requests and routing with log(replicas), but
+# replica state and searches with the count (200,000 x 10,000, overloaded: ~20 s in all)
 MAX_REQUEST_GPUS = 2_000_000_000
 KV_DTYPES = ("bf16", "fp16", "fp8")
 ATTENTION_DTYPES = ("bf16", "fp8")
@@ -221,8 +221,8 @@ def build_request(
                  "flag (--mem-fraction)" if mem_fraction is not None else
                  "default: SGLang --mem-fraction-static / vLLM --gpu-memory-utilization 0.9"))
     given = [f for f, v in (("--tp", tp), ("--ep", ep)) if v is not None]
-    said.append((f"replica shape {shape.label} ({shape.gpus} "
-                  f"GPU{'s' if shape.gpus != 1 else ''} per replica)",
+    said.append((f"replica shape {shape.label} ({units.count(shape.gpus, 'GPU')} per "
+                  "replica)",
                  "flag (" + ", ".join(given) + ")" if given else
                  "default: smallest that holds weights + KV of the longest prompt"
                  + (", --dp-attention" if dp_attention else "")))

@@ -11,9 +11,8 @@ think[i]) (prev = -1: open loop; else the request it follows in its session, so 
 users and a trace's think times are the same mechanism).
 
 Routing. route[i] >= 0 pins a replica; -1 joins the replica with the fewest unfinished
-requests (prefilling or decoding; lowest index on ties: a scan up to SCAN_REPLICAS
-replicas, a min tree above, O(log R) per change); -2 follows prev's replica (session
-affinity).
+requests (prefilling or decoding; lowest index on ties; kept in a min tree, O(log R) per
+change); -2 follows prev's replica (session affinity).
 
 Scheduling (per replica, one iteration at a time, SGLang's prefill-first FCFS):
 - if prefills wait: a batch takes the queue in order, up to `chunk` new tokens and
@@ -84,10 +83,9 @@ N_STATS = 5
 SUM, LAYER, MAX = 0, 1, 2
 
 
-# Join-shortest-queue over many replicas: a min tree of outstanding x P + index (the
-# fewest unfinished requests, lowest index on ties), O(log R) per change instead of a scan
-# of every replica per arrival. Up to SCAN_REPLICAS replicas the scan is cheaper and kept.
-SCAN_REPLICAS = 16
+# Join-shortest-queue: a min tree over the replicas of (unfinished requests) x P + index,
+# so the fewest unfinished, lowest index on ties, is its root; O(log R) per change instead
+# of a scan of every replica per arrival.
 _SEG_NONE = np.int64(1) << 62
 
 
@@ -106,9 +104,12 @@ def _seg_init(R: int) -> tuple[np.ndarray, int]:
 
 
 @njit(cache=True, inline="always")
-def _seg_set(seg: np.ndarray, P: int, q: int, count: int) -> None:
+def _unfinished_add(outstanding: np.ndarray, seg: np.ndarray, P: int, q: int,
+                    d: int) -> None:
+    """Replica `q` gains `d` unfinished requests; its leaf and the path to the root follow."""
+    outstanding[q] += d
     k = P + q
-    seg[k] = count * P + q
+    seg[k] = outstanding[q] * P + q
     k //= 2
     while k >= 1:
         a, b = seg[2 * k], seg[2 * k + 1]
@@ -291,8 +292,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
     dcount = np.zeros(R, np.int64)
     dctx = np.zeros(R)
     outstanding = np.zeros(R, np.int64)
-    tree = R > SCAN_REPLICAS
-    seg, P = _seg_init(R if tree else 1)
+    seg, P = _seg_init(R)
     held = np.zeros(R)  # prompt tokens of started, unfinished prefills (KV in HBM)
 
     # replica state: 0 idle, 1 running (ends at rend), 2 waiting for its batch's loads
@@ -441,9 +441,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         dctx[r] += prompt[i]
                     else:
                         t_done[i] = now
-                        outstanding[r] -= 1
-                        if tree:
-                            _seg_set(seg, P, r, outstanding[r])
+                        _unfinished_add(outstanding, seg, P, r, -1)
                         finished += 1
                         j = dep[i]
                         if j >= 0:
@@ -474,9 +472,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         dcount[r] -= 1
                         dctx[r] -= prompt[i] + output[i] - 1
                         t_done[i] = now
-                        outstanding[r] -= 1
-                        if tree:
-                            _seg_set(seg, P, r, outstanding[r])
+                        _unfinished_add(outstanding, seg, P, r, -1)
                         finished += 1
                         j = dep[i]
                         if j >= 0:
@@ -500,17 +496,9 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                 if r == -2:
                     r = rep[prev[i]] if prev[i] >= 0 else -1
                 if r < 0:
-                    if tree:
-                        r = seg[1] % P
-                    else:
-                        r = 0
-                        for q in range(1, R):
-                            if outstanding[q] < outstanding[r]:
-                                r = q
+                    r = seg[1] % P
                 rep[i] = r
-                outstanding[r] += 1
-                if tree:
-                    _seg_set(seg, P, r, outstanding[r])
+                _unfinished_add(outstanding, seg, P, r, 1)
                 nb = 0
                 if overlap == SUM:
                     for tier in range(2):

@@ -80,9 +80,7 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
                                            transfer=s.transfer, calibration=cal))
     node = M.node_effective_bandwidth(s.xmem)
     node_bw = math.inf if not node else node * nodes / shape.gpus
-    # KV that fits in HBM next to the weights (SGLang --mem-fraction-static ~0.9).
-    kv_cap = max(0.0, g.hbm_capacity_bytes * s.mem_fraction
-                 - M.weight_bytes_per_gpu(m, shape)) / kvb
+    kv_cap = M.kv_room_tokens(m, g, shape, s.mem_fraction)
     tier = s.host if load_tier == "host" else s.xmem
     interf = M.sm_interference_fraction(tier, s.transfer, s.overlap)
     floor = M.pass_floor_seconds(m, cal)

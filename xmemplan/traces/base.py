@@ -41,7 +41,7 @@ import numpy as np
 import orjson
 
 from xmemplan.errors import InputError, Skip
-from xmemplan.units import MAX_PROMPT_TOKENS
+from xmemplan.units import MAX_PROMPT_TOKENS, count
 
 __all__ = ["MAX_PROMPT_TOKENS"]  # re-exported: readers check prompt lengths against it
 
@@ -479,19 +479,16 @@ def block_row(
 def skip_summary(skips: SkipLog, unrecognized: Sized = (), empty: Sized = ()) -> str:
     """What was not read, counted: lines and whole files skipped, lines read with a warning,
     files in no known format, empty files ('' if none). Every command says it the same way."""
-    def n(k: int, one: str, many: str) -> str:
-        return f"{k:,} {one if k == 1 else many}"
-
     parts = []
     files, lines = skips.files, skips.lines
     if lines:
-        parts.append(n(lines, "line", "lines") + " skipped")
+        parts.append(count(lines, "line") + " skipped")
     if files:
-        parts.append(n(files, "file", "files") + " skipped")
+        parts.append(count(files, "file") + " skipped")
     if skips.total_warned:
-        parts.append(n(skips.total_warned, "line", "lines") + " read with a warning")
+        parts.append(count(skips.total_warned, "line") + " read with a warning")
     if len(unrecognized):
-        parts.append(n(len(unrecognized), "file", "files") + " in no known format")
+        parts.append(count(len(unrecognized), "file") + " in no known format")
     if len(empty):
-        parts.append(n(len(empty), "empty file", "empty files"))
+        parts.append(count(len(empty), "empty file"))
     return ", ".join(parts)

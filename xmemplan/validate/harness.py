@@ -34,6 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from xmemplan import units
 from xmemplan.errors import UsageError
 from xmemplan.validate.options import ValidateOptions
 from xmemplan.validate.pages import Pattern, page_view
@@ -232,15 +233,14 @@ def preamble(opts: ValidateOptions, mode: ModeChoice, device: Any, basis: Predic
             f"emulated: device '{device.name}' ({Path(device.path).name}): link "
             f"{device.link_bytes_per_s / gb:.4g} GB/s, banks {banks} GB/s, node "
             f"{device.node_bytes_per_s / 1e12:.4g} TB/s as one token bucket shared by "
-            f"{opts.readers} reader{'' if opts.readers == 1 else 's'}, copy-size curve {curve}, "
-            "op latency "
+            f"{units.count(opts.readers, 'reader')}, copy-size curve {curve}, op latency "
             f"{device.op_latency_s * 1e6:.3g} us; time scale x{time_scale:.3g}")
         srcs = device.sources
         lines.append(f"figures from: banks and link: {srcs.get('bank_bandwidth', '?')}; "
                      f"node: {srcs.get('node_bandwidth', '?')}; assumed: "
                      f"{', '.join(device.assumed()) or 'none'}")
-    lines.append(f"predicted by: {basis.words}, {opts.readers} "
-                 f"reader{'' if opts.readers == 1 else 's'} loading at once, "
+    lines.append(f"predicted by: {basis.words}, {units.count(opts.readers, 'reader')} "
+                 "loading at once, "
                  f"pages of {opts.page_tokens} tokens, {opts.layout}")
     if measure_compute:
         lines.append("verdict covers: KV load times and TTFT (compute measured on this GPU)")

@@ -70,7 +70,7 @@ def render_tables(cap: CapacityResult) -> None:
     from xmemplan.cli.views import render
 
     if cap.capacities:
-        cols = ["metric"] + [_cap_label(c) for c in cap.capacities]
+        cols = ["metric"] + [cap_label(c) for c in cap.capacities]
         rows = [
             [label] + [c[key] for c in cap.capacities] for key, label in TABLE_ROWS
         ]
@@ -116,7 +116,7 @@ def render_tables(cap: CapacityResult) -> None:
         )
 
 
-def _cap_label(c: dict[str, Any]) -> str:
+def cap_label(c: dict[str, Any]) -> str:
     if c["capacity_bytes"] is not None and not str(c["capacity"]).endswith("B"):
         return f"{c['capacity']} ({format_bytes(c['capacity_bytes'])})"
     if c["capacity_bytes"] is not None:
