@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -297,27 +297,16 @@ def _report(
                         "infinite cache)")
     _warn_skips(result)
     if fmt == "json":
-        payload = {
-            **{k: v for k, v in s.items()},
-            "scope": result.scope,
-            "page_size": result.page_size,
-            "files_by_format": result.files_by_format,
-            "unrecognized_files": result.unrecognized,
-            "empty_files": result.empty,
-            "notes": result.notes,
-            "warnings": dict(result.skips.warned),
-        }
-        if result.reported is not None:
-            payload["reported"] = result.reported
-        if result.capacity is not None:
-            payload["capacity"] = result.capacity.to_json()
-        if calls is not None:
-            payload["transcripts"] = tv.to_json(calls, cache_model)
-        render.emit_json(payload)
+        render.emit_json(json_payload(result, calls, cache_model))
         return
+    from xmemplan.hitrate.stats import DISTRIBUTIONS, STAT_KEYS, trace_stats
+
+    stats = trace_stats(result)
     if fmt == "csv":
         keys = ["sessions", "requests", "prompt_tokens"] + [k for k, _ in METRIC_LABELS]
         extra = result.capacity.csv_rows() if result.capacity is not None else []
+        extra += [(f"stats.{name}.{k}", stats[name][k]) for name, _ in DISTRIBUTIONS
+                  for k in STAT_KEYS]
         rep = result.reported
         if rep is not None:
             extra += [(f"reported.{k}", rep[k]) for k in (
@@ -337,17 +326,80 @@ def _report(
         + [(label, s[key]) for key, label in METRIC_LABELS],
         title="Prefix-cache hit ratios (infinite cache)",
     )
+    _stats_table(stats, s["requests"])
     rows = [
         (b["round"], b["requests"], b["token_hit_ratio"], b["mean"], b["median"], b["share_ge_95"])
-        for b in s["by_round"]
+        for b in s["by_round"] if b["requests"]
     ]
-    spark = render.sparkline([b["mean"] for b in s["by_round"]], 0.0, 1.0)
+    spark = render.sparkline([b["mean"] for b in s["by_round"] if b["requests"]], 0.0, 1.0)
     render.table(
         ["round", "requests", "token hit", "mean", "median", "share >= 95%"],
         rows,
-        title="By round (0 = first request of a session)",
+        title="By round (0 = first request of a session; empty rounds not shown)",
         caption=f"mean by round: {spark}" if spark.strip() else None,
     )
+    _reported_and_calls(result, calls, cache_model)
+
+
+def _stats_table(stats: dict[str, Any], requests: int) -> None:
+    """Lengths and per-request hit ratios, one row each (tokens as 14.7k, ratios at 4
+    places), whole at 80 columns."""
+    from xmemplan.cli.views import render
+    from xmemplan.hitrate.stats import DISTRIBUTIONS, STAT_KEYS
+
+    keys = STAT_KEYS[1:]
+    rows = []
+    for name, label in DISTRIBUTIONS:
+        d = stats[name]
+        if not d["count"]:
+            continue
+        show = _ratio if name == "request_hit_ratio" else _tokens
+        label = label.split(" (")[0]
+        if d["count"] != requests:
+            label += f" ({d['count']:,})"
+        rows.append((label, *(show(d[k]) for k in keys)))
+    render.table(["per request", *keys], rows, title="Trace statistics (per request)",
+                 caption=stats["aiperf_cache_hit_rate"] + ".")
+
+
+def _tokens(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return units.format_count(x) if x >= 1000 else f"{x:,.0f}"
+
+
+def json_payload(result: HitrateResult, calls: CallsReport | None = None,
+                 cache_model: str | None = None) -> dict[str, Any]:
+    """The document `hitrate --format json` prints (also the run folder's hitrate.json)."""
+    from xmemplan.cli.views import transcripts as tv
+    from xmemplan.hitrate.stats import trace_stats
+
+    s = result.summary
+    payload = {
+        **{k: v for k, v in s.items()},
+        "scope": result.scope,
+        "page_size": result.page_size,
+        "files_by_format": result.files_by_format,
+        "unrecognized_files": result.unrecognized,
+        "empty_files": result.empty,
+        "notes": result.notes,
+        "warnings": dict(result.skips.warned),
+    }
+    if result.reported is not None:
+        payload["reported"] = result.reported
+    if result.capacity is not None:
+        payload["capacity"] = result.capacity.to_json()
+    if calls is not None:
+        payload["transcripts"] = tv.to_json(calls, cache_model)
+    payload["stats"] = trace_stats(result)
+    return payload
+
+
+def _reported_and_calls(result: HitrateResult, calls: CallsReport | None,
+                        cache_model: str | None) -> None:
+    from xmemplan.cli.views import render
+    from xmemplan.cli.views import transcripts as tv
+
     rep = result.reported
     if rep is not None:
         render.table(

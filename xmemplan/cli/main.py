@@ -9,7 +9,7 @@ import typer
 from typer.exceptions import TyperException
 
 from xmemplan import __version__
-from xmemplan.cli import calibrate, catalog, export, hitrate, size, validate
+from xmemplan.cli import calibrate, catalog, export, hitrate, plan, size, validate
 
 app = typer.Typer(
     name="xmemplan",
@@ -51,7 +51,7 @@ def _main(
     render.set_quiet(quiet)
 
 
-for _module in (hitrate, size, validate, catalog, calibrate, export):
+for _module in (plan, hitrate, size, validate, catalog, calibrate, export):
     _module.register(app)
 
 
@@ -62,6 +62,9 @@ def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (see `xmemplan.errors` for the table)."""
     args = sys.argv[1:] if argv is None else list(argv)
     _state["debug"] = "--debug" in args
+    from xmemplan.cli import invocation
+
+    invocation.ARGV[:] = args
     with warnings.catch_warnings():
         if not _state["debug"]:
             # numpy's "Mean of empty slice" and "invalid value" warnings are about values the

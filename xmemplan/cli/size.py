@@ -209,23 +209,8 @@ def _rps(v: float | None, capped: bool) -> str:
 
 
 def _plot(r: SizeResult, path: Path) -> None:
-    from xmemplan.cli.views.plots import _pyplot, save_figure
+    """The chart `plan` draws too (cli/views/sizeplots.py): SLO labelled, offered load and
+    the chosen configuration marked, log axis only when the values span decades."""
+    from xmemplan.cli.views.sizeplots import ttft_vs_load
 
-    plt = _pyplot()
-    c = r.load_curve
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    if c:
-        for name in ("hbm-only", "host-dram", "xmem"):
-            ax.plot(c["load_rps"], c[name], marker="o", label=name)
-    ax.axhline(r.ttft_slo_ms, color="black", linewidth=1, label="SLO")
-    ax.set_xlabel("offered load (requests/s)")
-    ax.set_ylabel(f"TTFT p{r.slo_percentile:g} of {r.slo_on} requests (ms)")
-    ax.set_yscale("log")
-    ax.set_title(f"{r.model} on {c.get('gpus', '-')} x {r.gpu}", fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    try:
-        save_figure(fig, path, "--plot")
-    finally:
-        plt.close(fig)
+    ttft_vs_load(r.to_dict(), path, "--plot")

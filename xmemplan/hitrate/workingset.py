@@ -64,6 +64,12 @@ def working_set(
     foot = (np.asarray(prompt)[known] + np.maximum(np.asarray(output)[known], 0)).astype(np.int64)
     order = np.lexsort((np.arange(ts.size), ts, codes))
     codes, ts, foot = codes[order], ts[order], foot[order]
+    first = np.ones(ts.size, dtype=bool)
+    first[1:] = codes[1:] != codes[:-1]
+    starts = ts[first]
+    # more than one session, all starting at one instant (recorded sessions replayed from
+    # t=0): the working set's early peak is then an artefact of the trace, not load
+    together = bool(starts.size > 1 and float(starts.max() - starts.min()) == 0.0)
     same_next = np.zeros(ts.size, dtype=bool)
     same_next[:-1] = codes[1:] == codes[:-1]
     nxt = np.append(ts[1:], np.inf)
@@ -116,6 +122,7 @@ def working_set(
             "sessions_peak": int(ses.max()),
             "sessions_mean": float((ses * dur).sum() / span) if span > 0 else None,
             "sessions_p99": None if math.isnan(ses_p99) else int(ses_p99),
+            "sessions_start_together": together,
         },
         series,
     )

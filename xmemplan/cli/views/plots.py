@@ -70,6 +70,25 @@ def write_plots(result: HitrateResult, directory: Path) -> list[Path]:
     return written
 
 
+def hit_histogram(hist: dict[str, Any], path: Path, flag: str = "--out") -> Path:
+    """Requests by hit ratio (the profile's 20 bins of 0.05, every request)."""
+    plt = _pyplot()
+    edges, counts = hist["edges"], hist["counts"]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
+    ax.bar(edges[:-1], counts, width=widths, align="edge", edgecolor="white")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("request hit ratio (hit tokens / prompt tokens, infinite cache)")
+    ax.set_ylabel("requests")
+    ax.set_title("Distribution of the per-request hit ratio")
+    fig.tight_layout()
+    try:
+        save_figure(fig, path, flag)
+    finally:
+        plt.close(fig)
+    return path
+
+
 def _finite(v: Any) -> float:
     return float(v) if v is not None and math.isfinite(v) else math.nan
 
@@ -145,12 +164,23 @@ def _working_set(plt: Any, cap: CapacityResult, path: Path) -> Path:
     if ws["p99_tokens"] is not None:
         p99 = ws["p99_bytes"] / 1e9 if bpt else ws["p99_tokens"]
         ax.axhline(p99, linestyle=":", color="tab:orange", label=f"p99 {p99:,.0f}")
+    if _all_start_at_zero(cap):
+        ax.annotate("every session starts at t=0 in this trace:\nthe early peak is that "
+                    "artefact, not load", (0.02, 0.97), xycoords="axes fraction", va="top",
+                    fontsize=7, color="dimgrey")
     ax.set_xlabel("time since the first request (" + ("h" if hours else "min") + ")")
     ax.set_ylabel(f"KV of live sessions ({'GB, ' + str(cap.model) if bpt else 'tokens'})")
     idle = ws["idle_s"]
     ax.set_title("Working set over time" + (f" (idle timeout {idle:g} s)" if idle else ""))
-    ax.legend(loc="lower center")
+    ax.legend(loc="lower right", fontsize=8, framealpha=0.8)
     fig.tight_layout()
     save_figure(fig, path, "--plot")
     plt.close(fig)
     return path
+
+
+def _all_start_at_zero(cap: CapacityResult) -> bool:
+    """Whether the working set's sessions all began together (their first requests at one
+    instant): traces of recorded sessions replayed from 0, whose early peak is an artefact."""
+    ws = cap.working_set or {}
+    return bool(ws.get("sessions_start_together"))

@@ -283,9 +283,38 @@ def _transposed(columns: Sequence[str], cells: list[list[str]], title: str | Non
         line(caption)
 
 
-def line(text: str = "") -> None:
-    """Print a plain line of results to stdout."""
-    out_console().print(text, markup=False, highlight=False)
+def line(text: str = "", style: str | None = None) -> None:
+    """Print a plain line of results to stdout (`style` shows only on a colour terminal:
+    rich drops it when stdout is not a terminal or NO_COLOR is set)."""
+    out_console().print(text, markup=False, highlight=False, style=style)
+
+
+def answer(text: str) -> None:
+    """The answer line: bold on a colour terminal."""
+    line(text, style="bold")
+
+
+def verdict_style(text: str) -> str | None:
+    """green for a PASS line, red for a FAIL line, None otherwise."""
+    head = text.lstrip()
+    if head.startswith("PASS"):
+        return "green"
+    if head.startswith("FAIL"):
+        return "red"
+    return None
+
+
+@contextmanager
+def spinner(description: str) -> Iterator[None]:
+    """A spinner with elapsed time on stderr while a step runs (terminal only, not -q)."""
+    console = err_console()
+    if _quiet or not console.is_terminal:
+        yield
+        return
+    columns = [TextColumn("{task.description}"), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=True) as prog:
+        prog.add_task(description, total=None)
+        yield
 
 
 def to_json(obj: Any) -> str:
