@@ -1,0 +1,217 @@
+"""The engines' finite caches: vLLM's block pool and SGLang's radix cache, replayed.
+
+    from xmemplan.prefix.engine_cache import replay_hits
+    replay_hits({"engine": "vllm", "page_size": 16, "capacity_tokens": 1_000_000,
+                 "with_outputs": True, "inflight": 1,
+                 "requests": [{"id": "a", "tokens": [...], "output_tokens": 200}, ...]})
+
+`replay_hits` takes the scenario of the oracle contract (docs/capacity.md, section "Engine
+models"); `engine_replay` is what `hitrate --cache-model vllm|sglang` calls on page keys. The
+rules are in `engine_reference` (plain Python, the tests' oracle); the kernels are in
+`engine_kernels`. One replay per capacity (neither engine's cache is a stack algorithm).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+ENGINES = ("vllm", "sglang")
+
+
+@dataclass
+class EngineReplay:
+    hits: np.ndarray  # int64 (n, J): hit tokens at capacities[j]
+    rejected: np.ndarray  # bool (n, J): the request's KV alone exceeds the pool
+    capacities: np.ndarray  # int64 (J,)
+
+
+def kv_tokens(prompt: np.ndarray, outputs: np.ndarray | None, with_outputs: bool
+              ) -> np.ndarray:
+    """K per request: L + M - 1 with outputs (the last sampled token is never computed)."""
+    prompt = np.asarray(prompt, dtype=np.int64)
+    if not with_outputs or outputs is None:
+        return prompt.copy()
+    m = np.maximum(np.asarray(outputs, dtype=np.int64), 1)  # unknown (-1) or 0: none
+    return prompt + m - 1
+
+
+def kv_page_keys(
+    keys: np.ndarray, offsets: np.ndarray, prompt: np.ndarray, kv: np.ndarray, page: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One key per full page of each request's KV: the first min(keys, L // page) keys as
+    given, chained (a key names its whole prefix, as the engines' block hashes do), then a
+    negative key seen nowhere else for each page past them (pages holding output tokens, or
+    prompt pages the trace has no key for: they can never hit)."""
+    from xmemplan.prefix.engine_kernels import chain_keys
+
+    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    prompt = np.asarray(prompt, dtype=np.int64)
+    kv = np.asarray(kv, dtype=np.int64)
+    have = np.minimum(np.diff(offsets), prompt // page)
+    total = np.maximum(kv // page, have)
+    out_off = np.zeros(len(total) + 1, dtype=np.int64)
+    np.cumsum(total, out=out_off[1:])
+    out = -(np.arange(out_off[-1], dtype=np.int64) + 1)  # unique negatives
+    # the kept keys: positions 0 .. have[r] - 1 of each request
+    src = np.repeat(offsets[:-1] - out_off[:-1], have) + _ranks(have, out_off)
+    dst = _ranks(have, out_off)
+    kept = keys[src]
+    kept_off = np.zeros(len(have) + 1, dtype=np.int64)
+    np.cumsum(have, out=kept_off[1:])
+    chained = np.empty_like(kept)
+    if kept.size:
+        chain_keys(kept, kept_off, chained)
+    out[dst] = chained
+    return out, out_off
+
+
+def _ranks(lengths: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """starts[r] + 0 .. lengths[r] - 1 for every r, flat."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = int(lengths.sum())
+    base = np.repeat(starts[:-1], lengths)
+    firsts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return base + (np.arange(n, dtype=np.int64) - firsts)
+
+
+def engine_replay(
+    engine: str,
+    keys: np.ndarray,
+    offsets: np.ndarray,
+    resets: np.ndarray,
+    prompt: np.ndarray,
+    kv: np.ndarray,
+    page: int,
+    capacities: Sequence[int] | np.ndarray,
+    inflight: int = 1,
+) -> EngineReplay:
+    """Hit tokens of each request in `engine`'s cache at every capacity (tokens).
+
+    `keys`/`offsets` as made by `kv_page_keys`; `resets[r]` starts an empty cache at r
+    (a new session under --scope session); `prompt` = L and `kv` = K per request.
+    """
+    from xmemplan.prefix import engine_kernels as ek
+    from xmemplan.prefix.matcher import check_requests
+
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}")
+    if page < 1 or inflight < 1:
+        raise ValueError("page and inflight must be >= 1")
+    keys, offsets, resets = check_requests(keys, offsets, resets)
+    prompt = np.ascontiguousarray(prompt, dtype=np.int64)
+    kv = np.ascontiguousarray(kv, dtype=np.int64)
+    caps = np.asarray(capacities, dtype=np.int64).reshape(-1)
+    n = offsets.shape[0] - 1
+    hits = np.zeros((n, caps.size), dtype=np.int64)
+    rejected = np.zeros((n, caps.size), dtype=bool)
+    if n == 0 or caps.size == 0:
+        return EngineReplay(hits, rejected, caps)
+    resets = resets.copy()
+    resets[0] = True
+    starts = np.flatnonzero(resets)
+    need = (kv + page - 1) // page
+    most = int(max(need.max(), 1))
+    per_universe_requests = int(np.diff(np.append(starts, n)).max())
+    out_h = np.empty(n, dtype=np.int64)
+    out_r = np.empty(n, dtype=bool)
+    if engine == "vllm":
+        blocks_used = int(np.add.reduceat(need, starts).max())
+        n_keys = int(np.add.reduceat(np.diff(offsets), starts).max()) if keys.size else 0
+        table = 1 << max(4, int(2 * n_keys + 1).bit_length())
+        t_epoch = np.full(table, -1, dtype=np.int64)
+        for j, c in enumerate(caps):
+            n_blocks = int(c) // page
+            b = max(1, min(n_blocks, blocks_used))
+            t_epoch.fill(-1)
+            ek.vllm_replay(
+                keys, offsets, resets, prompt, kv, page, n_blocks, inflight, out_h, out_r,
+                np.empty(b + 3, dtype=np.int64), np.empty(b + 3, dtype=np.int64),
+                np.zeros(b, dtype=np.int64), np.empty(b, dtype=np.int64),
+                np.empty(b, dtype=np.int64), np.empty(b, dtype=np.int64),
+                np.empty(b, dtype=np.int64),
+                np.empty(table, dtype=np.int64), np.empty(table, dtype=np.int64),
+                np.empty(table, dtype=np.int64), t_epoch,
+                np.empty((inflight, most), dtype=np.int64), np.zeros(inflight, np.int64),
+                np.zeros(inflight, np.int64), np.empty(most, dtype=np.int64),
+            )
+            hits[:, j] = out_h
+            rejected[:, j] = out_r
+    else:
+        nodes = 1 + 5 * per_universe_requests
+        table = 1 << max(4, int(2 * nodes - 1).bit_length())
+        heap = 6 * per_universe_requests + nodes + 16
+        t_epoch = np.full(table, -1, dtype=np.int64)
+        for j, c in enumerate(caps):
+            t_epoch.fill(-1)
+            ek.sglang_replay(
+                keys, offsets, resets, prompt, kv, page, int(c) // page, inflight, out_h,
+                out_r,
+                np.empty(nodes, dtype=np.int64), np.empty(nodes, dtype=np.int64),
+                np.empty(nodes, dtype=np.int64), np.empty(nodes, dtype=np.int64),
+                np.empty(nodes, dtype=np.int64), np.empty(nodes, dtype=np.int64),
+                np.zeros(nodes, dtype=np.bool_),
+                np.empty(table, dtype=np.int64), np.empty(table, dtype=np.int64),
+                np.empty(table, dtype=np.int64), t_epoch,
+                np.empty(heap, dtype=np.int64), np.empty(heap, dtype=np.int64),
+                np.zeros(inflight, np.int64), np.zeros(inflight, np.int64),
+                np.zeros(inflight, np.int64),
+            )
+            hits[:, j] = out_h
+            rejected[:, j] = out_r
+    return EngineReplay(hits, rejected, caps)
+
+
+# --- The oracle contract's scenario (section A) ----------------------------------------------
+
+
+def _check_scenario(scenario: dict[str, Any]) -> tuple[str, int, int, bool, int, list[Any]]:
+    engine = scenario.get("engine")
+    if engine not in ENGINES:
+        raise ValueError(f"scenario engine must be one of {ENGINES}, not {engine!r}")
+    page = scenario.get("page_size")
+    cap = scenario.get("capacity_tokens")
+    inflight = scenario.get("inflight", 1)
+    for name, v in (("page_size", page), ("capacity_tokens", cap), ("inflight", inflight)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "capacity_tokens"
+                                                                 else 1):
+            raise ValueError(f"scenario {name} must be a positive integer, not {v!r}")
+    requests = scenario.get("requests")
+    if not isinstance(requests, list):
+        raise ValueError("scenario requests must be a list")
+    assert isinstance(page, int) and isinstance(cap, int) and isinstance(inflight, int)
+    return engine, page, cap, bool(scenario.get("with_outputs", False)), inflight, requests
+
+
+def replay_detail(scenario: dict[str, Any], reference: bool = False) -> dict[str, list[Any]]:
+    """{"hit_tokens": [...], "rejected": [...]} of a contract scenario (`reference`: the
+    plain-Python reference instead of the kernels)."""
+    engine, page, cap, with_outputs, inflight, requests = _check_scenario(scenario)
+    prompts = [list(r["tokens"]) for r in requests]
+    outs = [int(r.get("output_tokens", 0) or 0) for r in requests]
+    if reference:
+        from xmemplan.prefix.engine_reference import reference_replay
+
+        res = reference_replay(engine, prompts, outs, page, cap, with_outputs, inflight)
+        return {"hit_tokens": res.hit_tokens, "rejected": res.rejected}
+    from xmemplan.prefix.lru import token_pages
+
+    lengths = np.array([len(p) for p in prompts], dtype=np.int64)
+    offsets = np.zeros(len(prompts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.array([t for p in prompts for t in p], dtype=np.int64)
+    pk, poff = token_pages(tokens, offsets, page)
+    kv = kv_tokens(lengths, np.array(outs, dtype=np.int64), with_outputs)
+    keys, koff = kv_page_keys(pk, poff, lengths, kv, page)
+    res2 = engine_replay(engine, keys, koff, np.zeros(len(prompts), dtype=bool), lengths, kv,
+                         page, [cap], inflight)
+    return {"hit_tokens": res2.hits[:, 0].tolist(), "rejected": res2.rejected[:, 0].tolist()}
+
+
+def replay_hits(scenario: dict[str, Any]) -> list[int]:
+    """Hit tokens per request of a contract scenario, in order (the kernels)."""
+    return list(replay_detail(scenario)["hit_tokens"])

@@ -1,0 +1,498 @@
+"""numba kernels of the engines' finite caches: vLLM's block pool, SGLang's radix cache.
+
+Kernels take only arrays and scalars; `xmemplan.prefix.engine_cache` is the driver and
+`xmemplan.prefix.engine_reference` the readable reference they are tested against (its
+docstring has the replay rules). One call replays one capacity: neither engine's cache is a
+stack algorithm (vLLM allocates a request's blocks before it frees the previous one's,
+SGLang evicts whole leaves and keeps spare room), so a curve is one replay per point.
+
+Input per request r: `keys[offsets[r]:offsets[r+1]]` holds one key per full page of its KV
+(prompt pages first, chained so that a key names its whole prefix; then one negative,
+never-repeated key per page that holds an output token), `prompt[r]` = L, `kv[r]` = K.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from xmemplan.prefix.kernels import _common, _slot
+
+EMPTY = -1
+UNIQUE = -2  # a vLLM block hashed with a key no request looks up (it holds an output token)
+
+
+@njit(cache=True)
+def chain_keys(keys: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
+    """out[j] = a non-negative hash of (out[j-1], keys[j]) within each request."""
+    for r in range(offsets.shape[0] - 1):
+        h = np.uint64(0x243F6A8885A308D3)
+        for j in range(offsets[r], offsets[r + 1]):
+            x = h ^ (np.uint64(keys[j]) * np.uint64(0x9E3779B97F4A7C15))
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            x = x ^ (x >> np.uint64(31))
+            h = x
+            out[j] = np.int64(x >> np.uint64(1))
+
+
+# --- vLLM ------------------------------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _q_unlink(nxt: np.ndarray, prv: np.ndarray, b: int) -> None:
+    nxt[prv[b]] = nxt[b]
+    prv[nxt[b]] = prv[b]
+
+
+@njit(cache=True, inline="always")
+def _q_after(nxt: np.ndarray, prv: np.ndarray, at: int, b: int) -> None:
+    """Link b right after `at`."""
+    nb = nxt[at]
+    nxt[at] = b
+    prv[b] = at
+    nxt[b] = nb
+    prv[nb] = b
+
+
+@njit(cache=True)
+def vllm_replay(
+    keys: np.ndarray,  # int64: chained prompt-page keys (>= 0), output pages negative
+    offsets: np.ndarray,  # int64, n + 1
+    resets: np.ndarray,  # bool, n: a new, empty pool before request r
+    prompt: np.ndarray,  # int64, n: L
+    kv: np.ndarray,  # int64, n: K
+    page: int,
+    n_blocks: int,  # blocks of the pool (capacity // page)
+    inflight: int,
+    out_hit: np.ndarray,  # int64, n: hit tokens
+    out_rejected: np.ndarray,  # bool, n
+    nxt: np.ndarray,  # int64, B + 3 (B = the most blocks ever used; 3 sentinels)
+    prv: np.ndarray,  # int64, B + 3
+    ref: np.ndarray,  # int64, B
+    bkey: np.ndarray,  # int64, B: EMPTY, UNIQUE or the block's key
+    bslot: np.ndarray,  # int64, B: table slot of the key
+    dnext: np.ndarray,  # int64, B: next block with the same key (insertion order)
+    dprev: np.ndarray,  # int64, B
+    t_key: np.ndarray,  # int64, T (a power of two)
+    t_first: np.ndarray,  # int64, T: first block with the key, EMPTY if none
+    t_last: np.ndarray,  # int64, T
+    t_epoch: np.ndarray,  # int64, T, starts all -1
+    held: np.ndarray,  # int64, inflight x (most pages of one request)
+    held_n: np.ndarray,  # int64, inflight
+    held_r: np.ndarray,  # int64, inflight
+    tmp: np.ndarray,  # int64, most pages of one request
+) -> None:
+    cap_b = ref.shape[0]
+    head = cap_b  # sentinels: head, tail, and FRESH (the blocks never used yet, as one run)
+    tail = cap_b + 1
+    fresh_node = cap_b + 2
+    mask = np.int64(t_key.shape[0] - 1)
+    epoch = np.int64(-1)
+    fresh = np.int64(0)  # blocks never used, still in the FRESH run
+    next_id = np.int64(0)
+    nfree = np.int64(0)
+    q0 = 0  # ring of in-flight requests: first slot, count
+    qn = 0
+    for r in range(offsets.shape[0] - 1):
+        if resets[r] or r == 0:
+            epoch += 1
+            q0 = 0
+            qn = 0
+            nxt[head] = fresh_node
+            prv[fresh_node] = head
+            nxt[fresh_node] = tail
+            prv[tail] = fresh_node
+            fresh = np.int64(n_blocks)
+            next_id = 0
+            nfree = np.int64(n_blocks)
+        s = offsets[r]
+        L = prompt[r]
+        K = kv[r]
+        need = (K + page - 1) // page
+        out_hit[r] = 0
+        out_rejected[r] = False
+        if need > n_blocks or L <= 0:
+            out_rejected[r] = True
+            continue
+        # release the oldest in-flight requests until r fits (and fewer than k run)
+        while qn > 0 and (qn >= inflight or nfree < need):
+            q = q0
+            nf = 0
+            for j in range(held_n[q] - 1, -1, -1):  # tail first
+                b = held[q, j]
+                ref[b] -= 1
+                if ref[b] == 0:
+                    if bkey[b] == EMPTY:
+                        tmp[nf] = b
+                        nf += 1
+                    else:
+                        _q_after(nxt, prv, prv[tail], b)
+                    nfree += 1
+            for j in range(nf - 1, -1, -1):  # the unhashed ones go to the front, in order
+                _q_after(nxt, prv, head, tmp[j])
+            q0 = (q0 + 1) % inflight
+            qn -= 1
+        slot_q = (q0 + qn) % inflight
+        qn += 1
+        held_r[slot_q] = r
+        nh = 0
+        # lookup: leading cached full blocks, at most (L - 1) // page
+        lim = (L - 1) // page
+        for j in range(lim):
+            k = keys[s + j]
+            sl = _slot(0, k, mask)
+            b = np.int64(EMPTY)
+            while t_epoch[sl] == epoch:
+                if t_key[sl] == k:
+                    b = t_first[sl]
+                    break
+                sl = (sl + 1) & mask
+            if b == EMPTY:
+                break
+            if ref[b] == 0:  # touch
+                _q_unlink(nxt, prv, b)
+                nfree -= 1
+            ref[b] += 1
+            held[slot_q, nh] = b
+            nh += 1
+        out_hit[r] = nh * page
+        # new blocks for the rest of the prefill and every decode step, from the front
+        for j in range(nh, need):
+            f = nxt[head]
+            if f == fresh_node:
+                b = next_id
+                next_id += 1
+                fresh -= 1
+                if fresh == 0:
+                    _q_unlink(nxt, prv, fresh_node)
+                bkey[b] = EMPTY
+                ref[b] = 0
+            else:
+                b = f
+                _q_unlink(nxt, prv, b)
+                if bkey[b] >= 0:  # the block leaves the cache now
+                    sl = bslot[b]
+                    if dprev[b] == EMPTY:
+                        t_first[sl] = dnext[b]
+                    else:
+                        dnext[dprev[b]] = dnext[b]
+                    if dnext[b] == EMPTY:
+                        t_last[sl] = dprev[b]
+                    else:
+                        dprev[dnext[b]] = dprev[b]
+                bkey[b] = EMPTY
+            nfree -= 1
+            ref[b] = 1
+            held[slot_q, j] = b
+        held_n[slot_q] = need
+        # full blocks are cached: the prompt's, then those that decode fills
+        for j in range(nh, K // page):
+            b = held[slot_q, j]
+            k = keys[s + j]
+            if k < 0:
+                bkey[b] = UNIQUE
+                continue
+            sl = _slot(0, k, mask)
+            while t_epoch[sl] == epoch:
+                if t_key[sl] == k:
+                    break
+                sl = (sl + 1) & mask
+            if t_epoch[sl] != epoch:
+                t_epoch[sl] = epoch
+                t_key[sl] = k
+                t_first[sl] = EMPTY
+                t_last[sl] = EMPTY
+            last = t_last[sl]
+            dprev[b] = last
+            dnext[b] = EMPTY
+            if last == EMPTY:
+                t_first[sl] = b
+            else:
+                dnext[last] = b
+            t_last[sl] = b
+            bkey[b] = k
+            bslot[b] = sl
+        if r + 1 == offsets.shape[0] - 1 or resets[r + 1]:
+            qn = 0  # the pool ends with this universe: no release can change a hit
+
+
+# --- SGLang ----------------------------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _heap_push(h_time: np.ndarray, h_node: np.ndarray, size: int, t: int, x: int) -> int:
+    i = size
+    h_time[i] = t
+    h_node[i] = x
+    while i > 0:
+        p = (i - 1) >> 1
+        if h_time[p] < h_time[i] or (h_time[p] == h_time[i] and h_node[p] <= h_node[i]):
+            break
+        h_time[p], h_time[i] = h_time[i], h_time[p]
+        h_node[p], h_node[i] = h_node[i], h_node[p]
+        i = p
+    return size + 1
+
+
+@njit(cache=True, inline="always")
+def _heap_pop(h_time: np.ndarray, h_node: np.ndarray, size: int) -> int:
+    size -= 1
+    h_time[0] = h_time[size]
+    h_node[0] = h_node[size]
+    i = 0
+    while True:
+        a = 2 * i + 1
+        if a >= size:
+            break
+        b = a + 1
+        c = a
+        if b < size and (h_time[b] < h_time[a] or (h_time[b] == h_time[a]
+                                                     and h_node[b] < h_node[a])):
+            c = b
+        if h_time[i] < h_time[c] or (h_time[i] == h_time[c] and h_node[i] <= h_node[c]):
+            break
+        h_time[c], h_time[i] = h_time[i], h_time[c]
+        h_node[c], h_node[i] = h_node[i], h_node[c]
+        i = c
+    return size
+
+
+@njit(cache=True, inline="always")
+def _put(t_node: np.ndarray, t_key: np.ndarray, t_child: np.ndarray, t_epoch: np.ndarray,
+         epoch: int, mask: int, node: int, k: int, child: int) -> None:
+    """Child table: (node, k) -> child, reusing the slot of an evicted (node, k) child."""
+    sl = _slot(node, k, mask)
+    while t_epoch[sl] == epoch and not (t_node[sl] == node and t_key[sl] == k):
+        sl = (sl + 1) & mask
+    t_node[sl] = node
+    t_key[sl] = k
+    t_child[sl] = child
+    t_epoch[sl] = epoch
+
+
+@njit(cache=True)
+def _walk(
+    keys: np.ndarray, s: int, n_walk: int, e_start: np.ndarray, e_len: np.ndarray,
+    parent: np.ndarray, lock: np.ndarray, stamp: np.ndarray, nchild: np.ndarray,
+    alive: np.ndarray, t_node: np.ndarray, t_key: np.ndarray, t_child: np.ndarray,
+    t_epoch: np.ndarray, epoch: int, mask: int, h_time: np.ndarray, h_node: np.ndarray,
+    clock: int, n_nodes: int, hsize: int,
+) -> tuple[int, int, int, int, int]:
+    """RadixCache._match_prefix_helper / the walk of _insert_helper (the same moves).
+
+    Stamps the root and every node entered with one time; where the keys end or differ
+    inside an edge, the edge is split: the new upper node gets the next time, the lower
+    part keeps the path's. Returns (pages matched, last node, clock, nodes, heap size).
+    """
+    t = clock
+    clock += 1
+    stamp[0] = t
+    node = 0
+    pos = 0
+    while pos < n_walk:
+        k = keys[s + pos]
+        sl = _slot(node, k, mask)
+        child = EMPTY
+        while t_epoch[sl] == epoch:
+            if t_node[sl] == node and t_key[sl] == k:
+                child = t_child[sl]
+                break
+            sl = (sl + 1) & mask
+        if child == EMPTY:
+            break
+        stamp[child] = t
+        if nchild[child] == 0 and lock[child] == 0:
+            hsize = _heap_push(h_time, h_node, hsize, t, child)
+        length = e_len[child]
+        m = _common(keys, e_start[child], keys, s + pos, min(length, n_walk - pos))
+        pos += m
+        if m < length:
+            mid = n_nodes
+            n_nodes += 1
+            e_start[mid] = e_start[child]
+            e_len[mid] = m
+            parent[mid] = parent[child]
+            lock[mid] = lock[child]
+            stamp[mid] = clock
+            clock += 1
+            nchild[mid] = 1
+            alive[mid] = True
+            t_child[sl] = mid
+            e_start[child] += m
+            e_len[child] -= m
+            parent[child] = mid
+            _put(t_node, t_key, t_child, t_epoch, epoch, mask, mid, keys[e_start[child]],
+                 child)
+            node = mid
+            break
+        node = child
+    return pos, node, clock, n_nodes, hsize
+
+
+@njit(cache=True)
+def sglang_replay(
+    keys: np.ndarray,  # int64: page keys (prompt pages, then negative output-page keys)
+    offsets: np.ndarray,  # int64, n + 1
+    resets: np.ndarray,  # bool, n
+    prompt: np.ndarray,  # int64, n: L
+    kv: np.ndarray,  # int64, n: K
+    page: int,
+    n_pages: int,  # pages of the pool (capacity // page)
+    inflight: int,
+    out_hit: np.ndarray,  # int64, n
+    out_rejected: np.ndarray,  # bool, n
+    e_start: np.ndarray,  # int64, nodes (>= 1 + 5 x requests of one universe)
+    e_len: np.ndarray,  # int64, nodes: pages of the edge
+    parent: np.ndarray,  # int64, nodes
+    lock: np.ndarray,  # int64, nodes
+    stamp: np.ndarray,  # int64, nodes: last access time (a counter)
+    nchild: np.ndarray,  # int64, nodes
+    alive: np.ndarray,  # bool, nodes
+    t_node: np.ndarray,  # int64, T (a power of two, >= 2 x nodes)
+    t_key: np.ndarray,  # int64, T
+    t_child: np.ndarray,  # int64, T: EMPTY once the child is evicted
+    t_epoch: np.ndarray,  # int64, T, starts all -1
+    h_time: np.ndarray,  # int64, heap of evictable leaves (lazy: stale entries skipped)
+    h_node: np.ndarray,  # int64
+    held_r: np.ndarray,  # int64, inflight: the request
+    held_node: np.ndarray,  # int64, inflight: its locked node
+    held_h: np.ndarray,  # int64, inflight: its hit pages
+) -> None:
+    mask = np.int64(t_node.shape[0] - 1)
+    epoch = np.int64(-1)
+    clock = np.int64(1)
+    n_nodes = np.int64(1)
+    free_pages = np.int64(0)
+    evictable = np.int64(0)  # pages of unlocked nodes
+    hsize = 0
+    q0 = 0
+    qn = 0
+    spare = page if page > 1 else 0  # prefill asks for a page more than it takes
+    decode_room = page if page > 1 else 1  # decode keeps a page free
+    for r in range(offsets.shape[0] - 1):
+        if resets[r] or r == 0:
+            epoch += 1
+            clock = np.int64(1)
+            n_nodes = np.int64(1)
+            parent[0] = EMPTY
+            lock[0] = 1
+            stamp[0] = 0
+            nchild[0] = 0
+            alive[0] = True
+            free_pages = np.int64(n_pages)
+            evictable = np.int64(0)
+            hsize = 0
+            q0 = 0
+            qn = 0
+        s = offsets[r]
+        L = prompt[r]
+        K = kv[r]
+        need = (K + page - 1) // page
+        out_hit[r] = 0
+        out_rejected[r] = False
+        if need > n_pages or L <= 0:
+            out_rejected[r] = True
+            continue
+        while qn > 0 and (qn >= inflight or free_pages + evictable < need):
+            # release the oldest: RadixCache.checkpoint, free the rest, unlock
+            q = q0
+            rr = held_r[q]
+            ss = offsets[rr]
+            kk = kv[rr]
+            key_n = kk // page
+            prompt_n = prompt[rr] // page
+            # insert the KV's full pages
+            pos, node, clock, n_nodes, hsize = _walk(
+                keys, ss, key_n, e_start, e_len, parent, lock, stamp, nchild, alive,
+                t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock,
+                n_nodes, hsize)
+            if pos < key_n:
+                leaf = n_nodes
+                n_nodes += 1
+                e_start[leaf] = ss + pos
+                e_len[leaf] = key_n - pos
+                parent[leaf] = node
+                lock[leaf] = 0
+                stamp[leaf] = clock
+                clock += 1
+                nchild[leaf] = 0
+                alive[leaf] = True
+                _put(t_node, t_key, t_child, t_epoch, epoch, mask, node, keys[ss + pos], leaf)
+                nchild[node] += 1
+                evictable += key_n - pos
+                hsize = _heap_push(h_time, h_node, hsize, stamp[leaf], leaf)
+            free_pages += pos - held_h[q]  # duplicates of pages the tree already held
+            if 0 < prompt_n < key_n:  # split_prompt: insert the prompt's pages again
+                _, _, clock, n_nodes, hsize = _walk(
+                    keys, ss, prompt_n, e_start, e_len, parent, lock, stamp, nchild, alive,
+                    t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock,
+                    n_nodes, hsize)
+            if key_n > 0:  # match_prefix(full key): refreshes the path
+                _, _, clock, n_nodes, hsize = _walk(
+                    keys, ss, key_n, e_start, e_len, parent, lock, stamp, nchild, alive,
+                    t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock,
+                    n_nodes, hsize)
+            x = held_node[q]  # dec_lock_ref (the lock moved to the new last node and back)
+            while x != 0:
+                lock[x] -= 1
+                if lock[x] == 0:
+                    evictable += e_len[x]
+                    if nchild[x] == 0:
+                        hsize = _heap_push(h_time, h_node, hsize, stamp[x], x)
+                x = parent[x]
+            free_pages += (kk + page - 1) // page - key_n  # the partial page past the tree
+            q0 = (q0 + 1) % inflight
+            qn -= 1
+        # admit r: match_prefix(prompt[:L - 1]) page-aligned, lock, prefill, decode
+        n_walk = (L - 1) // page
+        node = 0
+        pos = 0
+        if n_walk > 0:
+            pos, node, clock, n_nodes, hsize = _walk(
+                keys, s, n_walk, e_start, e_len, parent, lock, stamp, nchild, alive,
+                t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock,
+                n_nodes, hsize)
+        out_hit[r] = pos * page
+        x = node
+        while x != 0:  # inc_lock_ref
+            if lock[x] == 0:
+                evictable -= e_len[x]
+            lock[x] += 1
+            x = parent[x]
+        for phase in range(1 + max(K - L, 0)):
+            if phase == 0:  # prefill: room for the new tokens and a page, their pages
+                demand = (L - pos * page) + spare
+                take = (L - pos * page + page - 1) // page
+            else:  # decode step: the slot of token L + phase - 1
+                demand = decode_room
+                take = 1 if (L + phase - 1) % page == 0 else 0
+            avail = free_pages * page
+            if avail < demand:  # RadixCache.evict: whole leaves, least recent first
+                goal = demand - avail
+                done = 0
+                while done < goal and hsize > 0:
+                    tx = h_time[0]
+                    xx = h_node[0]
+                    hsize = _heap_pop(h_time, h_node, hsize)
+                    if not alive[xx] or nchild[xx] != 0 or lock[xx] != 0 or stamp[xx] != tx:
+                        continue
+                    free_pages += e_len[xx]
+                    done += e_len[xx] * page
+                    evictable -= e_len[xx]
+                    alive[xx] = False
+                    p = parent[xx]
+                    k = keys[e_start[xx]]
+                    sl = _slot(p, k, mask)
+                    while not (t_node[sl] == p and t_key[sl] == k and t_epoch[sl] == epoch):
+                        sl = (sl + 1) & mask
+                    t_child[sl] = EMPTY
+                    nchild[p] -= 1
+                    if nchild[p] == 0 and lock[p] == 0 and p != 0:
+                        hsize = _heap_push(h_time, h_node, hsize, stamp[p], p)
+            free_pages -= take
+        slot_q = (q0 + qn) % inflight
+        held_r[slot_q] = r
+        held_node[slot_q] = node
+        held_h[slot_q] = pos
+        qn += 1
