@@ -14,7 +14,8 @@ def register(app: typer.Typer) -> None:
 
 
 def export(
-    traces: list[Path] = typer.Argument(..., help="Trace files or directories (any format)."),
+    traces: list[Path] | None = typer.Argument(
+        None, help="Trace files or directories (any format); none with --user-centric-rate."),
     to: str = typer.Option(..., "--to", help="Target format: aiperf (mooncake_trace JSONL)."),
     out: Path = typer.Option(..., "--out", "-o", help="File to write."),
     block_tokens: int = typer.Option(
@@ -26,6 +27,20 @@ def export(
         "one request at a time, in replay order."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Write the first N requests."),
     format_name: str | None = typer.Option(None, "--format", help="Force the input format."),
+    user_centric_rate: float | None = typer.Option(
+        None, "--user-centric-rate", help="No traces: write the synthetic multi-turn "
+        "workload at this QPS (AIPerf user-centric schedule; the flags below, as size "
+        "--gpus takes them)."),
+    num_users: int = typer.Option(15, "--num-users", help="Synthetic: users."),
+    session_turns_mean: int = typer.Option(20, "--session-turns-mean",
+                                           help="Synthetic: turns per session."),
+    shared_system_prompt_length: int = typer.Option(
+        1000, "--shared-system-prompt-length", help="Synthetic: tokens shared by all users."),
+    user_context_prompt_length: int = typer.Option(
+        20000, "--user-context-prompt-length", help="Synthetic: tokens unique per user."),
+    synthetic_input_tokens_mean: int = typer.Option(
+        26, "--synthetic-input-tokens-mean", "--isl", help="Synthetic: new tokens per turn."),
+    osl: int = typer.Option(100, "--osl", help="Synthetic: output tokens per turn."),
 ) -> None:
     """Write traces as AIPerf's mooncake_trace (replay them with 'aiperf profile').
 
@@ -40,6 +55,33 @@ def export(
 
     if to not in TARGETS:
         raise UsageError(f"unknown export target '{to}'", f"use {', '.join(TARGETS)}")
+    if user_centric_rate is not None:
+        from xmemplan.export.synthetic import export_synthetic
+        from xmemplan.sizing.synthetic import SyntheticWorkload
+
+        if traces:
+            raise UsageError("give trace files or --user-centric-rate, not both",
+                             "--user-centric-rate writes the synthetic workload")
+        if spacing is not None or speedup != 1.0 or format_name is not None:
+            raise UsageError("--spacing, --speedup and --format apply to traces",
+                             "the synthetic workload is written on its own schedule")
+        w = SyntheticWorkload(
+            shared_system_prompt_length=shared_system_prompt_length,
+            user_context_prompt_length=user_context_prompt_length,
+            synthetic_input_tokens_mean=synthetic_input_tokens_mean, osl=osl,
+            session_turns_mean=session_turns_mean, num_users=num_users)
+        res = export_synthetic(w, out, rate_rps=units.parse_rate(user_centric_rate,
+                                                                 "--user-centric-rate"),
+                               requests=limit or 300, block_tokens=block_tokens)
+        render.line(f"wrote {res.rows:,} requests to {res.path} (mooncake_trace, "
+                    f"{res.block_tokens}-token blocks: {res.blocks:,} hash_ids, "
+                    f"{res.unique_blocks:,} distinct) from the synthetic workload")
+        for note in res.notes:
+            render.line(f"note: {note}")
+        return
+    if not traces:
+        raise UsageError("no traces given", "name trace files or directories, or write the "
+                         "synthetic workload with --user-centric-rate")
     res = export_aiperf(traces, out, block_tokens=block_tokens, format_name=format_name,
                         speedup=speedup, limit=limit,
                         spacing_ms=units.parse_duration(spacing, "--spacing", lo_open=True) * 1e3

@@ -24,7 +24,8 @@ def register(app: typer.Typer) -> None:
 
 
 def size(
-    ttft_slo: str = typer.Option(..., "--ttft-slo", help="TTFT target with a unit: 500ms, 2s."),
+    ttft_slo: str | None = typer.Option(
+        None, "--ttft-slo", help="TTFT target with a unit: 500ms, 2s (needed without --gpus)."),
     workload: Path | None = typer.Option(
         None, "--workload", "-w", help="A profile from 'xmemplan hitrate --profile-out'."
     ),
@@ -86,8 +87,32 @@ def size(
     max_gpus: int = typer.Option(1024, "--max-gpus", help="Largest GPU count searched."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv."),
     plot: Path | None = typer.Option(
-        None, "--plot", help="Draw p99 TTFT against offered load per option to FILE.png."
+        None, "--plot", help="Draw p99 TTFT against offered load per option to FILE.png "
+        "(with --gpus: interactivity against throughput, Pareto points solid)."
     ),
+    gpus: int | None = typer.Option(
+        None, "--gpus", help="Load sweep on N GPUs: interactivity, throughput, TTFT and ITL "
+        "per option and load, Pareto points marked (docs/size.md)."),
+    user_centric_rate: str | None = typer.Option(
+        None, "--user-centric-rate", help="With --gpus: loads as AIPerf user-centric QPS, "
+        "a list (default 3,3,3.5,4,4.5,5.5)."),
+    concurrency: str | None = typer.Option(
+        None, "--concurrency", help="With --gpus: loads as concurrent users, a list (each "
+        "turn sent when its reply is done)."),
+    num_users: int = typer.Option(15, "--num-users", help="With --gpus: users of "
+                                  "--user-centric-rate."),
+    session_turns_mean: int = typer.Option(20, "--session-turns-mean",
+                                           help="With --gpus: turns per session."),
+    shared_system_prompt_length: int = typer.Option(
+        1000, "--shared-system-prompt-length", help="With --gpus: tokens shared by all users."),
+    user_context_prompt_length: int = typer.Option(
+        20000, "--user-context-prompt-length", help="With --gpus: tokens unique per user."),
+    synthetic_input_tokens_mean: int = typer.Option(
+        26, "--synthetic-input-tokens-mean", "--isl", help="With --gpus: new tokens per turn."),
+    osl: int = typer.Option(100, "--osl", help="With --gpus: output tokens per turn."),
+    tier_capacity: str | None = typer.Option(
+        None, "--tier-capacity", help="With --gpus: KV tier size for host DRAM and X-Mem, "
+        "e.g. 64GB (default: the catalog's)."),
 ) -> None:
     """How many GPUs and X-Mem nodes meet a TTFT SLO at an offered load (simulated)."""
     from xmemplan.cli.views import render
@@ -97,6 +122,23 @@ def size(
 
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(f"unknown output format '{fmt}'", "use table, json or csv")
+    if gpus is not None:
+        from xmemplan.sizing.synthetic import SyntheticWorkload
+
+        _sweep(gpus=gpus, plot=plot, fmt=fmt, workload=workload, prompt_tokens=prompt_tokens,
+               hit_rate=hit_rate, ttft_slo=ttft_slo, rates=user_centric_rate,
+               concurrency=concurrency, synthetic=SyntheticWorkload(
+                   shared_system_prompt_length=shared_system_prompt_length,
+                   user_context_prompt_length=user_context_prompt_length,
+                   synthetic_input_tokens_mean=synthetic_input_tokens_mean, osl=osl,
+                   session_turns_mean=session_turns_mean, num_users=num_users),
+               model=model, gpu=gpu, engine=engine, host_tier=host_tier, xmem_tier=xmem_tier,
+               tier_capacity=tier_capacity, catalog=catalog,
+               requests=2000 if requests == 4000 else requests, seed=seed)
+        return
+    if ttft_slo is None:
+        raise UsageError("--ttft-slo is needed", "give a TTFT target like --ttft-slo 500ms, "
+                         "or --gpus N for a load sweep")
     if plot is not None and plot.suffix.lower() != ".png":
         raise UsageError(f"cannot tell the type of '{plot}'", "end --plot with .png")
     if plot is not None:
@@ -116,6 +158,37 @@ def size(
     _report(result, fmt, notes)
     if plot is not None:
         _plot(result, plot)
+        render.info(f"Wrote {plot}")
+
+
+def _sweep(*, gpus: int, plot: Path | None, fmt: str, workload: Path | None,
+           prompt_tokens: str | None, hit_rate: float | None, ttft_slo: str | None,
+           rates: str | None, concurrency: str | None, synthetic: Any,
+           **kw: Any) -> None:
+    """`size --gpus N`: the load sweep of the synthetic multi-turn workload."""
+    from xmemplan.cli import pareto
+    from xmemplan.cli.views import render
+    from xmemplan.errors import UsageError
+    from xmemplan.sizing.pareto import sweep
+
+    given = [f for f, v in (("--workload", workload), ("--prompt-tokens", prompt_tokens),
+                            ("--hit-rate", hit_rate), ("--ttft-slo", ttft_slo)) if v is not None]
+    if given:
+        raise UsageError(f"--gpus sweeps the synthetic multi-turn workload; {given[0]} "
+                         "does not apply to it",
+                         "drop it, or drop --gpus to size a deployment for a TTFT SLO")
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise UsageError(f"cannot tell the type of '{plot}'", "end --plot with .png")
+    if plot is not None:
+        from xmemplan.cli.views.plots import _pyplot
+
+        _pyplot()
+    req, said = pareto.build(gpus=gpus, workload=synthetic, rates=rates,
+                             concurrency=concurrency, **kw)
+    res = sweep(req, said)
+    pareto.report(res, fmt)
+    if plot is not None:
+        pareto.plot(res, plot)
         render.info(f"Wrote {plot}")
 
 
