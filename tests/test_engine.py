@@ -1,0 +1,212 @@
+"""The simulated engine (xmemplan.sizing.engine): kernels against their plain-Python
+references (Hypothesis), and the behaviours the engines show under KV pressure."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+from xmemplan.sizing.engine import Config, Requests, chain_keys, replay_scenario, run
+from xmemplan.sizing.engine.pool import pool_alloc, pool_cache, pool_free, pool_match, \
+    pool_new, pool_touch
+from xmemplan.sizing.engine.reference import PoolRef, replay_reference
+from xmemplan.sizing.engine.steptime import N_T, compute_time, overhead_time, \
+    steptime_reference
+
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+# --- the block pool ------------------------------------------------------------------------
+@njit(cache=True)
+def _pool_ops(nb, ops, keys):  # noqa: ANN001, ANN202
+    """Apply ops to one pool: (0, key0, n) match+touch n keys from key0 then alloc 1 and
+    cache it under key0+n; (1, slot) free the slot's blocks. Returns per op (matched, free)."""
+    P = pool_new(1, nb, 4096)
+    rb = np.zeros(64 * 64, np.int64)
+    held = np.zeros(64, np.int64)
+    out = np.zeros((ops.shape[0], 2), np.int64)
+    for k in range(ops.shape[0]):
+        if ops[k, 0] == 0:
+            s = ops[k, 3]
+            m = pool_match(P, 0, keys, ops[k, 1], ops[k, 2])
+            out[k, 0] = m
+            if held[s] == 0 and P[6][0] >= m + 1:
+                h = pool_touch(P, 0, keys, ops[k, 1], m, rb, 64 * s, 0)
+                h = pool_alloc(P, 0, 1, rb, 64 * s, h)
+                pool_cache(P, 0, rb[64 * s + h - 1], keys[ops[k, 1] + m])
+                held[s] = h
+        else:
+            s = ops[k, 3]
+            pool_free(P, 0, rb, 64 * s, held[s])
+            held[s] = 0
+        out[k, 1] = P[6][0]
+    return out
+
+
+def _pool_ops_ref(nb: int, ops: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    p = PoolRef(nb)
+    held: dict[int, list[int]] = {}
+    out = np.zeros((len(ops), 2), np.int64)
+    for k, (op, k0, n, s) in enumerate(ops):
+        if op == 0:
+            kk = [int(x) for x in keys[k0:k0 + n]]
+            m = p.match(kk)
+            out[k, 0] = m
+            if not held.get(s) and p.nfree >= m + 1:
+                # touched cached blocks are in the free queue when no one holds them
+                bl = p.touch(kk[:m]) + p.alloc(1)
+                p.cache(bl[-1], int(keys[k0 + m]))
+                held[s] = bl
+        else:
+            p.release(held.pop(s, []))
+        out[k, 1] = p.nfree
+    return out
+
+
+@given(nb=st.integers(1, 12), data=st.data())
+@SETTINGS
+def test_pool_kernel_matches_reference(nb: int, data: Any) -> None:
+    # keys: 6 chains of 8 blocks; some chains share their first blocks
+    keys = np.array([c * 100 + j if j >= (c % 3) * 2 else j for c in range(6)
+                     for j in range(9)], np.int64)
+    ops = data.draw(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 5),
+                                       st.integers(0, 8), st.integers(0, 7)),
+                             min_size=1, max_size=40))
+    a = np.array([(o, c * 9, min(n, 8), s) for o, c, n, s in ops], np.int64)
+    assert np.array_equal(_pool_ops(nb, a, keys), _pool_ops_ref(nb, a, keys))
+
+
+def test_pool_evicts_least_recently_freed_tail_first() -> None:
+    p = PoolRef(4)
+    a = p.alloc(2)
+    p.cache(a[0], 10)
+    p.cache(a[1], 11)
+    p.release(a)  # frees 11's block, then 10's: the tail goes first
+    b = p.alloc(3)  # the two never-used blocks, then 11's block
+    assert 11 not in p.cached and 10 in p.cached
+    assert len(b) == 3
+
+
+# --- step time -----------------------------------------------------------------------------
+@given(pieces=st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 50000), st.booleans(),
+                                 st.booleans(), st.integers(1, 60000)), min_size=1,
+                       max_size=8),
+       tv=st.lists(st.floats(0, 1e-3), min_size=N_T, max_size=N_T))
+@SETTINGS
+def test_steptime_kernel_matches_reference(pieces: list[tuple[Any, ...]],
+                                           tv: list[float]) -> None:
+    tp = np.array(tv)
+    tp[5] = 3e12  # HBM bytes/s
+    tp[4] = 0.9  # expert miss
+    tp[2], tp[3] = 1e9, 3e10
+    tok = sum(k for k, *_ in pieces)
+    lin = sum(tp[0] * k for k, *_ in pieces)
+    attn = sum(tp[1] * ((s0 + k) ** 2 - s0 ** 2) for k, s0, *_ in pieces)
+    kv = sum((s0 + k) * tp[6] for k, s0, *_ in pieces)
+    pre = any(p for _, _, p, _, _ in pieces)
+    starts = [pr for _, _, _, s, pr in pieces if s]
+    c = compute_time(float(tok), lin, attn, kv, tp)
+    f = overhead_time(float(tok), float(len(pieces)), pre, len(starts), float(sum(starts)), tp)
+    rc, rf = steptime_reference([tuple(map(float, p[:2])) + p[2:4] + (float(p[4]),)
+                                 for p in pieces], list(tp))
+    assert c == pytest.approx(rc, rel=1e-9)
+    assert f == pytest.approx(rf, rel=1e-9)
+
+
+# --- the policies, step for step -------------------------------------------------------------
+@st.composite
+def scenarios(draw: Any) -> dict[str, Any]:
+    eng = draw(st.sampled_from(["vllm", "sglang"]))
+    bs = draw(st.sampled_from([1, 2, 4, 16]))
+    n = draw(st.integers(1, 12))
+    prefixes = [list(range(1000 * p, 1000 * p + draw(st.integers(0, 40)))) for p in range(3)]
+    t = 0.0
+    reqs = []
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 0.0, 0.003, 0.02]))
+        pre = prefixes[draw(st.integers(0, 2))]
+        own = [50_000 + 100 * i + k for k in range(draw(st.integers(1, 40)))]
+        reqs.append({"id": f"r{i}", "arrival_s": t, "tokens": pre + own,
+                     "max_tokens": draw(st.integers(1, 30))})
+    longest = max(len(r["tokens"]) + r["max_tokens"] for r in reqs)
+    blocks = draw(st.integers(math.ceil(longest / bs) + 2, math.ceil(longest / bs) * 4 + 8))
+    return {"engine": eng, "block_size": bs, "num_gpu_blocks": blocks,
+            "max_num_seqs": draw(st.integers(1, 8)),
+            "max_num_batched_tokens": draw(st.sampled_from([8, 32, 64, 2048])),
+            "enable_prefix_caching": draw(st.booleans()),
+            "long_prefill_token_threshold": draw(st.sampled_from([0, 0, 16])),
+            "chunked_prefill_size": draw(st.sampled_from([16, 32, 8192])),
+            "schedule_conservativeness": draw(st.sampled_from([0.3, 1.0])),
+            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+            "requests": reqs}
+
+
+def _same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x["t_s"] == pytest.approx(y["t_s"], rel=1e-9, abs=1e-12), x["step"]
+        for k in ("scheduled", "preempted", "new_hits", "finished", "kv_blocks_used"):
+            assert x[k] == y[k], (x["step"], k, x[k], y[k])
+
+
+@given(sc=scenarios())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_engine_matches_reference_step_for_step(sc: dict[str, Any]) -> None:
+    _same(replay_scenario(sc), replay_reference(sc))
+
+
+def _pressure(engine: str, blocks: int) -> dict[str, Any]:
+    reqs = [{"id": f"r{i}", "arrival_s": 0.0, "tokens": list(range(i * 100, i * 100 + 20)),
+             "max_tokens": 40} for i in range(8)]
+    return {"engine": engine, "block_size": 4, "num_gpu_blocks": blocks, "max_num_seqs": 8,
+            "max_num_batched_tokens": 256, "enable_prefix_caching": True,
+            "chunked_prefill_size": 256,
+            "step_time": {"base_s": 0.01, "per_token_s": 0.0, "per_seq_s": 0.0},
+            "requests": reqs}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_kv_grows_with_decode_and_pressure_preempts(engine: str) -> None:
+    big = replay_scenario(_pressure(engine, 200))
+    small = replay_scenario(_pressure(engine, 48))
+    used = [s["kv_blocks_used"] for s in big]
+    assert max(used) > used[0]  # decode adds blocks
+    assert not any(s["preempted"] for s in big)
+    assert sum(len(s["preempted"]) for s in small) > 0
+    # every request still finishes, later
+    assert {f for s in small for f in s["finished"]} == {f"r{i}" for i in range(8)}
+    assert small[-1]["t_s"] > big[-1]["t_s"]
+
+
+def test_freed_prefix_hits_until_evicted() -> None:
+    base = list(range(64))
+    sc = {"engine": "vllm", "block_size": 16, "num_gpu_blocks": 9, "max_num_seqs": 4,
+          "max_num_batched_tokens": 2048, "enable_prefix_caching": True,
+          "step_time": {"base_s": 0.01},
+          "requests": [{"id": "a", "arrival_s": 0.0, "tokens": base, "max_tokens": 1},
+                       {"id": "b", "arrival_s": 1.0, "tokens": base + [7] * 20,
+                        "max_tokens": 1},
+                       {"id": "c", "arrival_s": 2.0, "tokens": list(range(500, 628)),
+                        "max_tokens": 1},
+                       {"id": "d", "arrival_s": 3.0, "tokens": base + [9] * 20,
+                        "max_tokens": 1}]}
+    hits = {k: v for s in replay_scenario(sc) for k, v in s["new_hits"].items()}
+    assert hits["b"] == 64  # a's blocks, freed, still cached
+    assert hits["d"] < 64  # c's 8 blocks took the free queue's head: a's tail evicted
+
+
+def test_run_one_request_alone_prices_its_prefill() -> None:
+    cfg = Config(lin_s_per_token=1e-5, fixed_s=0.02, pass_fixed_s=0.005,
+                 max_batched_tokens=4096)
+    keys, koff, kn = chain_keys([list(range(10000))], 16)
+    r, *_ = run(Requests(arrival=np.zeros(1), prompt=np.array([10000]), output=np.array([1]),
+                         keys=keys, koff=koff, kn=kn), cfg)
+    # three passes of 4096, 4096, 1808 tokens; t0 once
+    assert r.ttft[0] == pytest.approx(10000 * 1e-5 + 0.02 + 3 * 0.005)

@@ -1,0 +1,515 @@
+"""The event loop of the simulated engine (numba): arrivals, tier loads, engine steps.
+
+Per replica, one step at a time: the policy (policy.py) builds the batch over the
+replica's block pool (pool.py), the step lasts its step time (steptime.py), then every
+request that computed its last uncomputed token samples one output token; a request with
+all its output is done and frees its blocks (they stay cached). A replica with nothing to
+run idles until an arrival or a finished load.
+
+Tier loads (host DRAM or X-Mem) move over links shared as in sim.py (fluid sharing of a
+GPU's link per tier, the PCIe switch, the X-Mem nodes). vLLM: a request's load runs on its
+own and the request joins the waiting queue's schedulable set when it is done
+(OffloadingConnector). SGLang: the loads of a prefill batch start with it and run under
+its compute (HiCache layer overlap; end = fixed + max(compute, load) + min / layers).
+Writes: each prefill's newly computed tokens are written to the tier (write-through,
+both engines' default) over the same links, so stores and loads share them.
+
+Routing: route[i] >= 0 pins a replica; -1 joins the replica with the fewest unfinished
+requests (sim.py's min tree); -2 follows prev's replica.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from xmemplan.sizing.engine.policy import (
+    N_Q,
+    N_R,
+    P_BS,
+    P_POLICY,
+    Q_CHUNKED,
+    Q_FLOWS,
+    Q_NRUN,
+    Q_RHEAD,
+    Q_STATE,
+    Q_WHEAD,
+    R_COMP,
+    R_EXT,
+    R_FLOWS,
+    R_GEN,
+    R_HELD,
+    R_HIT,
+    R_KN,
+    R_KOFF,
+    R_LOADED,
+    R_LOADED_TOTAL,
+    R_NEWHIT,
+    R_OUT,
+    R_PREEMPT,
+    R_PROMPT,
+    R_RBOFF,
+    R_REP,
+    R_RNEXT,
+    R_S0,
+    R_STARTED,
+    R_STATUS,
+    R_STOK,
+    R_TIER_TOK,
+    SGLANG,
+    ST_DONE,
+    ST_LOADING,
+    ST_WAIT,
+    release,
+    run_remove,
+    sglang_schedule,
+    vllm_schedule,
+    w_append,
+)
+from xmemplan.sizing.engine.pool import pool_new
+from xmemplan.sizing.engine.steptime import T_KVB, compute_time, overhead_time
+from xmemplan.sizing.sim import (
+    _add_flow,
+    _advance,
+    _heap_pop,
+    _heap_push,
+    _rerate,
+    _seg_init,
+    _unfinished_add,
+)
+
+INF = np.inf
+# link parameters (lp)
+(L_DRAM_CAP, L_SWITCH_BW, L_DRAM_LAT, L_XMEM_CAP, L_NODE_BW, L_XMEM_LAT, L_INTERF,
+ L_WRITE) = range(8)
+N_L = 8
+# engine int parameters beyond the policy's (ep)
+E_REPLICAS, E_PER_SWITCH, E_LAYERS, E_NB = range(4)
+N_E = 4
+# per-request float outputs
+(O_ARR, O_READY, O_START, O_FIRST, O_DONE, O_ITL_MAX, O_LAST) = range(7)
+N_O = 7
+# stats
+(S_STEPS, S_SPAN_START, S_SPAN_END, S_KV_AREA, S_PREEMPT, S_HBM_HIT, S_TIER_HIT,
+ S_DECODE_STEPS, S_WRITE_BYTES) = range(9)
+N_S = 9
+# sglang new_token_ratio (schedule_conservativeness 1): init 0.7, floor 0.7 x 0.14, over
+# 600 decode steps (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
+# SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)
+INIT_RATIO, MIN_FACTOR, DECAY_STEPS = 0.7, 0.14, 600.0
+RETRACT_DECODE_STEPS = 20
+
+
+@njit(cache=True)
+def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff, kn, keys,  # noqa: ANN001, ANN201, C901
+               pp, tp, lp, ep, cons, trace, steps_out):
+    """The loop (module doc). tier[i]: 0 host DRAM, 1 X-Mem, -1 none. Returns per-request
+    floats (n x N_O), replica of each, HBM hit tokens (first admission), tier tokens
+    loaded, preemptions, busy seconds per replica, stats, trace rows used, steps used."""
+    n = arrival.shape[0]
+    R = ep[E_REPLICAS]
+    per_switch = ep[E_PER_SWITCH]
+    layers = ep[E_LAYERS]
+    nb = ep[E_NB]
+    bs = pp[P_BS]
+    policy = pp[P_POLICY]
+    kvb = tp[T_KVB]
+    cap = np.empty(2)
+    cap[0] = lp[L_DRAM_CAP]
+    cap[1] = lp[L_XMEM_CAP]
+    lat = np.empty(2)
+    lat[0] = lp[L_DRAM_LAT]
+    lat[1] = lp[L_XMEM_LAT]
+    switch_bw = lp[L_SWITCH_BW]
+    node_bw = lp[L_NODE_BW]
+    interf = lp[L_INTERF]
+    write = lp[L_WRITE] > 0
+    n_switch = (R + per_switch - 1) // per_switch
+
+    RI = np.zeros((n, N_R), np.int64)
+    QI = np.full((R, N_Q), -1, np.int64)
+    for r in range(R):
+        QI[r, Q_NRUN] = 0
+        QI[r, Q_STATE] = 0
+        QI[r, Q_FLOWS] = 0
+        QI[r, 7] = 0
+        QI[r, 9] = 0
+    rbcap = 0
+    for i in range(n):
+        RI[i, R_PROMPT] = prompt[i]
+        RI[i, R_OUT] = output[i]
+        RI[i, R_KOFF] = koff[i]
+        RI[i, R_KN] = kn[i]
+        RI[i, R_RBOFF] = rbcap
+        RI[i, R_TIER_TOK] = tier_tok[i]
+        RI[i, R_NEWHIT] = 1
+        RI[i, R_REP] = -1
+        rbcap += (prompt[i] + output[i] + bs - 1) // bs + 1
+    rb = np.zeros(rbcap, np.int64)
+    P = pool_new(R, nb, min(rbcap, R * nb) + 1)
+    RO = np.full((n, N_O), INF)
+    for i in range(n):
+        RO[i, O_ITL_MAX] = 0.0
+    busy = np.zeros(R)
+    stats = np.zeros(N_S)
+    rbstart = np.zeros(R)
+    rcomp = np.zeros(R)
+    rfixed = np.zeros(R)
+    rload_end = np.zeros(R)
+    rend = np.full(R, INF)
+    rprefill = np.zeros(R, np.int64)
+    ratio = np.full(R, INIT_RATIO * cons)
+    ratio_min = INIT_RATIO * cons * MIN_FACTOR
+    ratio_decay = (INIT_RATIO * cons - ratio_min) / DECAY_STEPS
+    load_end = np.zeros(n)
+    loads = np.zeros(n + 1, np.int64)
+    dep = np.full(n, -1, np.int64)
+    for i in range(n):
+        if prev[i] >= 0:
+            dep[prev[i]] = i
+    outstanding = np.zeros(R, np.int64)
+    seg, PP = _seg_init(R)
+
+    ht = np.empty(2 * n + 1)
+    hi = np.empty(2 * n + 1, np.int64)
+    hn = 0
+    for i in range(n):
+        if prev[i] < 0:
+            hn = _heap_push(ht, hi, hn, arrival[i], i)
+    stage = np.zeros(n, np.int64)  # heap entry: 0 arrival, 1 load done
+    rh_t = np.empty(8 * R + 8 * n + 1)
+    rh_i = np.empty(8 * R + 8 * n + 1, np.int64)
+    rhn = 0
+
+    fmax = 3 * n + 3 * R + 4
+    f_rem = np.zeros(fmax)
+    f_rate = np.zeros(fmax)
+    f_tier = np.zeros(fmax, np.int64)
+    f_rep = np.zeros(fmax, np.int64)
+    f_owner = np.zeros(fmax, np.int64)  # request, -1 - replica (batch load), -1-R-r write
+    active = np.empty(fmax, np.int64)
+    nact = 0
+    free = np.empty(fmax, np.int64)
+    nfree_f = fmax
+    for k in range(fmax):
+        free[k] = fmax - 1 - k
+    f_last = 0.0
+    cnt_gpu = np.zeros((R, 2), np.int64)
+    cnt_sw = np.zeros(n_switch, np.int64)
+    cnt_x = 0
+
+    now = 0.0
+    started = False
+    tn = 0
+    sn = 0
+    kick = np.zeros(R, np.int64)
+    nkick = 0
+    kicked = np.zeros(R, np.int64)
+
+    while True:
+        # --- next event ----------------------------------------------------------------
+        t_h = ht[0] if hn > 0 else INF
+        while rhn > 0 and (QI[rh_i[0], Q_STATE] != 1 or rend[rh_i[0]] != rh_t[0]):
+            rhn = _heap_pop(rh_t, rh_i, rhn)
+        t_r = rh_t[0] if rhn > 0 else INF
+        t_f = INF
+        f_min = -1
+        for a in range(nact):
+            f = active[a]
+            tf = f_last + f_rem[f] / f_rate[f]
+            if tf < t_f:
+                t_f = tf
+                f_min = a
+        t = min(t_f, min(t_r, t_h))
+        # every event at `now` is in (arrivals first): start a step on each replica the
+        # events made runnable; the steps' ends are new events
+        do_kick = nkick > 0 and t > now
+        if not do_kick:
+            if t == INF:
+                break
+            now = t
+        for q in range(nkick if do_kick else 0):
+            r = kick[q]
+            kicked[r] = 0
+            if QI[r, Q_STATE] != 0:
+                continue
+            if QI[r, Q_WHEAD] < 0 and QI[r, Q_RHEAD] < 0:
+                continue
+            t_step0 = tn
+            if policy == SGLANG:
+                tok, ns, tn, nl, pre = sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn,
+                                                       ratio[r], loads)
+            else:
+                tok, ns, tn, nl = vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads)
+                pre = False
+            # vLLM: requests whose tier load starts now
+            if policy != SGLANG:
+                for a in range(nl):
+                    i = loads[a]
+                    b = RI[i, R_EXT] * kvb
+                    tr = tier[i]
+                    if tr < 0 or b <= 0:
+                        continue
+                    _advance(active, nact, f_rem, f_rate, now - f_last)
+                    f_last = now
+                    nact, nfree_f, cnt_x = _add_flow(
+                        active, nact, free, nfree_f, f_rem, f_rate, f_tier, f_rep, f_owner,
+                        cnt_gpu, cnt_sw, per_switch, cnt_x, cap, switch_bw, node_bw, b, tr, r,
+                        i)
+                    RI[i, R_FLOWS] = 1
+                    load_end[i] = now
+            if ns == 0:
+                if steps_out.shape[0] > 1 and tn > t_step0:
+                    tn = t_step0  # nothing ran: no step to record
+                continue
+            # price the step
+            lin_t = 0.0
+            attn_t = 0.0
+            kv_read = 0.0
+            starts = 0
+            start_tok = 0.0
+            prefill = False
+            nseq = 0
+            lin, attn = tp[0], tp[1]
+            i = QI[r, Q_RHEAD]
+            j = QI[r, Q_WHEAD]
+            # scheduled requests are in the running list, or (SGLang's chunked one) first
+            # in the waiting queue
+            while i >= 0 or j >= 0:
+                if i >= 0:
+                    x = i
+                    i = RI[i, R_RNEXT]
+                else:
+                    x = j
+                    j = -1
+                    if QI[r, Q_CHUNKED] != x:
+                        continue
+                k = RI[x, R_STOK]
+                if k <= 0:
+                    continue
+                nseq += 1
+                s0 = float(RI[x, R_S0])
+                lin_t += lin * k
+                attn_t += attn * ((s0 + k) * (s0 + k) - s0 * s0)
+                kv_read += (s0 + k) * kvb
+                if k > 1 or RI[x, R_GEN] == 0:
+                    prefill = True
+                if RI[x, R_STARTED] == 0:
+                    RI[x, R_STARTED] = 1
+                    RO[x, O_START] = now
+                    starts += 1
+                    start_tok += RI[x, R_PROMPT]
+            comp = compute_time(float(tok), lin_t, attn_t, kv_read, tp)
+            fixed = overhead_time(float(tok), float(nseq), prefill, starts, start_tok, tp)
+            rcomp[r] = comp
+            rfixed[r] = fixed
+            rbstart[r] = now
+            rprefill[r] = 1 if pre else 0
+            stats[S_STEPS] += 1
+            if steps_out.shape[0] > 1:
+                if sn < steps_out.shape[0]:
+                    steps_out[sn, 0] = now
+                    steps_out[sn, 1] = t_step0
+                    steps_out[sn, 2] = tn
+                    steps_out[sn, 3] = nb - P[6][r]
+                sn += 1
+            nbl = 0
+            if policy == SGLANG and nl > 0:
+                for tr in range(2):
+                    b = 0.0
+                    for a in range(nl):
+                        if tier[loads[a]] == tr:
+                            b += RI[loads[a], R_EXT] * kvb
+                    if b > 0:
+                        nbl += 1
+                        _advance(active, nact, f_rem, f_rate, now - f_last)
+                        f_last = now
+                        nact, nfree_f, cnt_x = _add_flow(
+                            active, nact, free, nfree_f, f_rem, f_rate, f_tier, f_rep,
+                            f_owner, cnt_gpu, cnt_sw, per_switch, cnt_x, cap, switch_bw,
+                            node_bw, b, tr, r, -1 - r)
+            if nbl > 0:
+                QI[r, Q_FLOWS] = nbl
+                rload_end[r] = now
+                QI[r, Q_STATE] = 2
+            else:
+                QI[r, Q_STATE] = 1
+                e = now + fixed + comp
+                rend[r] = e
+                rhn = _heap_push(rh_t, rh_i, rhn, e, r)
+        if do_kick:
+            nkick = 0
+            continue
+
+        if t_f <= t_r and t_f <= t_h:
+            # --- a load or write ends ------------------------------------------------------
+            _advance(active, nact, f_rem, f_rate, now - f_last)
+            f_last = now
+            f = active[f_min]
+            nact -= 1
+            active[f_min] = active[nact]
+            free[nfree_f] = f
+            nfree_f += 1
+            tr = f_tier[f]
+            r = f_rep[f]
+            cnt_gpu[r, tr] -= 1
+            if tr == 0:
+                cnt_sw[r // per_switch] -= 1
+            else:
+                cnt_x -= 1
+            ow = f_owner[f]
+            end = now + lat[tr]
+            if ow >= 0:
+                if end > load_end[ow]:
+                    load_end[ow] = end
+                RI[ow, R_FLOWS] -= 1
+                if RI[ow, R_FLOWS] == 0:
+                    stage[ow] = 1
+                    hn = _heap_push(ht, hi, hn, load_end[ow], ow)
+            elif ow >= -R:
+                rr = -1 - ow
+                if end > rload_end[rr]:
+                    rload_end[rr] = end
+                QI[rr, Q_FLOWS] -= 1
+                if QI[rr, Q_FLOWS] == 0:
+                    ld = rload_end[rr] - rbstart[rr]
+                    c = rcomp[rr]
+                    c += interf * (c if c < ld else ld)
+                    hi_ = c if c > ld else ld
+                    lo_ = ld if c > ld else c
+                    e = rbstart[rr] + rfixed[rr] + hi_ + lo_ / layers
+                    rend[rr] = e
+                    QI[rr, Q_STATE] = 1
+                    rhn = _heap_push(rh_t, rh_i, rhn, e, rr)
+            _rerate(active, nact, f_tier, f_rep, f_rate, cap, cnt_gpu, cnt_sw, per_switch,
+                    switch_bw, node_bw, cnt_x)
+            continue
+
+        if t_h <= t_r:
+            # --- an arrival, or a request's tier load done ---------------------------------
+            i = hi[0]
+            hn = _heap_pop(ht, hi, hn)
+            if stage[i] == 0:
+                if not started:
+                    started = True
+                    stats[S_SPAN_START] = now
+                RO[i, O_ARR] = now
+                r = route[i]
+                if r == -2:
+                    r = RI[prev[i], R_REP] if prev[i] >= 0 else -1
+                if r < 0:
+                    r = seg[1] % PP
+                RI[i, R_REP] = r
+                _unfinished_add(outstanding, seg, PP, r, 1)
+                RI[i, R_STATUS] = ST_WAIT
+                w_append(RI, QI, r, i)
+            else:
+                r = RI[i, R_REP]
+                stage[i] = 0
+                RI[i, R_COMP] += RI[i, R_EXT]
+                RI[i, R_LOADED_TOTAL] += RI[i, R_EXT]
+                RI[i, R_LOADED] = 1
+                RI[i, R_STATUS] = ST_WAIT
+            RO[i, O_READY] = now
+            if kicked[r] == 0:
+                kicked[r] = 1
+                kick[nkick] = r
+                nkick += 1
+            continue
+
+        # --- a replica's step ends -------------------------------------------------------
+        r = rh_i[0]
+        rhn = _heap_pop(rh_t, rh_i, rhn)
+        busy[r] += now - rbstart[r]
+        QI[r, Q_STATE] = 0
+        rend[r] = INF
+        # KV held over the step (blocks of running requests), for the time average
+        stats[S_KV_AREA] += (nb - P[6][r]) * (now - rbstart[r])
+        wbytes = np.zeros(2)
+        if policy == SGLANG and rprefill[r] == 0:
+            # a decode step: the ratio decays
+            ratio[r] = ratio[r] - ratio_decay
+            if ratio[r] < ratio_min:
+                ratio[r] = ratio_min
+        if policy == SGLANG and QI[r, Q_CHUNKED] >= 0:
+            x = QI[r, Q_CHUNKED]
+            QI[r, Q_CHUNKED] = -1
+            RI[x, R_COMP] += RI[x, R_STOK]
+            if write and tier[x] >= 0:
+                wbytes[tier[x]] += RI[x, R_STOK] * kvb
+            RI[x, R_STOK] = 0
+        i = QI[r, Q_RHEAD]
+        while i >= 0:
+            nx = RI[i, R_RNEXT]
+            k = RI[i, R_STOK]
+            if k > 0:
+                RI[i, R_STOK] = 0
+                was_prefill = k > 1 or RI[i, R_GEN] == 0
+                RI[i, R_COMP] += k
+                if write and tier[i] >= 0 and was_prefill:
+                    wbytes[tier[i]] += k * kvb
+                if RI[i, R_COMP] >= RI[i, R_PROMPT] + RI[i, R_GEN]:
+                    # the step computed its last token: one output token
+                    RI[i, R_GEN] += 1
+                    if RI[i, R_GEN] == 1:
+                        RO[i, O_FIRST] = now
+                        stats[S_HBM_HIT] += RI[i, R_HIT]
+                        stats[S_TIER_HIT] += RI[i, R_EXT]
+                    else:
+                        g = now - RO[i, O_LAST]
+                        if g > RO[i, O_ITL_MAX]:
+                            RO[i, O_ITL_MAX] = g
+                    RO[i, O_LAST] = now
+                    if RI[i, R_GEN] >= RI[i, R_OUT]:
+                        run_remove(RI, QI, r, i)
+                        release(P, RI, rb, r, i)
+                        RI[i, R_STATUS] = ST_DONE
+                        RO[i, O_DONE] = now
+                        _unfinished_add(outstanding, seg, PP, r, -1)
+                        if trace.shape[0] > 1:
+                            if tn < trace.shape[0]:
+                                trace[tn, 0] = 3
+                                trace[tn, 1] = i
+                                trace[tn, 2] = 0
+                            tn += 1
+                            if sn <= steps_out.shape[0] and sn > 0:
+                                steps_out[sn - 1, 2] = tn
+                        j = dep[i]
+                        if j >= 0:
+                            ta = now + think[j]
+                            if arrival[j] > ta:
+                                ta = arrival[j]
+                            hn = _heap_push(ht, hi, hn, ta, j)
+            i = nx
+        # write-through of the step's new prompt KV to the tier (same links as loads)
+        for tr in range(2):
+            if wbytes[tr] > 0:
+                stats[S_WRITE_BYTES] += wbytes[tr]
+                _advance(active, nact, f_rem, f_rate, now - f_last)
+                f_last = now
+                nact, nfree_f, cnt_x = _add_flow(
+                    active, nact, free, nfree_f, f_rem, f_rate, f_tier, f_rep, f_owner,
+                    cnt_gpu, cnt_sw, per_switch, cnt_x, cap, switch_bw, node_bw, wbytes[tr],
+                    tr, r, -1 - R - r)
+        if kicked[r] == 0:
+            kicked[r] = 1
+            kick[nkick] = r
+            nkick += 1
+
+    stats[S_SPAN_END] = now
+    hbm = np.zeros(n, np.int64)
+    loaded = np.zeros(n, np.int64)
+    pre = np.zeros(n, np.int64)
+    rep = np.zeros(n, np.int64)
+    for i in range(n):
+        hbm[i] = RI[i, R_HIT]
+        loaded[i] = RI[i, R_LOADED_TOTAL]
+        pre[i] = RI[i, R_PREEMPT]
+        rep[i] = RI[i, R_REP]
+        stats[S_PREEMPT] += RI[i, R_PREEMPT]
+    return RO, rep, hbm, loaded, pre, busy, stats, tn, sn
+
+
+def _unused() -> tuple[int, ...]:
+    return (R_GEN, R_HELD, R_KN, R_KOFF, R_OUT, ST_LOADING, R_NEWHIT, P_BS, R_HIT, R_EXT,
+            R_LOADED, Q_CHUNKED)

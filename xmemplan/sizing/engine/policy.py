@@ -1,0 +1,456 @@
+"""The engines' scheduling policies over the block pool (numba): one step's batch.
+
+State is flat arrays: `RI[i, field]` per request (ints), `QI[r, field]` per replica.
+Waiting and running sets are doubly linked lists per replica (FCFS order kept; vLLM
+prepends a preempted request to the waiting queue and pops the newest running one).
+
+vLLM V1 (`vllm_schedule`, v1/core/sched/scheduler.py `schedule()`):
+1. running requests in order: each asks min(its uncomputed tokens, long-prefill
+   threshold, the step's token budget); blocks for them are allocated, and while that
+   fails the newest running request is preempted (its blocks freed, its computed tokens
+   set to 0, back to the head of the waiting queue: recompute);
+2. if nothing was preempted, waiting requests FCFS while the budget lasts and fewer than
+   max_num_seqs run: its cached prefix (full blocks, at most all tokens but one) is a hit;
+   a prefix the tier holds beyond that is loaded first (OffloadingConnector: the request
+   waits, WAITING_FOR_REMOTE_KVS, and others run); the rest is cut to the budget; the
+   first request whose blocks do not fit stops the loop.
+
+SGLang (`sglang_schedule`, managers/scheduler.py `get_next_batch_to_run`,
+schedule_policy.py `PrefillAdder`):
+1. prefill first: the request being chunked, then waiting requests FCFS; each takes its
+   cached prefix (and the tier's, loaded with the batch), and is admitted while its new
+   tokens plus min(its remaining output, 4096) x new_token_ratio fit the free and
+   evictable KV less the same reserve for the running requests; the batch's new tokens
+   stop at chunked_prefill_size (the request cut there is the one chunked request);
+2. else a decode step of every running request; when the decode's new blocks do not
+   fit, requests are retracted (fewest output tokens first, then the longest prompt),
+   their KV freed, back to the waiting queue, and new_token_ratio rises; each decode step
+   lowers it towards its floor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from xmemplan.sizing.engine.pool import (
+    pool_alloc,
+    pool_cache,
+    pool_evictable,
+    pool_free,
+    pool_match,
+    pool_touch,
+)
+
+# request int fields
+(R_PROMPT, R_OUT, R_GEN, R_COMP, R_STATUS, R_REP, R_KOFF, R_KN, R_RBOFF, R_HELD, R_NCACHED,
+ R_WPREV, R_WNEXT, R_RPREV, R_RNEXT, R_STOK, R_HIT, R_TIER_TOK, R_EXT, R_PREEMPT, R_LOADED,
+ R_STARTED, R_NEWHIT, R_FLOWS, R_S0, R_LOADED_TOTAL, R_HIT_TOTAL) = range(27)
+N_R = 27
+# status
+ST_NEW, ST_WAIT, ST_LOADING, ST_RUN, ST_DONE = range(5)
+# replica int fields
+(Q_WHEAD, Q_WTAIL, Q_RHEAD, Q_RTAIL, Q_NRUN, Q_STATE, Q_FLOWS, Q_OUTST, Q_CHUNKED,
+ Q_PREEMPTED) = range(10)
+N_Q = 10
+# scheduler parameters (ints)
+(P_POLICY, P_BS, P_MAXSEQ, P_BUDGET, P_THRESH, P_CHUNK, P_CACHING, P_MAXPREFILL) = range(8)
+N_P = 8
+VLLM, SGLANG = 0, 1
+CLIP_MAX_NEW_TOKENS = 4096  # SGLang SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION default
+NONE = -1
+
+
+@njit(cache=True, inline="always")
+def _cdiv(a, b):  # noqa: ANN001, ANN202
+    return (a + b - 1) // b
+
+
+# --- linked lists -------------------------------------------------------------------------
+@njit(cache=True)
+def w_append(RI, QI, r, i):  # noqa: ANN001, ANN201
+    t = QI[r, Q_WTAIL]
+    RI[i, R_WPREV] = t
+    RI[i, R_WNEXT] = NONE
+    if t >= 0:
+        RI[t, R_WNEXT] = i
+    else:
+        QI[r, Q_WHEAD] = i
+    QI[r, Q_WTAIL] = i
+
+
+@njit(cache=True)
+def w_prepend(RI, QI, r, i):  # noqa: ANN001, ANN201
+    h = QI[r, Q_WHEAD]
+    RI[i, R_WNEXT] = h
+    RI[i, R_WPREV] = NONE
+    if h >= 0:
+        RI[h, R_WPREV] = i
+    else:
+        QI[r, Q_WTAIL] = i
+    QI[r, Q_WHEAD] = i
+
+
+@njit(cache=True)
+def w_remove(RI, QI, r, i):  # noqa: ANN001, ANN201
+    p, n = RI[i, R_WPREV], RI[i, R_WNEXT]
+    if p >= 0:
+        RI[p, R_WNEXT] = n
+    else:
+        QI[r, Q_WHEAD] = n
+    if n >= 0:
+        RI[n, R_WPREV] = p
+    else:
+        QI[r, Q_WTAIL] = p
+
+
+@njit(cache=True)
+def run_append(RI, QI, r, i):  # noqa: ANN001, ANN201
+    t = QI[r, Q_RTAIL]
+    RI[i, R_RPREV] = t
+    RI[i, R_RNEXT] = NONE
+    if t >= 0:
+        RI[t, R_RNEXT] = i
+    else:
+        QI[r, Q_RHEAD] = i
+    QI[r, Q_RTAIL] = i
+    QI[r, Q_NRUN] += 1
+
+
+@njit(cache=True)
+def run_remove(RI, QI, r, i):  # noqa: ANN001, ANN201
+    p, n = RI[i, R_RPREV], RI[i, R_RNEXT]
+    if p >= 0:
+        RI[p, R_RNEXT] = n
+    else:
+        QI[r, Q_RHEAD] = n
+    if n >= 0:
+        RI[n, R_RPREV] = p
+    else:
+        QI[r, Q_RTAIL] = p
+    QI[r, Q_NRUN] -= 1
+
+
+# --- blocks of one request ----------------------------------------------------------------
+@njit(cache=True)
+def ntokens(RI, i):  # noqa: ANN001, ANN201
+    return RI[i, R_PROMPT] + RI[i, R_GEN]
+
+
+@njit(cache=True)
+def allocate(P, RI, keys, rb, r, i, new_tokens, nhit, bs, caching):  # noqa: ANN001, ANN201
+    """vLLM `allocate_slots`: blocks for `nhit` cached blocks (taken as hits) and
+    `new_tokens` more tokens; False (nothing changed) when the free queue is short. The
+    full blocks the step will compute are cached at once (findable by later requests)."""
+    comp = RI[i, R_COMP] + nhit * bs
+    need = _cdiv(comp + new_tokens, bs) - RI[i, R_HELD] - nhit
+    if need < 0:
+        need = 0
+    ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
+    if need + ev > P[6][r]:
+        return False
+    held = RI[i, R_HELD]
+    if nhit > 0:
+        held = pool_touch(P, r, keys, RI[i, R_KOFF], nhit, rb, RI[i, R_RBOFF], held)
+        RI[i, R_NCACHED] = held
+    if need > 0:
+        held = pool_alloc(P, r, need, rb, RI[i, R_RBOFF], held)
+    RI[i, R_HELD] = held
+    if caching:
+        full = (comp + new_tokens) // bs
+        nt = ntokens(RI, i) // bs
+        if full > nt:
+            full = nt
+        if full > RI[i, R_KN]:
+            full = RI[i, R_KN]
+        for j in range(RI[i, R_NCACHED], full):
+            pool_cache(P, r, rb[RI[i, R_RBOFF] + j], keys[RI[i, R_KOFF] + j])
+        if full > RI[i, R_NCACHED]:
+            RI[i, R_NCACHED] = full
+    return True
+
+
+@njit(cache=True)
+def release(P, RI, rb, r, i):  # noqa: ANN001, ANN201
+    pool_free(P, r, rb, RI[i, R_RBOFF], RI[i, R_HELD])
+    RI[i, R_HELD] = 0
+    RI[i, R_NCACHED] = 0
+
+
+@njit(cache=True)
+def lookup(P, RI, keys, r, i, bs, caching):  # noqa: ANN001, ANN201
+    """Cached full blocks of request i's tokens, all but its last token at most."""
+    if not caching:
+        return 0
+    nmax = (ntokens(RI, i) - 1) // bs
+    if nmax > RI[i, R_KN]:
+        nmax = RI[i, R_KN]
+    if nmax <= 0:
+        return 0
+    return pool_match(P, r, keys, RI[i, R_KOFF], nmax)
+
+
+@njit(cache=True)
+def preempt(P, RI, QI, rb, r, p, trace, tn):  # noqa: ANN001, ANN201
+    """Request p loses its blocks and goes back to the head of the waiting queue."""
+    run_remove(RI, QI, r, p)
+    release(P, RI, rb, r, p)
+    RI[p, R_COMP] = 0
+    RI[p, R_STATUS] = ST_WAIT
+    RI[p, R_PREEMPT] += 1
+    RI[p, R_NEWHIT] = 1
+    RI[p, R_STOK] = 0
+    w_prepend(RI, QI, r, p)
+    QI[r, Q_PREEMPTED] += 1
+    return _trace(trace, tn, 1, p, 0)
+
+
+@njit(cache=True, inline="always")
+def _trace(trace, tn, kind, i, v):  # noqa: ANN001, ANN202
+    if trace.shape[0] > 1:
+        if tn < trace.shape[0]:
+            trace[tn, 0] = kind
+            trace[tn, 1] = i
+            trace[tn, 2] = v
+        return tn + 1
+    return tn
+
+
+@njit(cache=True)
+def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001, ANN201, C901
+    """One vLLM step on replica r (module doc). Sets R_STOK of the scheduled requests;
+    requests that start a tier load are listed in loads[0:nl]. Returns (tokens,
+    scheduled requests, trace rows, loads)."""
+    bs, caching = pp[P_BS], pp[P_CACHING] == 1
+    budget = pp[P_BUDGET]
+    thr = pp[P_THRESH]
+    tokens = 0
+    nsched = 0
+    nl = 0
+    preempted = False
+    i = QI[r, Q_RHEAD]
+    while i >= 0 and budget > 0:
+        new = ntokens(RI, i) - RI[i, R_COMP]
+        if 0 < thr < new:
+            new = thr
+        if new > budget:
+            new = budget
+        if new <= 0:
+            i = RI[i, R_RNEXT]
+            continue
+        ok = False
+        while True:
+            if allocate(P, RI, keys, rb, r, i, new, 0, bs, caching):
+                ok = True
+                break
+            p = QI[r, Q_RTAIL]
+            preempted = True
+            tn = preempt(P, RI, QI, rb, r, p, trace, tn)
+            if p == i:
+                break
+        if not ok:
+            break
+        RI[i, R_STOK] = new
+        RI[i, R_S0] = RI[i, R_COMP]
+        tokens += new
+        nsched += 1
+        budget -= new
+        tn = _trace(trace, tn, 0, i, new)
+        i = RI[i, R_RNEXT]
+    if preempted:
+        return tokens, nsched, tn, nl
+    i = QI[r, Q_WHEAD]
+    while i >= 0 and budget > 0:
+        if QI[r, Q_NRUN] >= pp[P_MAXSEQ]:
+            break
+        nx = RI[i, R_WNEXT]
+        if RI[i, R_STATUS] == ST_LOADING:
+            i = nx
+            continue
+        nhit = 0
+        ext = 0
+        if RI[i, R_COMP] == 0 and RI[i, R_LOADED] == 0:
+            nhit = lookup(P, RI, keys, r, i, bs, caching)
+            # a tier load: the prefix the tier holds past the HBM hit (all but one token)
+            top = RI[i, R_TIER_TOK]
+            if top > ntokens(RI, i) - 1:
+                top = ntokens(RI, i) - 1
+            ext = top - nhit * bs
+            if ext < bs:  # the connector loads whole blocks, at least one
+                ext = 0
+            ext = ext // bs * bs
+            RI[i, R_EXT] = ext
+        if ext > 0:
+            if not allocate(P, RI, keys, rb, r, i, ext, nhit, bs, caching):
+                break
+            RI[i, R_HIT] = nhit * bs
+            RI[i, R_HIT_TOTAL] += nhit * bs
+            RI[i, R_COMP] += nhit * bs
+            RI[i, R_EXT] = ext
+            RI[i, R_STATUS] = ST_LOADING
+            loads[nl] = i
+            nl += 1
+            i = nx
+            continue
+        new = ntokens(RI, i) - RI[i, R_COMP] - nhit * bs
+        if 0 < thr < new:
+            new = thr
+        if new > budget:
+            new = budget
+        if not allocate(P, RI, keys, rb, r, i, new, nhit, bs, caching):
+            break
+        w_remove(RI, QI, r, i)
+        run_append(RI, QI, r, i)
+        RI[i, R_STATUS] = ST_RUN
+        if RI[i, R_LOADED] == 0:
+            RI[i, R_HIT] = nhit * bs
+            RI[i, R_HIT_TOTAL] += nhit * bs
+        RI[i, R_LOADED] = 0
+        RI[i, R_COMP] += nhit * bs
+        RI[i, R_STOK] = new
+        RI[i, R_S0] = RI[i, R_COMP]
+        if RI[i, R_NEWHIT] == 1:
+            tn = _trace(trace, tn, 2, i, RI[i, R_HIT] + RI[i, R_EXT])
+            RI[i, R_NEWHIT] = 0
+        tokens += new
+        nsched += 1
+        budget -= new
+        tn = _trace(trace, tn, 0, i, new)
+        i = nx
+    return tokens, nsched, tn, nl
+
+
+@njit(cache=True)
+def _reserve(RI, QI, r, ratio):  # noqa: ANN001, ANN202
+    """SGLang's decode reserve of the running requests, in tokens."""
+    s = 0.0
+    i = QI[r, Q_RHEAD]
+    while i >= 0:
+        left = RI[i, R_OUT] - RI[i, R_GEN]
+        if left > CLIP_MAX_NEW_TOKENS:
+            left = CLIP_MAX_NEW_TOKENS
+        s += left * ratio
+        i = RI[i, R_RNEXT]
+    return s
+
+
+@njit(cache=True)
+def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noqa: ANN001, ANN201, C901
+    """One SGLang step on replica r (module doc). Returns (tokens, scheduled, trace rows,
+    loads (requests whose tier prefix rides this batch), prefill?)."""
+    bs, caching = pp[P_BS], pp[P_CACHING] == 1
+    nl = 0
+    tokens = 0
+    nsched = 0
+    # 1. prefill: the chunked request first, then the waiting queue
+    if QI[r, Q_WHEAD] >= 0 and QI[r, Q_NRUN] < pp[P_MAXSEQ]:
+        rem_total = P[6][r] * bs - _reserve(RI, QI, r, ratio)
+        rem_chunk = pp[P_CHUNK] if pp[P_CHUNK] > 0 else 1 << 40
+        rem_input = pp[P_MAXPREFILL]
+        i = QI[r, Q_WHEAD]
+        while i >= 0:
+            nx = RI[i, R_WNEXT]
+            if QI[r, Q_NRUN] >= pp[P_MAXSEQ]:
+                break
+            cont = RI[i, R_COMP] > 0  # the chunked request (holds its blocks)
+            nhit = 0
+            ext = 0
+            if not cont:
+                nhit = lookup(P, RI, keys, r, i, bs, caching)
+                top = RI[i, R_TIER_TOK]
+                if top > ntokens(RI, i) - 1:
+                    top = ntokens(RI, i) - 1
+                ext = top - nhit * bs
+                if ext < 10:  # HiCache load_back_threshold
+                    ext = 0
+            extend = ntokens(RI, i) - RI[i, R_COMP] - nhit * bs - ext
+            left = RI[i, R_OUT] - RI[i, R_GEN]
+            if left > CLIP_MAX_NEW_TOKENS:
+                left = CLIP_MAX_NEW_TOKENS
+            total = extend + left * ratio
+            if not cont and total >= rem_total:
+                break
+            if nsched > 0 and extend > rem_input:
+                break
+            take = extend
+            if take > rem_chunk:
+                take = rem_chunk // bs * bs
+                if take <= 0:
+                    break
+            if not allocate(P, RI, keys, rb, r, i, take + ext, nhit, bs, caching):
+                break
+            if not cont:
+                RI[i, R_HIT] = nhit * bs
+                RI[i, R_HIT_TOTAL] += nhit * bs
+                RI[i, R_COMP] = nhit * bs
+                RI[i, R_EXT] = ext
+                RI[i, R_LOADED_TOTAL] += ext
+                if ext > 0:
+                    loads[nl] = i
+                    nl += 1
+            if RI[i, R_NEWHIT] == 1:
+                tn = _trace(trace, tn, 2, i, nhit * bs + ext)
+                RI[i, R_NEWHIT] = 0
+            RI[i, R_COMP] += ext
+            RI[i, R_S0] = RI[i, R_COMP]
+            RI[i, R_STOK] = take
+            tokens += take
+            nsched += 1
+            tn = _trace(trace, tn, 0, i, take)
+            rem_total -= take + left * ratio
+            rem_chunk -= take
+            rem_input -= take
+            if take < extend:
+                # the one chunked request: it stays first in the waiting queue, holding
+                # its blocks, and goes on in the next prefill batch
+                QI[r, Q_CHUNKED] = i
+                break
+            w_remove(RI, QI, r, i)
+            run_append(RI, QI, r, i)
+            RI[i, R_STATUS] = ST_RUN
+            if rem_chunk <= 0 or rem_input <= 0:
+                break
+            i = nx
+        if nsched > 0:
+            return tokens, nsched, tn, nl, True
+    # 2. decode every running request; retract while its new blocks do not fit
+    while True:
+        need = 0
+        i = QI[r, Q_RHEAD]
+        while i >= 0:
+            if _cdiv(ntokens(RI, i), bs) > RI[i, R_HELD]:
+                need += 1
+            i = RI[i, R_RNEXT]
+        if need <= P[6][r] or QI[r, Q_NRUN] <= 1:
+            break
+        # retract: sorted by (output tokens, -prompt) descending, the last one goes
+        best = -1
+        i = QI[r, Q_RHEAD]
+        while i >= 0:
+            if best < 0 or RI[i, R_GEN] < RI[best, R_GEN] or (
+                    RI[i, R_GEN] == RI[best, R_GEN] and RI[i, R_PROMPT] > RI[best, R_PROMPT]):
+                best = i
+            i = RI[i, R_RNEXT]
+        run_remove(RI, QI, r, best)
+        release(P, RI, rb, r, best)
+        RI[best, R_COMP] = 0
+        RI[best, R_STATUS] = ST_WAIT
+        RI[best, R_PREEMPT] += 1
+        RI[best, R_NEWHIT] = 1
+        w_append(RI, QI, r, best)
+        QI[r, Q_PREEMPTED] += 1
+        tn = _trace(trace, tn, 1, best, 0)
+    i = QI[r, Q_RHEAD]
+    while i >= 0:
+        if allocate(P, RI, keys, rb, r, i, 1, 0, bs, caching):
+            RI[i, R_STOK] = 1
+            RI[i, R_S0] = RI[i, R_COMP]
+            tokens += 1
+            nsched += 1
+            tn = _trace(trace, tn, 0, i, 1)
+        i = RI[i, R_RNEXT]
+    return tokens, nsched, tn, nl, False
+
+
+def _unused() -> np.ndarray:  # keeps numpy imported for type checkers of the njit module
+    return np.zeros(0)

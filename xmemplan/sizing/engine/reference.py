@@ -1,0 +1,311 @@
+"""The engine's block pool and scheduling policies in plain Python: the tests' oracle.
+
+Objects, dicts and lists instead of flat arrays; the same rules as pool.py and policy.py
+(their docstrings state them), for one replica with no tier, stepped the way
+`replay_scenario` is (docs/oracles.md section B). tests/test_engine.py checks that the
+numba engine gives the same per-step records on generated scenarios (Hypothesis).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from xmemplan.sizing.engine import OUT_BASE, OUT_STRIDE
+
+CLIP = 4096
+
+
+class PoolRef:
+    """A block pool: blocks with a key and a reference count; a free queue (ordered dict,
+    least recently freed first, never-used blocks first of all); a key -> block map."""
+
+    def __init__(self, blocks: int) -> None:
+        self.key: dict[int, int] = {}  # block -> key (cached blocks only)
+        self.ref: dict[int, int] = {}
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(blocks))
+        self.cached: dict[int, int] = {}  # key -> block
+
+    @property
+    def nfree(self) -> int:
+        return len(self.free)
+
+    def match(self, keys: list[int]) -> int:
+        n = 0
+        for k in keys:
+            if k not in self.cached:
+                break
+            n += 1
+        return n
+
+    def evictable(self, keys: list[int]) -> int:
+        return sum(1 for k in keys if self.ref.get(self.cached[k], 0) == 0)
+
+    def touch(self, keys: list[int]) -> list[int]:
+        out = []
+        for k in keys:
+            b = self.cached[k]
+            if self.ref.get(b, 0) == 0:
+                del self.free[b]
+            self.ref[b] = self.ref.get(b, 0) + 1
+            out.append(b)
+        return out
+
+    def alloc(self, n: int) -> list[int]:
+        out = []
+        for _ in range(n):
+            b, _ = self.free.popitem(last=False)
+            k = self.key.pop(b, None)
+            if k is not None and self.cached.get(k) == b:
+                del self.cached[k]
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def cache(self, b: int, key: int) -> None:
+        if b in self.key:
+            return
+        if key in self.cached:
+            return  # a duplicate: the first block keeps the key
+        self.key[b] = key
+        self.cached[key] = b
+
+    def release(self, blocks: list[int]) -> None:
+        for b in reversed(blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.free[b] = None
+
+    def held(self, total: int) -> int:
+        return total - len(self.free)
+
+
+@dataclass
+class _Req:
+    idx: int
+    rid: str
+    arrival: float
+    prompt: int
+    max_tokens: int
+    keys: list[int]
+    gen: int = 0
+    comp: int = 0
+    blocks: list[int] = field(default_factory=list)
+    ncached: int = 0
+    new_hit: bool = True
+    hit: int = 0
+    preempt: int = 0
+
+    @property
+    def ntok(self) -> int:
+        return self.prompt + self.gen
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _allocate(pool: PoolRef, q: _Req, new: int, nhit: int, bs: int, caching: bool) -> bool:
+    comp = q.comp + nhit * bs
+    need = max(0, _cdiv(comp + new, bs) - len(q.blocks) - nhit)
+    hk = q.keys[:nhit]
+    if need + (pool.evictable(hk) if nhit else 0) > pool.nfree:
+        return False
+    if nhit:
+        q.blocks += pool.touch(hk)
+        q.ncached = len(q.blocks)
+    if need:
+        q.blocks += pool.alloc(need)
+    if caching:
+        full = min((comp + new) // bs, q.ntok // bs, len(q.keys))
+        for j in range(q.ncached, full):
+            pool.cache(q.blocks[j], q.keys[j])
+        q.ncached = max(q.ncached, full)
+    return True
+
+
+def _lookup(pool: PoolRef, q: _Req, bs: int, caching: bool) -> int:
+    if not caching:
+        return 0
+    nmax = min((q.ntok - 1) // bs, len(q.keys))
+    return pool.match(q.keys[:nmax]) if nmax > 0 else 0
+
+
+def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa: C901
+    from xmemplan.sizing.engine import chain_keys
+
+    eng = scenario["engine"]
+    bs = int(scenario["block_size"])
+    sg = eng == "sglang"
+    total = int(scenario["num_gpu_blocks"]) - (0 if sg else 1)
+    pool = PoolRef(total)
+    max_seqs = int(scenario.get("max_num_seqs", 256))
+    budget0 = int(scenario.get("max_num_batched_tokens", 8192))
+    thr = int(scenario.get("long_prefill_token_threshold", 0))
+    chunk0 = int(scenario.get("chunked_prefill_size", 8192))
+    caching = bool(scenario.get("enable_prefix_caching", True))
+    cons = float(scenario.get("schedule_conservativeness", 1.0))
+    st = scenario.get("step_time", {})
+    base, per_tok, per_seq = (float(st.get(k, 0.0)) for k in ("base_s", "per_token_s",
+                                                              "per_seq_s"))
+    rs = scenario["requests"]
+    full = [list(r["tokens"]) + [OUT_BASE + i * OUT_STRIDE + k for k in range(r["max_tokens"])]
+            for i, r in enumerate(rs)]
+    keys, koff, kn = chain_keys(full, bs)
+    reqs = [_Req(i, str(r["id"]), float(r["arrival_s"]), len(r["tokens"]), int(r["max_tokens"]),
+                 [int(k) for k in keys[koff[i]:koff[i] + kn[i]]]) for i, r in enumerate(rs)]
+    pending = list(reqs)
+    waiting: list[_Req] = []
+    running: list[_Req] = []
+    chunked: _Req | None = None
+    ratio = 0.7 * cons
+    ratio_min = ratio * 0.14
+    decay = (ratio - ratio_min) / 600.0
+    t = 0.0
+    out: list[dict[str, Any]] = []
+    while pending or waiting or running:
+        while pending and pending[0].arrival <= t:
+            waiting.append(pending.pop(0))
+        rec: dict[str, Any] = {"step": len(out), "t_s": t, "scheduled": {}, "preempted": [],
+                               "new_hits": {}, "finished": []}
+        sched: list[tuple[_Req, int]] = []
+        prefill_step = False
+        if not sg:
+            budget = budget0
+            preempted = False
+            k = 0
+            while k < len(running) and budget > 0:
+                q = running[k]
+                new = q.ntok - q.comp
+                if 0 < thr < new:
+                    new = thr
+                new = min(new, budget)
+                if new <= 0:
+                    k += 1
+                    continue
+                ok = False
+                while True:
+                    if _allocate(pool, q, new, 0, bs, caching):
+                        ok = True
+                        break
+                    p = running.pop()
+                    preempted = True
+                    pool.release(p.blocks)
+                    p.blocks, p.ncached, p.comp, p.new_hit = [], 0, 0, True
+                    p.preempt += 1
+                    waiting.insert(0, p)
+                    rec["preempted"].append(p.rid)
+                    if p is q:
+                        break
+                if not ok:
+                    break
+                sched.append((q, new))
+                budget -= new
+                k += 1
+            if not preempted:
+                while waiting and budget > 0 and len(running) < max_seqs:
+                    q = waiting[0]
+                    nhit = _lookup(pool, q, bs, caching) if q.comp == 0 else 0
+                    new = q.ntok - q.comp - nhit * bs
+                    if 0 < thr < new:
+                        new = thr
+                    new = min(new, budget)
+                    if not _allocate(pool, q, new, nhit, bs, caching):
+                        break
+                    waiting.pop(0)
+                    running.append(q)
+                    q.hit = nhit * bs
+                    q.comp += nhit * bs
+                    if q.new_hit:
+                        rec["new_hits"][q.rid] = q.hit
+                        q.new_hit = False
+                    sched.append((q, new))
+                    budget -= new
+        else:
+            if waiting and len(running) < max_seqs:
+                rem_total = pool.nfree * bs - sum(min(q.max_tokens - q.gen, CLIP) * ratio
+                                                  for q in running)
+                rem_chunk = chunk0 if chunk0 > 0 else 1 << 40
+                rem_input = 16384
+                for q in list(waiting):
+                    if len(running) >= max_seqs:
+                        break
+                    cont = q.comp > 0
+                    nhit = 0 if cont else _lookup(pool, q, bs, caching)
+                    extend = q.ntok - q.comp - nhit * bs
+                    left = min(q.max_tokens - q.gen, CLIP)
+                    if not cont and extend + left * ratio >= rem_total:
+                        break
+                    if sched and extend > rem_input:
+                        break
+                    take = extend
+                    if take > rem_chunk:
+                        take = rem_chunk // bs * bs
+                        if take <= 0:
+                            break
+                    if not _allocate(pool, q, take, nhit, bs, caching):
+                        break
+                    if not cont:
+                        q.hit = nhit * bs
+                        q.comp = nhit * bs
+                    if q.new_hit:
+                        rec["new_hits"][q.rid] = nhit * bs
+                        q.new_hit = False
+                    sched.append((q, take))
+                    rem_total -= take + left * ratio
+                    rem_chunk -= take
+                    rem_input -= take
+                    if take < extend:
+                        chunked = q
+                        break
+                    waiting.remove(q)
+                    running.append(q)
+                    if rem_chunk <= 0 or rem_input <= 0:
+                        break
+                prefill_step = bool(sched)
+            if not sched:
+                while True:
+                    need = sum(1 for q in running if _cdiv(q.ntok, bs) > len(q.blocks))
+                    if need <= pool.nfree or len(running) <= 1:
+                        break
+                    best = running[0]
+                    for q in running:
+                        if q.gen < best.gen or (q.gen == best.gen and q.prompt > best.prompt):
+                            best = q
+                    running.remove(best)
+                    pool.release(best.blocks)
+                    best.blocks, best.ncached, best.comp, best.new_hit = [], 0, 0, True
+                    best.preempt += 1
+                    waiting.append(best)
+                    rec["preempted"].append(best.rid)
+                for q in running:
+                    if _allocate(pool, q, 1, 0, bs, caching):
+                        sched.append((q, 1))
+        if not sched:
+            if not pending:
+                break  # nothing can ever run (the engine would stall)
+            t = max(t, pending[0].arrival)
+            continue
+        for q, k in sched:
+            rec["scheduled"][q.rid] = k
+        rec["kv_blocks_used"] = pool.held(total)
+        dt = base + per_tok * sum(k for _, k in sched) + per_seq * len(sched)
+        # the step ends: computed tokens, sampling, finishing
+        if sg and not prefill_step:
+            ratio = max(ratio - decay, ratio_min)
+        for q, k in sched:
+            q.comp += k
+            if q is chunked:
+                continue
+            if q.comp >= q.ntok:
+                q.gen += 1
+                if q.gen >= q.max_tokens:
+                    running.remove(q)
+                    pool.release(q.blocks)
+                    q.blocks, q.ncached = [], 0
+                    rec["finished"].append(q.rid)
+        chunked = None
+        out.append(rec)
+        t = t + dt
+    return out

@@ -1,0 +1,67 @@
+"""The time of one engine step (numba): a roofline per operator class plus the engine's
+overheads. `steptime_reference` is the same formula in plain Python.
+
+A step schedules pieces (request, k new tokens, s0 tokens already in KV); a decode is
+k = 1. Over the step's pieces:
+- linear work lin x sum(k), attention attn x sum((s0 + k)^2 - s0^2), KV read
+  sum(s0 + k) x KV bytes per token;
+- weights read D + E x (1 - m^T) bytes (T = sum(k): a MoE reads more experts as the batch
+  grows, model.active_weight_bytes);
+- compute = max(linear FLOP time, weight byte time) + max(attention FLOP time, KV byte
+  time) (model.compute_parts);
+- overheads: the engine's per step (base), per scheduled token and per scheduled request
+  (fitted, docs/model.md); the layer floor of a forward pass (pass floor when the step
+  holds a prefill piece, decode floor else); the model's per-request start cost t0 (once,
+  in the step where a request's prefill starts) and per-prompt-token overhead.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+# fields of the step-time parameter vector
+(T_LIN, T_ATTN, T_WDENSE, T_WEXP, T_MISS, T_HBM, T_KVB, T_T0, T_TOKOVH, T_PASS, T_DEC,
+ T_BASE, T_PER_TOK, T_PER_SEQ) = range(14)
+N_T = 14
+
+
+@njit(cache=True)
+def compute_time(tokens, lin_t, attn_t, kv_read, tp):  # noqa: ANN001, ANN201
+    """Roofline of one pass: linear and attention, each the larger of FLOP and byte time."""
+    wb = tp[T_WDENSE] + tp[T_WEXP] * (1.0 - tp[T_MISS] ** tokens) if tokens > 0 else 0.0
+    w_t = wb / tp[T_HBM]
+    kv_t = kv_read / tp[T_HBM]
+    return (lin_t if lin_t >= w_t else w_t) + (attn_t if attn_t >= kv_t else kv_t)
+
+
+@njit(cache=True)
+def overhead_time(tokens, nseq, prefill, starts, start_tokens, tp):  # noqa: ANN001, ANN201
+    """The step's fixed costs (see the module doc). `prefill`: a piece of a prompt is in the
+    step; `starts`: requests whose prefill starts now, holding `start_tokens` prompt tokens."""
+    f = tp[T_BASE] + tp[T_PER_TOK] * tokens + tp[T_PER_SEQ] * nseq
+    if prefill:
+        f += tp[T_PASS]
+        if starts > 0:
+            f += tp[T_T0] + tp[T_TOKOVH] * start_tokens
+    else:
+        f += tp[T_DEC]
+    return f
+
+
+def steptime_reference(pieces: list[tuple[float, float, bool, bool, float]],
+                       tp: list[float]) -> tuple[float, float]:
+    """(compute, overhead) of a step of pieces (k, s0, is_prefill, starts, prompt)."""
+    tokens = sum(k for k, *_ in pieces)
+    lin_t = sum(tp[T_LIN] * k for k, *_ in pieces)
+    attn_t = sum(tp[T_ATTN] * ((s0 + k) * (s0 + k) - s0 * s0) for k, s0, *_ in pieces)
+    kv = sum((s0 + k) * tp[T_KVB] for k, s0, *_ in pieces)
+    wb = tp[T_WDENSE] + tp[T_WEXP] * (1.0 - tp[T_MISS] ** tokens) if tokens > 0 else 0.0
+    comp = max(lin_t, wb / tp[T_HBM]) + max(attn_t, kv / tp[T_HBM])
+    prefill = any(p for _, _, p, _, _ in pieces)
+    starts = [pr for _, _, _, s, pr in pieces if s]
+    f = tp[T_BASE] + tp[T_PER_TOK] * tokens + tp[T_PER_SEQ] * len(pieces)
+    if prefill:
+        f += tp[T_PASS] + ((tp[T_T0] + tp[T_TOKOVH] * sum(starts)) if starts else 0.0)
+    else:
+        f += tp[T_DEC]
+    return comp, f
