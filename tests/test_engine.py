@@ -13,11 +13,16 @@ from hypothesis import strategies as st
 from numba import njit
 
 from xmemplan.sizing.engine import Config, Requests, chain_keys, replay_scenario, run
-from xmemplan.sizing.engine.pool import pool_alloc, pool_cache, pool_free, pool_match, \
-    pool_new, pool_touch
+from xmemplan.sizing.engine.pool import (
+    pool_alloc,
+    pool_cache,
+    pool_free,
+    pool_match,
+    pool_new,
+    pool_touch,
+)
 from xmemplan.sizing.engine.reference import PoolRef, replay_reference
-from xmemplan.sizing.engine.steptime import N_T, compute_time, overhead_time, \
-    steptime_reference
+from xmemplan.sizing.engine.steptime import N_T, compute_time, overhead_time, steptime_reference
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
