@@ -9,7 +9,7 @@ import typer
 from typer.exceptions import TyperException
 
 from xmemplan import __version__
-from xmemplan.cli import calibrate, catalog, export, hitrate, plan, size, validate
+from xmemplan.cli import calibrate, catalog, compare, export, hitrate, plan, size, validate
 
 app = typer.Typer(
     name="xmemplan",
@@ -51,7 +51,7 @@ def _main(
     render.set_quiet(quiet)
 
 
-for _module in (plan, hitrate, size, validate, catalog, calibrate, export):
+for _module in (plan, hitrate, size, validate, compare, catalog, calibrate, export):
     _module.register(app)
 
 

@@ -58,6 +58,9 @@ def load_run(path: Path) -> Run:
     from xmemplan.plan import plan_from_doc
 
     p = Path(path)
+    if not p.exists():
+        raise InputError("no such run folder or plan file", path=p,
+                         hint="pass a folder written by 'xmemplan plan -o', or a plan.json")
     if p.is_dir():
         plan_path = p / "plan.json"
         if not plan_path.is_file():
@@ -167,19 +170,22 @@ def _fmt_q(quantity: str, v: float) -> str:
 
 
 def costs_rows(plan: dict[str, Any]) -> list[list[str]]:
-    """Costs when the plan carries them (`costs`: a mapping or a list of mappings)."""
-    costs = plan.get("costs")
-    if not costs:
-        return []
-    if isinstance(costs, dict):
-        return [[str(k).replace("_", " "), _n(v, 2) if isinstance(v, float) else _n(v)]
-                for k, v in costs.items() if not isinstance(v, dict | list)]
-    if isinstance(costs, list):
-        return [[str(c.get("option", c.get("name", ""))),
-                 ", ".join(f"{k.replace('_', ' ')} {_n(v, 2)}" for k, v in c.items()
-                           if k not in ("option", "name"))] for c in costs
-                if isinstance(c, dict)]
-    return []
+    """Costs when the plan has them (`size --cost`): the answer's, then each option's."""
+    basis = plan.get("cost_basis")
+    per = "/h" if basis == "hour" else ""
+
+    def money(v: Any) -> str:
+        return "-" if v is None else (f"${v:,.2f}{per}" if v < 1000 else f"${v:,.0f}{per}")
+
+    rows = []
+    if plan.get("cost") is not None:
+        rows.append(["the answer", money(plan["cost"])])
+    if plan.get("saving") is not None:
+        rows.append(["saving", money(plan["saving"])])
+    for o in plan.get("options", []):
+        if o.get("cost") is not None:
+            rows.append([o["option"], money(o["cost"])])
+    return rows
 
 
 def context(run: Run) -> dict[str, Any]:
