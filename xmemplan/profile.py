@@ -16,6 +16,7 @@ they know and leave the rest null; readers check `schema` and `schema_version` f
                           "session": [...], "timestamp_s": [...], "output_tokens": [...]},
       "arrival": {"duration_s", "rate_rps", "concurrency_mean", "concurrency_p99"} | null,
       "working_set": {"peak_tokens", "p99_tokens", "peak_bytes", "p99_bytes"} | null,
+      "cache_model": "lru" | "vllm" | "sglang" | null,   # the finite cache of the curve/tiers
       "capacity_curve": [{"capacity_tokens", "token_hit_ratio"}, ...] | null,
       "tiers": [{"name", "capacity_tokens", "hit_tokens", "bytes_to_gpu"}, ...] | null
     }
@@ -81,6 +82,7 @@ class Profile:
     rate_rps: float | None
     working_set_tokens: float | None  # peak (or p99) tokens, from bytes when only bytes
     capacity_curve: tuple[tuple[float, float], ...]  # (capacity tokens, token hit ratio)
+    cache_model: str | None = None  # the finite cache the curve and tiers come from
 
 
 def _field(doc: dict[str, Any], dotted: str) -> Any:
@@ -184,6 +186,12 @@ def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
     source = doc.get("source")
     scope = source.get("scope") if isinstance(source, dict) else None
     model = doc.get("model")
+    cache_model = doc.get("cache_model")
+    if cache_model is not None and cache_model not in ("lru", "vllm", "sglang"):
+        raise InputError(f"unknown cache model {cache_model!r}", path=path, field="cache_model",
+                         hint="lru, vllm or sglang (or null)")
+    if cache_model is None and raw_curve:
+        cache_model = "lru"  # profiles written before the field existed
     return Profile(
         path=path,
         doc=doc,
@@ -210,6 +218,7 @@ def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
         rate_rps=_number(path, doc, "arrival.rate_rps", 0, 1e9),
         working_set_tokens=ws,
         capacity_curve=tuple(sorted(curve)),
+        cache_model=cache_model,
     )
 
 
@@ -353,6 +362,8 @@ def build_profile(result: HitrateResult, paths: Sequence[Path | str]) -> dict[st
         "requests_sample": sample,
         "arrival": arr,
         "working_set": ws,
+        "cache_model": cap.cache_model if cap is not None else None,
+        "cache_with_outputs": cap.with_outputs if cap is not None else None,
         "capacity_curve": cap.curve if cap is not None else None,
         "capacities": cap.capacities if cap is not None else None,
         "tiers": cap.tiers if cap is not None else None,

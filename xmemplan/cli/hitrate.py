@@ -114,8 +114,14 @@ def hitrate(
         "to the API's token count (fitted from usage); default: the tokenizer's.",
     ),
     cache_model: str | None = typer.Option(
-        None, "--cache-model", help="Claude Code transcripts: also replay the calls under "
-        "the Anthropic API's cache rules (anthropic), beside the infinite cache.",
+        None, "--cache-model", help="Finite caches (--capacity, --capacity-curve, --tiers): "
+        "lru (default; exact, one pass), vllm (vLLM's block pool) or sglang (SGLang's radix "
+        "cache), docs/capacity.md. Claude Code transcripts: anthropic replays the calls under "
+        "the API's cache rules, beside the infinite cache.",
+    ),
+    prefill_only: bool = typer.Option(
+        False, "--prefill-only", help="With --cache-model vllm|sglang: do not cache decoded "
+        "tokens (by default the trace's output lengths are inserted, as the engines do).",
     ),
 ) -> None:
     """Replay traces through a prefix cache and report token-level hit ratios."""
@@ -155,7 +161,13 @@ def hitrate(
         raise UsageError(f"--out and --profile-out are the same file '{out}'",
                          "give each output its own path")
     from xmemplan.cli.views import transcripts as tv
+    from xmemplan.hitrate.capacity import CACHE_MODELS as FINITE_MODELS
 
+    if cache_model is not None and cache_model not in FINITE_MODELS + tv.CACHE_MODELS:
+        raise UsageError(f"unknown --cache-model '{cache_model}'",
+                         f"use {', '.join(FINITE_MODELS + tv.CACHE_MODELS)}")
+    finite_model = cache_model if cache_model in FINITE_MODELS else None
+    cache_model = None if finite_model else cache_model  # the per-call report's model
     tv.check_flags(hidden_prefix, tokens, cache_model)
     options = HitrateOptions(
         scope=scope, page_size=page_size, format_name=trace_format, subagents=subagents,
@@ -168,7 +180,7 @@ def hitrate(
 
     options.capacity = cli_spec(
         ",".join(capacity) if capacity else None, capacity_curve, tiers, model, idle,
-        page_size, profile_out, plot
+        page_size, profile_out, plot, finite_model, prefill_only,
     )
     with render.progress(None, "Reading traces", unit="bytes") as bar:
         result = analyze(list(traces), options, bar.update)

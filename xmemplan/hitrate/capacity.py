@@ -14,6 +14,12 @@ its own cache of that capacity; under `--scope global` one cache holds everythin
 All capacities, the curve and the tiers come from ONE pass over the trace (stack depths, see
 `xmemplan.prefix.lru_kernels`), and every figure is exact, not an approximation.
 
+Cache models (`cache_model`, `hitrate --cache-model`): `lru` (the default, above), `vllm`
+(vLLM's block pool and free-block queue) and `sglang` (SGLang's radix cache: whole-leaf LRU
+eviction, spare room), from `xmemplan.prefix.engine_cache`. The engine models follow their
+engine's rules (no partial last page, hits capped at prompt - 1, decoded tokens inserted from
+the trace's output lengths) and are not stack algorithms: one replay per capacity.
+
 Tiers are inclusive (SGLang HiCache write-through): tier k holds everything tiers 1..k-1 hold,
 so a tier of capacity C_k serves the hit pages that an LRU of C_k holds and an LRU of C_(k-1)
 does not. Tiers named HBM or GPU are the GPU's own memory: hits there move no bytes; hits in
@@ -45,6 +51,9 @@ if TYPE_CHECKING:
     from xmemplan.hitrate.workingset import Series
 
 GPU_TIER_NAMES = ("hbm", "gpu")
+CACHE_MODELS = ("lru", "vllm", "sglang")  # finite caches; "lru" is the default
+POLICY = {"lru": "lru-leaf-first", "vllm": "vllm-block-pool", "sglang": "sglang-radix-lru"}
+MODEL_TITLE = {"lru": "LRU", "vllm": "vLLM block pool", "sglang": "SGLang radix cache"}
 # The default (--capacity-curve auto) grid: 1-2-5 steps from 1k to 1T tokens, trimmed to the
 # trace afterwards (from one page to the first point that holds every distinct page).
 AUTO_CURVE = [m * 10**e for e in range(3, 13) for m in (1, 2, 5)]
@@ -81,6 +90,8 @@ class CapacitySpec:
     kv_bytes_per_token: int | None = None
     idle_s: float | None = None
     page_size: int = 1
+    cache_model: str = "lru"  # one of CACHE_MODELS
+    with_outputs: bool = True  # engine models: insert decoded tokens (trace output lengths)
 
     @property
     def points(self) -> np.ndarray:
@@ -202,6 +213,8 @@ def build_spec(
     page_size: int = 1,
     want_curve: bool = False,
     kv_bytes: int | None = None,
+    cache_model: str = "lru",
+    with_outputs: bool = True,
 ) -> CapacitySpec:
     """Parse the command-line values into a spec (UsageError for anything unusable).
 
@@ -212,7 +225,11 @@ def build_spec(
 
     check_int(page_size, "--page-size", 1, MAX_PAGE_TOKENS, "tokens")
     bpt = kv_bytes if kv_bytes is not None else (kv_bytes_per_token(model) if model else None)
-    spec = CapacitySpec(model=model, kv_bytes_per_token=bpt, page_size=page_size)
+    if cache_model not in CACHE_MODELS:
+        raise UsageError(f"unknown cache model '{cache_model}'",
+                         f"use one of {', '.join(CACHE_MODELS)}")
+    spec = CapacitySpec(model=model, kv_bytes_per_token=bpt, page_size=page_size,
+                        cache_model=cache_model, with_outputs=with_outputs)
     if capacity is not None:
         spec.capacities = [parse_capacity(p, bpt, "--capacity") for p in capacity.split(",")]
     if curve is not None:
@@ -250,6 +267,7 @@ class CapacityPart:
     gap_s: np.ndarray  # float64 (n,): seconds since the deepest hit page was last used
     gap_tokens: np.ndarray  # float64 (G,): hit tokens by reuse gap (infinite cache)
     distinct_tokens: int
+    rejected: np.ndarray | None = None  # bool (n, J), engine models: KV alone over the pool
 
 
 def replay_capacity(
@@ -261,8 +279,9 @@ def replay_capacity(
     timestamps: np.ndarray,
     page_size: int,
     spec: CapacitySpec,
+    outputs: np.ndarray | None = None,
 ) -> CapacityPart:
-    """Hits of one replay-ordered batch at every capacity of `spec`, in one pass."""
+    """Hits of one replay-ordered batch at every capacity of `spec` (LRU: in one pass)."""
     from xmemplan.prefix.lru import lru_match, token_pages
 
     page = np.asarray(block_tokens, dtype=np.int64).copy()
@@ -274,11 +293,44 @@ def replay_capacity(
         else:
             keys, offsets = _pick_rows(keys, offsets, pk, poff, token_rows)
         page[token_rows] = page_size
-    res = lru_match(keys, offsets, resets, page, spec.points, prompt, timestamps)
+    engine = spec.cache_model != "lru"
+    points = np.empty(0, dtype=np.int64) if engine else spec.points
+    res = lru_match(keys, offsets, resets, page, points, prompt, timestamps)
     prompt = np.asarray(prompt)
-    hit = np.minimum(res.hits * page[:, None], prompt[:, None])
     inf = np.minimum(res.matched * page, prompt)
-    return CapacityPart(hit, inf, page, res.gap_s, res.gap_tokens, res.distinct_tokens)
+    rejected = None
+    if engine:
+        hit, rejected = _engine_hits(keys, offsets, resets, page, prompt, outputs, spec)
+    else:
+        hit = np.minimum(res.hits * page[:, None], prompt[:, None])
+    return CapacityPart(hit, inf, page, res.gap_s, res.gap_tokens, res.distinct_tokens,
+                        rejected)
+
+
+def _engine_hits(
+    keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray, page: np.ndarray,
+    prompt: np.ndarray, outputs: np.ndarray | None, spec: CapacitySpec,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hit tokens and rejections of the vllm / sglang model at every point, in tokens."""
+    from xmemplan.prefix.engine_cache import engine_replay, kv_page_keys, kv_tokens
+
+    n = len(prompt)
+    if n == 0:
+        z = np.zeros((0, spec.points.size), dtype=np.int64)
+        return z, z.astype(bool)
+    pages = np.unique(page)
+    if pages.size > 1:
+        raise UsageError(
+            f"--cache-model {spec.cache_model}: one cache holds pages of "
+            f"{', '.join(str(int(p)) for p in pages)} tokens",
+            "an engine has one block size: replay traces of one page size together",
+        )
+    p = int(pages[0])
+    out = None if outputs is None else np.where(np.asarray(outputs) >= 0, outputs, 0)
+    kv = kv_tokens(prompt, out, spec.with_outputs)
+    k2, o2 = kv_page_keys(keys, offsets, prompt, kv, p)
+    rep = engine_replay(spec.cache_model, k2, o2, resets, prompt, kv, p, spec.points)
+    return rep.hits, rep.rejected
 
 
 def _pick_rows(
@@ -334,6 +386,8 @@ class CapacityResult:
     kv_bytes_per_token: int | None
     infinite_token_hit_ratio: float
     notes: list[str] = field(default_factory=list)
+    cache_model: str = "lru"
+    with_outputs: bool | None = None  # engine models only
     working_series: Series | None = None  # for plots (not in JSON)
     spec: CapacitySpec | None = None
 
@@ -341,8 +395,9 @@ class CapacityResult:
         """Per-request hit tokens at each `--capacity`, for the `--out` table."""
         if self.spec is None:
             return {}
+        name = self.spec.cache_model
         return {
-            f"hit_tokens_lru_{c.label}": capacity_hits(replayed, self.spec, c.tokens)
+            f"hit_tokens_{name}_{c.label}": capacity_hits(replayed, self.spec, c.tokens)
             for c in self.spec.capacities
         }
 
@@ -359,7 +414,9 @@ class CapacityResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "policy": "lru-leaf-first",
+            "policy": POLICY[self.cache_model],
+            "cache_model": self.cache_model,
+            "with_outputs": self.with_outputs,
             "cache_per_session": self.per_session_cache,
             "model": self.model,
             "kv_bytes_per_token": self.kv_bytes_per_token,
@@ -441,7 +498,7 @@ def summarize_capacity(
                 }
             )
     tiers = _tier_rows(spec, hits, prompt, inf_hit, bpt) if spec.tiers else None
-    notes = []
+    notes = _engine_notes(spec, parts, replayed.column(S.OUTPUT_TOKENS)) if parts else []
     per_session = scope == "session"
     if per_session:
         notes.append(
@@ -478,7 +535,43 @@ def summarize_capacity(
         notes=notes,
         working_series=series,
         spec=spec,
+        cache_model=spec.cache_model,
+        with_outputs=spec.with_outputs if spec.cache_model != "lru" else None,
     )
+
+
+def _engine_notes(spec: CapacitySpec, parts: list[CapacityPart], outputs: np.ndarray
+                  ) -> list[str]:
+    """What an engine model's figures rest on: outputs used, requests over the pool."""
+    if spec.cache_model == "lru":
+        return []
+    name = MODEL_TITLE[spec.cache_model]
+    notes = []
+    known = int((outputs >= 0).sum())
+    if spec.with_outputs:
+        notes.append(
+            f"{name}: decoded tokens are cached too, from the output lengths of "
+            f"{known:,} of {len(outputs):,} requests (the rest: none); --prefill-only "
+            "leaves them out"
+        )
+    else:
+        notes.append(f"{name}: prefill only (--prefill-only): decoded tokens are not cached")
+    rej = [p.rejected for p in parts if p.rejected is not None]
+    if rej:
+        per_point = np.concatenate(rej).sum(axis=0)
+        for c in spec.capacities + [t.capacity for t in spec.tiers]:
+            k = int(per_point[spec.column(c.tokens)])
+            if k:
+                notes.append(
+                    f"{name} at {c.label}: {k:,} requests need more KV than the whole cache "
+                    "and count as misses (an engine refuses them)"
+                )
+    if spec.tiers:
+        notes.append(
+            f"{name} is not a stack algorithm: each tier's tokens are the difference of "
+            "whole-cache replays at its cumulative size"
+        )
+    return notes
 
 
 def _trim_auto(curve: list[Capacity], page: int, distinct: int) -> list[Capacity]:

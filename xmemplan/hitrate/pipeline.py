@@ -149,7 +149,7 @@ class HitrateResult:
                 S.OUTPUT_TOKENS: nullable(r.column(S.OUTPUT_TOKENS)),
                 S.REPORTED_CACHED_TOKENS: nullable(r.column(S.REPORTED_CACHED_TOKENS)),
                 S.REPORTED_PROMPT_TOKENS: nullable(r.column(S.REPORTED_PROMPT_TOKENS)),
-                # with --capacity: hit tokens per LRU size, e.g. `hit_tokens_lru_3M`
+                # with --capacity: hit tokens per cache size, e.g. `hit_tokens_lru_3M`
                 **(self.capacity.request_columns(r) if self.capacity is not None else {}),
             }
         )
@@ -254,7 +254,7 @@ def replay(
 
         part = replay_capacity(
             keys, offsets, resets, batch.block_tokens[order], prompt,
-            batch.timestamp_s[order], page_size, capacity,
+            batch.timestamp_s[order], page_size, capacity, batch.output_tokens[order],
         )
         out.capacity.append(part)
         hit = part.infinite_hit_tokens

@@ -24,11 +24,28 @@ def cli_spec(
     page_size: int,
     profile_out: Path | None,
     plot: Path | None,
+    cache_model: str | None = None,
+    prefill_only: bool = False,
 ) -> CapacitySpec | None:
     """The spec for `xmemplan hitrate`'s flags; None when only the infinite cache is asked."""
+    from xmemplan.errors import UsageError
+    from xmemplan.hitrate.capacity import CACHE_MODELS
+
+    finite = cache_model if cache_model in CACHE_MODELS else None
     wanted = (capacity, curve, tiers, model, idle, profile_out, plot)
     if all(v is None for v in wanted):
+        if finite is not None:
+            raise UsageError(
+                f"--cache-model {finite} is a finite cache, and no size is given",
+                "add --capacity SIZE, --capacity-curve or --tiers",
+            )
+        if prefill_only:
+            raise UsageError("--prefill-only applies to --cache-model vllm or sglang",
+                             "add --cache-model vllm --capacity SIZE, or drop it")
         return None
+    if prefill_only and finite in (None, "lru"):
+        raise UsageError("--prefill-only applies to --cache-model vllm or sglang",
+                         "the LRU model never caches decoded tokens; drop --prefill-only")
     if plot is not None:
         from xmemplan.cli.views.plots import check_available
 
@@ -36,6 +53,7 @@ def cli_spec(
     return build_spec(
         capacity, curve, tiers, model, idle, page_size,
         want_curve=profile_out is not None or plot is not None,
+        cache_model=finite or "lru", with_outputs=not prefill_only,
     )
 
 
@@ -74,7 +92,8 @@ def render_tables(cap: CapacityResult) -> None:
         rows = [
             [label] + [c[key] for c in cap.capacities] for key, label in TABLE_ROWS
         ]
-        render.table(cols, rows, title="LRU cache of finite capacity (same metrics per capacity)")
+        render.table(cols, rows, title=f"{_title(cap)} of finite capacity (same metrics per "
+                     "capacity)")
     if cap.curve:
         values = [c["token_hit_ratio"] for c in cap.curve]
         render.table(
@@ -82,7 +101,8 @@ def render_tables(cap: CapacityResult) -> None:
              "rounds >= 1 token hit"],
             [(c["capacity_tokens"], _bytes(c["capacity_bytes"]), c["token_hit_ratio"],
               c["share_of_infinite"], c["rounds_ge1_token_hit_ratio"]) for c in cap.curve],
-            title="Hit ratio vs capacity (exact LRU, one pass)",
+            title="Hit ratio vs capacity (exact LRU, one pass)" if cap.cache_model == "lru"
+            else f"Hit ratio vs capacity ({_title(cap)}, one replay per point)",
             caption=f"token hit vs capacity: {render.sparkline(values, 0.0, None)}",
         )
     if cap.tiers:
@@ -114,6 +134,13 @@ def render_tables(cap: CapacityResult) -> None:
             caption=f"over time: {render.sparkline(_spark_series(cap), 0.0, None)}"
             if cap.working_series is not None else None,
         )
+
+
+def _title(cap: CapacityResult) -> str:
+    from xmemplan.hitrate.capacity import MODEL_TITLE
+
+    t = MODEL_TITLE[cap.cache_model]
+    return "LRU cache" if cap.cache_model == "lru" else t
 
 
 def cap_label(c: dict[str, Any]) -> str:
