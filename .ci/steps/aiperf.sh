@@ -7,6 +7,10 @@
 # 2. `aiperf profile` replays an exported trace against tests/live_server.py (loopback,
 #    streaming, TTFT = xmemplan's model); `xmemplan validate --aiperf` must pass on its
 #    records, and fail (exit 5) on a second run whose server is 1.5x slower.
+# 3. The synthetic multi-turn workload of `size --gpus` (the X-Mem post's AIPerf run: 15
+#    users, 1,000 + 20,000 + 26-token turns, 100 output tokens, 20 turns), exported at QPS
+#    5.5 with `export --to aiperf --user-centric-rate`, replayed on its own schedule against
+#    the same server and judged with `validate --aiperf`.
 #
 # AIPerf pulls transformers and friends (~1.2 GB) and pins its own versions, so it gets its
 # OWN venv (as the SGLang step does); the venv is reused while it holds the pinned version
@@ -79,15 +83,16 @@ echo "aiperf step: analyze-trace done ($(elapsed))"
 "$PY" -m xmemplan export examples/traces --to aiperf -o "$WORK/live.jsonl" --block-tokens 64 \
   --spacing 120ms --limit 48
 
-profile() {  # $1: artifact dir, $2: server slowdown
+profile() {  # $1: artifact dir, $2: server slowdown, $3: trace (default live.jsonl)
+  local trace="${3:-$WORK/live.jsonl}"
   rm -f "$WORK/port"
-  "$PY" tests/live_server.py --trace "$WORK/live.jsonl" --port-file "$WORK/port" \
+  "$PY" tests/live_server.py --trace "$trace" --port-file "$WORK/port" \
     --slowdown "$2" --max-seconds 90 >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 100); do [ -s "$WORK/port" ] && break; sleep 0.1; done
   [ -s "$WORK/port" ] || { cat "$WORK/server.log" >&2; echo "server did not start" >&2; exit 1; }
   timeout 120 "$AIPERF" profile --model sim --url "127.0.0.1:$(cat "$WORK/port")" \
-    --endpoint-type completions --streaming --input-file "$WORK/live.jsonl" \
+    --endpoint-type completions --streaming --input-file "$trace" \
     --custom-dataset-type mooncake_trace --fixed-schedule --fixed-schedule-auto-offset \
     --isl-block-size 64 --tokenizer cl100k_base --random-seed 1 --artifact-dir "$1" \
     --ui none --no-server-metrics --no-gpu-telemetry >"$WORK/profile.log" 2>&1 \
@@ -113,4 +118,12 @@ if [ "$rc" -ne 5 ]; then
   exit 1
 fi
 grep '^FAIL' "$WORK/v2.log"
+echo "aiperf step: slow server failed as it should ($(elapsed))"
+
+# -- 3. the synthetic multi-turn workload of `size --gpus`, replayed and judged -----------
+"$PY" -m xmemplan export --to aiperf -o "$WORK/synthetic.jsonl" --user-centric-rate 5.5 \
+  --block-tokens 64 --limit 48
+profile "$WORK/run3" 1.0 "$WORK/synthetic.jsonl"
+COLUMNS=80 "$PY" -m xmemplan validate --aiperf "$WORK/run3" --traces "$WORK/synthetic.jsonl"
+echo "aiperf step: synthetic workload replayed and judged ($(elapsed))"
 echo "aiperf step: $(elapsed) wall (aiperf $AIPERF_VERSION)"
