@@ -201,3 +201,16 @@ def test_export_writes_the_same_workload(tmp_path, capsys, monkeypatch):
         want = (0 if row == 0 else 960) if turns[row] == 0 else prev_len[sess] // 64 * 64
         assert hits[row] == want, row
         prev_len[sess] = int(s.prompt[i])
+
+
+def test_docs_quote_the_answer_the_command_gives(capsys, monkeypatch):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "size.md").read_text()
+    block = doc.split("**The answer** (`size --gpus 1 --tier-capacity 64GB`")[1]
+    quoted = " ".join(block.split("```")[1].split())
+    code, out, _ = cli(POST_ARGS, capsys, monkeypatch)
+    live = " ".join(out.split("\n\n")[0].split("Workload:")[0].split())
+    assert quoted == live, ("docs/size.md quotes another answer than "
+                            "`xmemplan size --gpus 1 --tier-capacity 64GB` gives: rerun it "
+                            "and update the section's answer and table")

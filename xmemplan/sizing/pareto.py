@@ -85,7 +85,7 @@ class SweepPoint:
     hit_ratio: float
     offered_rps: float
     served_rps: float
-    late_share: float  # sends the schedule made wait for a reply
+    late_share: float  # sends that waited for the previous reply (past their schedule)
     requests: int
     iterations: int
     residual_ms: float
@@ -210,7 +210,6 @@ def run_point(req: SweepRequest, option: str, kind: str, load: float, run: int
     t1 = float(r.done[keep].max())
     span = max(t1 - t0, 1e-9)
     thr = float(out.sum() / span)
-    ideal = s.ideal_send()
     sv = np.asarray(seen, dtype=np.float64)
     spread = float((sv.max() - sv.min()) / max(float(sv.mean()), 1e-9)) if sv.size > 1 else 0.0
     point = SweepPoint(
@@ -223,7 +222,7 @@ def run_point(req: SweepRequest, option: str, kind: str, load: float, run: int
         hit_ratio=float(hits[keep].sum() / s.prompt[keep].sum()),
         offered_rps=load if kind == "qps" else float(len(keep) / span),
         served_rps=float(len(keep) / span),
-        late_share=float(np.mean(r.arrival[keep] > ideal[keep] + 1e-6)) if kind == "qps"
+        late_share=float(np.mean(r.arrival[keep] > send[keep] + 1e-6)) if kind == "qps"
         else 0.0,
         requests=len(keep), iterations=iterations, residual_ms=residual * 1e3,
         spread=float(spread))
