@@ -239,6 +239,32 @@ def hitrate(
         finish_cli(result, fmt, list(traces), profile_out, plot)
 
 
+def _has_sessions(result: HitrateResult) -> bool:
+    """Whether any input format carries session ids (Mooncake's do not: each request is
+    counted as its own session, which is no session count to show)."""
+    from xmemplan.traces.registry import get_reader
+
+    return any(get_reader(n).HAS_SESSIONS for n in result.files_by_format)
+
+
+def _granularity(result: HitrateResult) -> str:
+    """What hits are counted in: block traces by their block size, token traces by
+    --page-size ('page size: 1' on Mooncake's 512-token blocks read as token-level)."""
+    from xmemplan.traces.registry import get_reader
+
+    blocks, tokens = [], False
+    for name in sorted(result.files_by_format):
+        size = getattr(get_reader(name), "BLOCK_TOKENS", None)
+        if size is not None:
+            blocks.append(f"{name} {size}-token blocks")
+        elif name == "claude-blocks":
+            blocks.append(f"{name} blocks of each file's block_size")
+        else:
+            tokens = True
+    parts = blocks + ([f"page size: {result.page_size}"] if tokens else [])
+    return "; ".join(parts)
+
+
 def _skip_text(result: HitrateResult) -> str:
     from xmemplan.traces.base import skip_summary
 
@@ -293,7 +319,8 @@ def _report(
     s = result.summary
     if fmt == "table":  # the answer first, then what it rests on
         counts = (f"{units.count(s['requests'], 'request')}, "
-                  f"{units.count(s['sessions'], 'session')}")
+                  + (f"{units.count(s['sessions'], 'session')}" if _has_sessions(result)
+                     else "no session ids"))
         caps = result.capacity.capacities if result.capacity is not None else []
         if caps:  # the user asked for a finite cache: that is the answer
             from xmemplan.cli.views.capacity import cap_label
@@ -329,11 +356,11 @@ def _report(
         render.emit_csv(["metric", "value"], [(k, s[k]) for k in keys] + extra)
         return
     files = ", ".join(f"{name} {n:,}" for name, n in sorted(result.files_by_format.items()))
-    render.info(f"Files by format: {files}; scope: {result.scope}; page size: "
-                f"{result.page_size}")
+    render.info(f"Files by format: {files}; scope: {result.scope}; {_granularity(result)}")
     render.table(
         ["metric", "value"],
-        [("sessions", s["sessions"]), ("requests", s["requests"]),
+        [("sessions", s["sessions"] if _has_sessions(result) else "- (no session ids)"),
+         ("requests", s["requests"]),
          ("prompt tokens", s["prompt_tokens"])]
         + [(label, s[key]) for key, label in METRIC_LABELS],
         title="Prefix-cache hit ratios (infinite cache)",

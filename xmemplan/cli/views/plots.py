@@ -94,7 +94,7 @@ def _finite(v: Any) -> float:
 
 
 def _by_round(plt: Any, result: HitrateResult, path: Path) -> Path:
-    rows = result.summary["by_round"]
+    rows = [r for r in result.summary["by_round"] if r["requests"]]  # empty rounds left out
     labels = [r["round"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
     x = range(len(rows))
@@ -166,8 +166,8 @@ def _working_set(plt: Any, cap: CapacityResult, path: Path) -> Path:
         ax.axhline(p99, linestyle=":", color="tab:orange", label=f"p99 {p99:,.0f}")
     if _all_start_at_zero(cap):
         ax.annotate("every session starts at t=0 in this trace:\nthe early peak is that "
-                    "artefact, not load", (0.02, 0.97), xycoords="axes fraction", va="top",
-                    fontsize=7, color="dimgrey")
+                    "artefact, not load", (0.97, 0.7), xycoords="axes fraction", va="top",
+                    ha="right", fontsize=8, color="dimgrey")
     ax.set_xlabel("time since the first request (" + ("h" if hours else "min") + ")")
     ax.set_ylabel(f"KV of live sessions ({'GB, ' + str(cap.model) if bpt else 'tokens'})")
     idle = ws["idle_s"]

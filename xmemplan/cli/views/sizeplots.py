@@ -26,7 +26,7 @@ def ttft_vs_load(doc: dict[str, Any], path: Path, flag: str = "--out") -> Path:
     c = doc.get("load_curve") or {}
     slo = float(doc["ttft_slo_ms"])
     pct = f"p{doc['slo_percentile']:g}"
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
     values: list[float] = [slo]
     loads = list(c.get("load_rps") or [])
     offered = _offered(doc, loads)
@@ -65,7 +65,8 @@ def ttft_vs_load(doc: dict[str, Any], path: Path, flag: str = "--out") -> Path:
     ax.set_title(f"{doc['model']} on {gpus} x {doc['gpu']} (every option at {gpus} GPUs; "
                  "x = overloaded)", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.93))
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2,
+              frameon=False)
     fig.tight_layout()
     try:
         save_figure(fig, path, flag)
