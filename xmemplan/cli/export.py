@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from xmemplan.defaults import SEED_MODEL
+
 TARGETS = ("aiperf",)
 
 
@@ -26,7 +28,13 @@ def export(
         None, "--spacing", help="Timestamps N x this (e.g. 200ms) instead of the trace's: "
         "one request at a time, in replay order."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Write the first N requests."),
-    format_name: str | None = typer.Option(None, "--format", help="Force the input format."),
+    format_name: str | None = typer.Option(
+        None, "--trace-format", "-t", help="Read every file as this format instead of "
+        "sniffing (as hitrate and plan take it)."),
+    format_alias: str | None = typer.Option(
+        None, "--format", hidden=True, help="Old spelling of --trace-format."),
+    model: str = typer.Option(
+        SEED_MODEL, "--model", "-m", help="Warn on rows longer than this model's context."),
     user_centric_rate: float | None = typer.Option(
         None, "--user-centric-rate", help="No traces: write the synthetic multi-turn "
         "workload at this QPS (AIPerf user-centric schedule; the flags below, as size "
@@ -55,6 +63,11 @@ def export(
 
     if to not in TARGETS:
         raise UsageError(f"unknown export target '{to}'", f"use {', '.join(TARGETS)}")
+    if format_alias is not None:  # the old spelling: --format was the input format here
+        if format_name is not None and format_name != format_alias:
+            raise UsageError("--format and --trace-format disagree",
+                             "give the input format once, as --trace-format")
+        format_name = format_alias
     if user_centric_rate is not None:
         from xmemplan.export.synthetic import export_synthetic
         from xmemplan.sizing.synthetic import SyntheticWorkload
@@ -63,7 +76,7 @@ def export(
             raise UsageError("give trace files or --user-centric-rate, not both",
                              "--user-centric-rate writes the synthetic workload")
         if spacing is not None or speedup != 1.0 or format_name is not None:
-            raise UsageError("--spacing, --speedup and --format apply to traces",
+            raise UsageError("--spacing, --speedup and --trace-format apply to traces",
                              "the synthetic workload is written on its own schedule")
         w = SyntheticWorkload(
             shared_system_prompt_length=shared_system_prompt_length,
@@ -82,8 +95,12 @@ def export(
     if not traces:
         raise UsageError("no traces given", "name trace files or directories, or write the "
                          "synthetic workload with --user-centric-rate")
+    from xmemplan.catalog import load_catalog
+
+    spec = load_catalog().model(model)
     res = export_aiperf(traces, out, block_tokens=block_tokens, format_name=format_name,
                         speedup=speedup, limit=limit,
+                        context=(model, spec.max_context) if spec.max_context else None,
                         spacing_ms=units.parse_duration(spacing, "--spacing", lo_open=True) * 1e3
                         if spacing is not None else None)
     render.line(f"wrote {res.rows:,} requests to {res.path} (mooncake_trace, "
@@ -91,3 +108,8 @@ def export(
                 f"{res.unique_blocks:,} distinct) from {units.count(res.files, 'file')}")
     for note in res.notes:
         render.line(f"note: {note}")
+    import sys
+
+    sys.stdout.flush()
+    for warning in res.warnings:
+        render.warn(warning)

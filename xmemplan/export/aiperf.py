@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ class ExportResult:
     files: int
     skipped: int
     notes: list[str]
+    warnings: list[str] = field(default_factory=list)
 
 
 def skip_text(skips: SkipLog, found: Discovery) -> str:
@@ -78,11 +79,13 @@ def chained_block_ids(keys: np.ndarray, source_block: int, prompt_tokens: int,
 def export_aiperf(paths: list[Path], out: Path, *, block_tokens: int = 512,
                   format_name: str | None = None, speedup: float = 1.0,
                   limit: int | None = None, default_output_tokens: int = 1,
-                  spacing_ms: float | None = None) -> ExportResult:
+                  spacing_ms: float | None = None,
+                  context: tuple[str, int] | None = None) -> ExportResult:
     """Read `paths` (any format xmemplan reads) and write `out` as mooncake_trace JSONL.
 
     `spacing_ms`: timestamps row x spacing instead of the trace's (one request at a time,
-    in replay order, when the spacing exceeds every TTFT)."""
+    in replay order, when the spacing exceeds every TTFT). `context` (model name, context
+    tokens): warn on rows longer than it (an engine rejects them)."""
     from xmemplan.traces.base import ReadOptions
     from xmemplan.traces.registry import discover
     from xmemplan.traces.schema import NULL_INT, concat_batches
@@ -153,4 +156,39 @@ def export_aiperf(paths: list[Path], out: Path, *, block_tokens: int = 512,
     if not known.all() and spacing_ms is None:
         notes.append(f"{int((~known).sum())} requests have no timestamp: written without one")
     return ExportResult(str(out), len(order), block_tokens, blocks, len(intern),
-                        len(found.files), skips.total, notes)
+                        len(found.files), skips.total, notes,
+                        _warnings(t, order, known, spacing_ms, context))
+
+
+def _warnings(t: Any, order: np.ndarray, known: np.ndarray, spacing_ms: float | None,
+              context: tuple[str, int] | None) -> list[str]:
+    """Rows an engine would refuse (longer than the model's context) and sessions that all
+    start at one instant (recorded sessions replayed from 0: a burst at t=0, not load)."""
+    from xmemplan.traces.schema import NULL_INT
+
+    out: list[str] = []
+    if context is not None:
+        name, limit = context
+        prompt = np.asarray(t.prompt_tokens)[order]
+        outp = np.asarray(t.output_tokens)[order]
+        total = prompt + np.where(outp == NULL_INT, 0, np.maximum(outp, 0))
+        over = int((total > limit).sum())
+        if over:
+            out.append(f"{over:,} of {len(order):,} rows are longer than {name}'s "
+                       f"{limit:,}-token context (prompt + output; longest {int(total.max()):,})"
+                       ": an engine serving that model rejects them. Drop them, or export for "
+                       "a model with a longer context (--model)")
+    if spacing_ms is None and known.any():
+        ts = np.asarray(t.timestamp_s, dtype=np.float64)
+        first: dict[str, float] = {}
+        for i in order:
+            if known[i]:
+                sid = t.session_id[i]
+                first[sid] = min(first.get(sid, math.inf), float(ts[i]))
+        starts = np.fromiter(first.values(), dtype=np.float64, count=len(first))
+        if starts.size > 1 and float(starts.max() - starts.min()) == 0.0:
+            out.append(f"all {starts.size:,} sessions start at the same instant (t=0): the "
+                       "replay opens with every session at once, a burst the recorded traffic "
+                       "did not have. Spread them with --spacing, or expect the first "
+                       "seconds to be an artefact")
+    return out
