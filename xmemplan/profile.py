@@ -83,6 +83,10 @@ class Profile:
     working_set_tokens: float | None  # peak (or p99) tokens, from bytes when only bytes
     capacity_curve: tuple[tuple[float, float], ...]  # (capacity tokens, token hit ratio)
     cache_model: str | None = None  # the finite cache the curve and tiers come from
+    # v2, optional: shared-prefix group per sampled request (-1: none) and the tokens of
+    # the group's prefix in its prompt (docs/profile.md, "Prefix groups")
+    sample_group: np.ndarray | None = None
+    sample_group_tokens: np.ndarray | None = None
 
 
 def _field(doc: dict[str, Any], dotted: str) -> Any:
@@ -154,13 +158,27 @@ def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
         raise InputError("a hit_tokens value is above its prompt_tokens", path=path,
                          field="requests_sample.hit_tokens")
     optional: dict[str, np.ndarray | None] = {}
-    for name in ("session", "timestamp_s", "output_tokens"):
+    for name in ("session", "timestamp_s", "output_tokens", "prefix_group",
+                 "prefix_group_tokens"):
         dotted = f"requests_sample.{name}"
         a = _numbers(path, doc, dotted) if _field(doc, dotted) is not None else None
         if a is not None and a.size != prompts.size:
             raise InputError(f"{a.size} values for {prompts.size} sampled requests",
                              path=path, field=dotted)
         optional[name] = a
+    pg, pgt = optional["prefix_group"], optional["prefix_group_tokens"]
+    if (pg is None) != (pgt is None):
+        raise InputError("prefix_group and prefix_group_tokens come together", path=path,
+                         field="requests_sample.prefix_group"
+                         if pg is None else "requests_sample.prefix_group_tokens")
+    if pgt is not None and prompts.size and np.any(pgt > prompts):
+        k = int(np.argmax(pgt > prompts))
+        raise InputError(f"request {k}: {pgt[k]:,.0f} group tokens in a {prompts[k]:,.0f}-"
+                         "token prompt", path=path,
+                         field="requests_sample.prefix_group_tokens")
+    if pgt is not None and np.any(pgt < 0):
+        raise InputError("a negative value", path=path,
+                         field="requests_sample.prefix_group_tokens")
     edges = _numbers(path, doc, "prompt_tokens.histogram.edges")
     counts = _numbers(path, doc, "prompt_tokens.histogram.counts")
     ws = _number(path, doc, "working_set.peak_tokens", 0, MAX_TOKENS)
@@ -215,6 +233,8 @@ def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
         sample_session=optional["session"],
         sample_timestamp=optional["timestamp_s"],
         sample_output=optional["output_tokens"],
+        sample_group=None if pg is None else pg.astype(np.int64),
+        sample_group_tokens=pgt,
         rate_rps=_number(path, doc, "arrival.rate_rps", 0, 1e9),
         working_set_tokens=ws,
         capacity_curve=tuple(sorted(curve)),

@@ -221,6 +221,8 @@ _TIER_FIELDS = {
     "node_efficiency": (_share, False),
     "sm_interference": (_share0, False),
     "unpublished": (_aliases_text, False),
+    "share_scope": (_choice("replica", "server", "rack", "cluster"), False),
+    "share_gpus": (_int_in(1, 1 << 20), False),
 }
 # [calibration.ENGINE]: constants of the TTFT model fitted by `xmemplan calibrate`.
 _CALIBRATION_FIELDS: dict[str, tuple[Callable[[Any], Any], bool]] = {
@@ -443,6 +445,8 @@ def _build(kind: str, name: str, raw: _Raw) -> Any:
         node_efficiency=values.get("node_efficiency"),
         sm_interference=values.get("sm_interference", 0.0),
         unpublished=values.get("unpublished", ()),
+        share_scope=values.get("share_scope", "replica"),
+        share_gpus=values.get("share_gpus"),
     )
 
 

@@ -169,6 +169,11 @@ class TierSpec:
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     aliases: tuple[str, ...] = ()
     origin: str = ""
+    # Who reads what this tier holds (docs/size.md "Tier scope"): its replica (one engine
+    # instance), every replica of a server, of a rack (up to `share_gpus` GPUs; unset: the
+    # whole deployment), or the cluster (an L3 store).
+    share_scope: Literal["replica", "server", "rack", "cluster"] = "replica"
+    share_gpus: int | None = None
 
     @property
     def link_efficiency(self) -> float:

@@ -82,6 +82,18 @@ def size(
     catalog: list[Path] = typer.Option(
         [], "--catalog", help="TOML file adding or overriding catalog entries (repeatable)."
     ),
+    router: str = typer.Option(
+        "session", "--router", help="How requests are spread over replicas: session "
+        "(default), round-robin, least-loaded, sglang-cache-aware (prefix-aware), "
+        "llm-d-prefix or dynamo-kv (docs/size.md, 'Routing')."),
+    prefix_groups: int | None = typer.Option(
+        None, "--prefix-groups", help="The hit prefix of each request is one of N shared "
+        "prefixes (system prompts, documents), drawn uniformly: replicas then cache them "
+        "apart."),
+    tier_scope: list[str] = typer.Option(
+        [], "--tier-scope", help="Who reads a tier: TIER=replica|server|rack|cluster, e.g. "
+        "host-dram=server for a per-server offload store (repeatable; default: catalog "
+        "share_scope)."),
     requests: int = typer.Option(4000, "--requests", help="Requests simulated per run."),
     seed: int = typer.Option(0, "--seed", help="Seed of the simulated arrivals."),
     max_gpus: int = typer.Option(1024, "--max-gpus", help="Largest GPU count searched."),
@@ -153,6 +165,7 @@ def size(
         host_tier=host_tier, xmem_tier=xmem_tier, catalog=catalog, requests=requests,
         seed=seed, max_gpus=max_gpus, tp=tp, ep=ep, dp_attention=dp_attention,
         kv_dtype=kv_dtype, attention_dtype=attention_dtype, mem_fraction=mem_fraction,
+        router=router, prefix_groups=prefix_groups, tier_scope=tier_scope,
     )
     result = plan(req, with_curve=plot is not None or fmt == "json")
     _report(result, fmt, notes)

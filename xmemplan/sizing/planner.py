@@ -12,6 +12,10 @@ added; every evaluation is one simulation, cached).
   grows with its load); of the hits, the share h(HBM) / h(total) stays in HBM and the
   rest is loaded from the tier. Without a curve,
   `Workload.hit_at_capacity` says what is assumed.
+- Per-replica caches instead (`xmemplan.sizing.routing`), when the workload says which
+  requests share which prefix (a trace's sessions in their order, or prefix groups): the
+  router places each request, and its hits are what its replica's HBM and the tiers it
+  shares hold (tier scope: catalog `share_scope`, `--tier-scope`).
 - X-Mem nodes: for bandwidth, the fewest nodes at which the GPU count is the one with
   unlimited node bandwidth (bisection over nodes); for capacity, the deployment's working
   set over the node capacity; recommended = the larger.
@@ -32,8 +36,9 @@ from xmemplan import units
 from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
 from xmemplan.errors import UsageError
 from xmemplan.sizing import model as M
+from xmemplan.sizing import routing as RT
 from xmemplan.sizing.sim import SimResult, Traffic, simulate
-from xmemplan.sizing.simmodel import HBM_USABLE, Setup, engine_for
+from xmemplan.sizing.simmodel import HBM_USABLE, Setup, engine_for, single_request_ttft
 from xmemplan.sizing.workload import Arrivals, Workload, arrivals
 
 TABLE_SLOS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
@@ -72,6 +77,8 @@ class SizeRequest:
     attention_dtype: str = "bf16"  # bf16 or fp8 (FP8 attention: the GPU's FP8 peak)
     dp_attention: bool = False  # --dp-attention: kept by the wider shapes plan() tries
     mem_fraction: float = HBM_USABLE  # --mem-fraction: HBM share for weights + KV
+    router: str = RT.DEFAULT_ROUTER  # --router (xmemplan.sizing.routing)
+    prefix_groups: int = 0  # --prefix-groups: each hit prefix is one of N shared prefixes
 
     @property
     def setup(self) -> Setup:
@@ -117,6 +124,10 @@ class Point:
     requests_per_replica: float = 0.0
     # time-average share of the replicas' KV room held by started, unfinished requests
     kv_full: float = 0.0
+    # per-replica caches (routing.py): shares of prompt tokens from the serving replica's
+    # HBM, from a shared tier, recomputed; and the routing's balance per replica
+    split: tuple[float, float, float] | None = None
+    balance: dict[str, Any] | None = None
 
 
 @dataclass
@@ -173,6 +184,9 @@ class SizeResult:
     # A wider replica shape that needs fewer GPUs (or as many and fewer nodes) than this
     # answer at the default (smallest) shape: {"shape", "gpus", "nodes", "answer"}
     wider_shape: dict[str, Any] | None = None
+    router: str = RT.DEFAULT_ROUTER  # the router the answer was sized with (routing.py)
+    # the same deployment under another router: {"router", "gpus": {option: GPUs}, "nodes"}
+    other_router: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def option(self, name: str) -> OptionResult:
@@ -193,7 +207,10 @@ class SizeResult:
                  "queue_ms_mean": o.point.queue_ms_mean, "meets_slo": o.point.meets_slo,
                  "overloaded": o.point.overloaded, "capacity_rps": o.point.capacity_rps,
                  "requests_per_replica": o.point.requests_per_replica,
-                 "kv_full": o.point.kv_full})}
+                 "kv_full": o.point.kv_full,
+                 **({} if o.point.split is None else {"hit_split": dict(zip(
+                     ("hbm", "tier", "recompute"), o.point.split, strict=True)),
+                     "balance": o.point.balance})})}
             for o in self.options]
         d["gpus_per_option"] = {o.option: o.gpus for o in self.options}
         return d
@@ -232,6 +249,18 @@ class Planner:
             self.load_factor = req.load.rate_rps / w.rate_rps
         elif w.live_sessions and req.load.users:
             self.load_factor = req.load.users / w.live_sessions
+        self.router = RT.canonical(req.router)
+        # per-replica caches when the workload names what requests share: a trace's sessions
+        # in their own order, or prefix groups (the profile's, or --prefix-groups)
+        self.groups: np.ndarray | None = None
+        if w.group is not None:
+            self.groups = w.group[idx]
+        elif req.prefix_groups > 0:
+            self.groups = rng.integers(0, req.prefix_groups, len(idx))
+        self.placed = (self.trace_order or self.groups is not None) \
+            and req.load.kind != "users"
+        self.placements: dict[tuple[str, int, int, float], RT.Placement] = {}
+        self._hold: tuple[float, float] | None = None
 
     # capacities -------------------------------------------------------------------------
     def hbm_tokens(self, gpus: int) -> float:
@@ -261,6 +290,11 @@ class Planner:
 
     def hit_split(self, option: str, gpus: int, nodes: int) -> tuple[float, float]:
         """(hit ratio, share of hits served from HBM) at this option's capacities."""
+        if self.placed:
+            pl = self.placement(option, gpus, nodes, 1.0)
+            hbm, tier, _ = pl.split()
+            h = hbm + tier
+            return h, (hbm / h if h > 0 else 0.0)
         w = self.req.workload
         ws = self.working_set_tokens()
         f = self.load_factor
@@ -290,6 +324,15 @@ class Planner:
             order=order)
         idx = idx[order]
         prompt = w.prompt_tokens[idx]
+        out = (np.full(n, req.output_tokens, np.int64) if w.output_tokens is None
+               else np.maximum(1, w.output_tokens[idx]).astype(np.int64))
+        if self.placed:
+            pl = self.placement(option, gpus, nodes, scale)
+            zero = np.zeros(n)
+            return Traffic(arr, prompt, hit_hbm=pl.hit_hbm,
+                           hit_dram=pl.hit_tier if option == "host-dram" else zero,
+                           hit_xmem=pl.hit_tier if option == "xmem" else zero,
+                           output=out, prev=prev, think=think, route=pl.replica)
         h_all, share = self.hit_split(option, gpus, nodes)
         factor = min(1.0, h_all / w.token_hit_ratio) if w.token_hit_ratio > 0 else 0.0
         # A smaller cache loses whole prefixes, not a slice of every one (an LRU keeps
@@ -299,13 +342,81 @@ class Planner:
         hits = np.minimum(prompt, np.where(keep, w.hit_tokens[idx], 0.0))
         in_hbm = np.floor(hits * share)
         rest = hits - in_hbm
-        out = (np.full(n, req.output_tokens, np.int64) if w.output_tokens is None
-               else np.maximum(1, w.output_tokens[idx]).astype(np.int64))
         zero = np.zeros(n)
         return Traffic(arr, prompt, hit_hbm=in_hbm,
                        hit_dram=rest if option == "host-dram" else zero,
                        hit_xmem=rest if option == "xmem" else zero,
                        output=out, prev=prev, think=think, route=route)
+
+    # per-replica caches -------------------------------------------------------------------
+    def stream(self, scale: float) -> RT.Stream:
+        """The requests in arrival order as the router sees them (routing.Stream)."""
+        req, w = self.req, self.req.workload
+        n = len(self.idx)
+        order = np.arange(n)
+        arr, _, _, _ = arrivals(
+            req.load, n, req.seed, scale=scale,
+            session=None if w.session is None else w.session[self.idx],
+            timestamp_s=None if w.timestamp_s is None else w.timestamp_s[self.idx],
+            order=order)
+        idx = self.idx[order]
+        prompt = w.prompt_tokens[idx].astype(np.float64)
+        out = (np.full(n, float(req.output_tokens)) if w.output_tokens is None
+               else np.maximum(1, w.output_tokens[idx]).astype(np.float64))
+        if self.trace_order and w.session is not None:
+            session = w.session[idx].astype(np.int64)
+            hit = np.minimum(prompt, w.hit_tokens[idx])
+        else:  # open arrivals drawn from the samples: every request a session of its own
+            session = np.arange(n, dtype=np.int64)
+            hit = np.zeros(n)
+        if self.groups is not None:
+            group = self.groups[order].astype(np.int64)
+            if w.group_tokens is not None:
+                gtok = np.minimum(prompt, w.group_tokens[idx])
+            else:  # --prefix-groups: a request's hit prefix is its group's
+                gtok = np.minimum(prompt, w.hit_tokens[idx])
+            group = np.where(gtok > 0, group, -1)
+        else:
+            group = np.full(n, -1, np.int64)
+            gtok = np.zeros(n)
+        per_tok, step = self.hold_rates()
+        hold = (prompt - np.maximum(hit, gtok)) * per_tok + out * step
+        return RT.Stream(arr, hold, prompt, out, hit, group, gtok, session)
+
+    def hold_rates(self) -> tuple[float, float]:
+        """(seconds per computed prompt token, seconds per output token) of one request
+        alone: how long the router counts a request as unfinished (its load view)."""
+        if self._hold is None:
+            s = self.req.setup
+            p50 = max(1.0, float(np.median(self.req.workload.prompt_tokens)))
+            t = single_request_ttft(s, p50, 0.0, "host")
+            e = engine_for(s, replicas=1, nodes=1)
+            step = ((e.dense_weight_bytes + e.expert_weight_bytes) / e.hbm_bandwidth
+                    + e.decode_fixed_s)
+            self._hold = (t / p50, step)
+        return self._hold
+
+    def deployment(self, option: str, gpus: int, nodes: int) -> RT.Deployment:
+        """Replicas, each one's HBM room, and the shared tier caches of `option`."""
+        req = self.req
+        R = max(1, gpus // req.shape.gpus)
+        room = M.kv_room_tokens(req.model, req.gpu, req.shape, req.mem_fraction)
+        if option == "hbm-only":
+            return RT.Deployment(R, room, np.full(R, -1, np.int64), np.zeros(0))
+        t = req.host if option == "host-dram" else req.xmem
+        tier_of = tier_domains(t.share_scope, R, req.shape.gpus, req.gpu.gpus_per_server,
+                               t.share_gpus)
+        d = int(tier_of.max()) + 1
+        total = self.tier_tokens(option, gpus, nodes)
+        return RT.Deployment(R, room, tier_of, np.full(d, total / d))
+
+    def placement(self, option: str, gpus: int, nodes: int, scale: float) -> RT.Placement:
+        key = (option, gpus, nodes if option == "xmem" else 0, scale)
+        if key not in self.placements:
+            self.placements[key] = RT.place(self.stream(scale),
+                                            self.deployment(option, gpus, nodes),
+                                            self.router)
+        return self.placements[key]
 
     def run(self, option: str, gpus: int, nodes: int = 0, scale: float = 1.0,
             instant_loads: bool = False) -> Point:
@@ -324,8 +435,16 @@ class Planner:
         tr = self.traffic(option, gpus, nodes, scale)
         r = simulate(tr, e)
         self.sims += 1
-        h_all, share = self.hit_split(option, gpus, nodes)
+        if self.placed:
+            pl = self.placement(option, gpus, nodes, scale)
+            hbm, tier, _ = pl.split()
+            h_all, share = hbm + tier, (hbm / (hbm + tier) if hbm + tier > 0 else 0.0)
+        else:
+            h_all, share = self.hit_split(option, gpus, nodes)
         p = self._point(option, gpus, nodes, h_all, share, r, scale)
+        if self.placed:
+            p.split = pl.split()
+            p.balance = balance(pl, replicas, tr.output)
         self.cache[key] = p
         return p
 
@@ -481,6 +600,32 @@ class Planner:
         return (lo * base if lo > 0 else 0.0), False
 
 
+def tier_domains(scope: str, replicas: int, replica_gpus: int, gpus_per_server: int,
+                 share_gpus: int | None) -> np.ndarray:
+    """Per replica, the index of the tier cache it reads: its own (replica), its server's,
+    its rack's (`share_gpus` GPUs; unset: one for all) or the cluster's."""
+    r = np.arange(replicas, dtype=np.int64)
+    if scope == "replica":
+        return r
+    if scope == "server":
+        return r * replica_gpus // max(1, gpus_per_server)
+    if scope == "rack" and share_gpus:
+        return r * replica_gpus // share_gpus
+    return np.zeros(replicas, np.int64)
+
+
+def balance(pl: RT.Placement, replicas: int, output: np.ndarray) -> dict[str, Any]:
+    """Requests and KV tokens written per replica (min, mean, max) and each replica's hit
+    ratio range: how evenly the router spread the work and the hits."""
+    req, kv, ratio = pl.per_replica(replicas, output.astype(np.float64))
+
+    def mmm(a: np.ndarray) -> dict[str, float]:
+        return {"min": float(a.min()), "mean": float(a.mean()), "max": float(a.max())}
+
+    return {"replicas": replicas, "requests": mmm(req), "kv_tokens": mmm(kv),
+            "hit_ratio": mmm(ratio)}
+
+
 def nodes_for_capacity(p: Planner) -> int:
     ws = p.working_set_tokens()
     node_cap = p.req.xmem.capacity_bytes or math.inf
@@ -494,10 +639,70 @@ GOODPUT_CEILING = 128  # goodput search stops at this multiple of the requested 
 KV_FULL_WARN = 0.8  # a simulated KV cache this full on average: say the answer is optimistic
 
 
-def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True) -> SizeResult:
+def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True,
+         with_router: bool = True) -> SizeResult:
     """Size every option; see the module docstring. When compute binds so that no GPU
     count complies at the requested replica shape, wider tensor parallelism is tried
-    (TP 2, 4, 8; EP = TP for MoE) and the first shape that complies is the answer."""
+    (TP 2, 4, 8; EP = TP for MoE) and the first shape that complies is the answer. The
+    answer names the router; with per-replica caches, the hit split and balance of each
+    option are reasons, and so is the same deployment under another router."""
+    res = _plan_shapes(req, with_table=with_table, with_curve=with_curve)
+    _routing(req, res, compare=with_router)
+    return res
+
+
+def _routing(req: SizeRequest, res: SizeResult, *, compare: bool) -> None:
+    name = RT.canonical(req.router)
+    res.router = name
+    default = " (the default)" if name == RT.DEFAULT_ROUTER else ""
+    res.answer = res.answer.rstrip() + f" Router: {name}{default}."
+    placed = any(o.point is not None and o.point.split is not None for o in res.options)
+    if not placed:
+        res.reasons.append(
+            "Routing does not change these hits: the workload does not say which requests "
+            "share a prefix, so one LRU curve at the deployment's capacity stands for every "
+            "replica (a profile with sessions or prefix groups, or --prefix-groups, gives "
+            "each replica its own cache).")
+        return
+    for o in res.options:
+        pt = o.point
+        if pt is None or pt.split is None or pt.balance is None:
+            continue
+        a, b, c = pt.split
+        bal = pt.balance
+        tier = {"host-dram": "host DRAM", "xmem": "X-Mem"}.get(o.option)
+        res.reasons.append(
+            f"{o.option} on {_gpus(o.gpus)} ({units.count(bal['replicas'], 'replica')}): "
+            f"{a:.0%} of prompt tokens from the serving replica's HBM"
+            + (f", {b:.0%} from {tier}" if tier else "") + f", {c:.0%} recomputed; "
+            f"requests per replica {bal['requests']['min']:,.0f}-"
+            f"{bal['requests']['max']:,.0f}, KV written per replica "
+            f"{bal['kv_tokens']['min'] / 1e6:,.1f}-{bal['kv_tokens']['max'] / 1e6:,.1f}M "
+            f"tokens, replica hit ratios {bal['hit_ratio']['min']:.2f}-"
+            f"{bal['hit_ratio']['max']:.2f}.")
+    if not compare:
+        return
+    other = "round-robin" if name in RT.PREFIX_AWARE else "sglang-cache-aware"
+    q = Planner(replace(req, router=other))
+    nodes = res.xmem_option_nodes or 1
+    got = {o: q.fewest_gpus(o, nodes if o == "xmem" else 0) for o in OPTIONS}
+    res.other_router = {"router": other, "gpus": got, "nodes": nodes}
+    mine = {o.option: o.gpus for o in res.options}
+    words = "prefix-aware routing (sglang-cache-aware)" if other != "round-robin" \
+        else "round-robin routing"
+
+    def n(g: int | None) -> str:
+        return "none up to --max-gpus" if g is None else _gpus(g)
+
+    res.reasons.append(
+        f"With {words} host DRAM needs {n(got['host-dram'])} (here "
+        f"{n(mine.get('host-dram'))}), HBM alone {n(got['hbm-only'])} (here "
+        f"{n(mine.get('hbm-only'))}), X-Mem {n(got['xmem'])} with "
+        f"{units.count(nodes, 'node')} (here {n(mine.get('xmem'))}).")
+
+
+def _plan_shapes(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True
+                 ) -> SizeResult:
     res = _plan(req, with_table=with_table, with_curve=with_curve)
     if res.cheapest != "none" and req.auto_shape:
         _hint_wider(req, res)

@@ -14,10 +14,11 @@ import numpy as np
 
 from xmemplan import units
 from xmemplan.catalog import load_catalog
-from xmemplan.catalog.specs import GpuSpec, ModelSpec
+from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
 from xmemplan.defaults import SEED_GPU
 from xmemplan.errors import UsageError
 from xmemplan.sizing import model as M
+from xmemplan.sizing import routing as RT
 from xmemplan.sizing import workload as wl
 from xmemplan.sizing.planner import SizeRequest, describe_load
 from xmemplan.sizing.simmodel import HBM_USABLE
@@ -56,7 +57,8 @@ def build_request(
     xmem_tier: str = "xmem", catalog: Sequence[Path] = (), requests: int = 4000,
     seed: int = 0, max_gpus: int = 1024, tp: int | None = None, ep: int | None = None,
     dp_attention: bool = False, kv_dtype: str | None = None, attention_dtype: str = "bf16",
-    mem_fraction: float | str | None = None,
+    mem_fraction: float | str | None = None, router: str = RT.DEFAULT_ROUTER,
+    prefix_groups: int | None = None, tier_scope: Sequence[str] = (),
 ) -> tuple[SizeRequest, list[str]]:
     """The request and notes to show (which workload, what was overridden)."""
     slo = units.parse_duration(ttft_slo, "--ttft-slo", lo_open=True)
@@ -104,6 +106,15 @@ def build_request(
         hit_rate = units.parse_fraction(hit_rate, "--hit-rate")
     frac = (HBM_USABLE if mem_fraction is None
             else units.parse_fraction(mem_fraction, "--mem-fraction", lo_open=True))
+    try:
+        router_name = RT.canonical(router)
+    except KeyError:
+        raise UsageError(f"unknown router '{router}'",
+                         "use " + ", ".join(RT.ROUTERS) + " (docs/size.md, 'Routing')"
+                         ) from None
+    if prefix_groups is not None:
+        units.check_int(prefix_groups, "--prefix-groups", 1, MAX_REQUESTS)
+    scopes = _tier_scopes(tier_scope)
     prompt = None
     if prompt_tokens is not None:
         prompt = units.parse_tokens(prompt_tokens, "--prompt-tokens")
@@ -245,6 +256,7 @@ def build_request(
         notes.append(f"{g.name} has no {attention_dtype} peak in the catalog: attention is "
                      "priced at its BF16 peak")
     xmem_t = cat.tier(xmem_tier)
+    host, xmem_t = (_scoped(t, scopes, said) for t in (host, xmem_t))
     for t in (host, xmem_t):
         for n in M.notes(g, t):
             said.append((n, f"catalog ({Path(t.origin).name or 'catalog'}, tier {t.name}: "
@@ -253,6 +265,15 @@ def build_request(
                  f"{'warm requests (hit >= half the prompt)' if slo_on == 'warm' else 'all'}",
                  "flag" if slo_at != "p99" or slo_on != "warm" else "flag (--ttft-slo), "
                  "default percentile p99 of warm requests"))
+    said.append((f"router {router_name}: {RT.DESCRIPTIONS[router_name]}",
+                 "flag (--router)" if router_name != RT.DEFAULT_ROUTER
+                 else "default (--router session: today's session-sticky placement)"))
+    if prefix_groups is not None:
+        if workload is not None and work.group is not None:
+            raise UsageError("--prefix-groups: the profile already names its prefix groups",
+                             "drop --prefix-groups")
+        said.append((f"each request's hit prefix is one of {prefix_groups:,} shared "
+                     "prefixes, drawn uniformly", "flag (--prefix-groups)"))
     said.append((f"{requests:,} simulated requests, seed {seed}, first tenth left out",
                  "default" if requests == 4000 and seed == 0 else "flag"))
     req = SizeRequest(
@@ -263,11 +284,50 @@ def build_request(
         requests=requests, seed=seed, working_set_tokens=ws_tokens, max_gpus=max_gpus,
         mixed=mixed, auto_shape=tp is None and ep is None, assumptions=tuple(said),
         attention_dtype=attention_dtype, dp_attention=dp_attention, mem_fraction=frac,
+        router=router_name, prefix_groups=prefix_groups or 0,
     )
     if req.xmem.node_bandwidth_bytes_per_s is None:
         raise UsageError(f"tier '{req.xmem.name}' has no node_bandwidth",
                          "pass an X-Mem-like tier to --xmem-tier")
     return req, notes
+
+
+SCOPES = ("replica", "server", "rack", "cluster")
+
+
+def _tier_scopes(items: Sequence[str]) -> dict[str, str]:
+    """--tier-scope TIER=SCOPE items as {tier name or alias: scope}."""
+    out: dict[str, str] = {}
+    for it in items:
+        name, sep, scope = it.partition("=")
+        if not sep or not name or scope not in SCOPES:
+            raise UsageError(f"--tier-scope '{it}' is not TIER=SCOPE",
+                             "write it like host-dram=server; scopes: " + ", ".join(SCOPES))
+        out[name.strip().lower()] = scope
+    return out
+
+
+def _scoped(t: TierSpec, scopes: dict[str, str], said: list[tuple[str, str]]) -> TierSpec:
+    """`t` with its --tier-scope override, and the scope it is read at in the assumptions."""
+    names = {t.name, *t.aliases, t.kind}
+    hit = [s for n, s in scopes.items() if n in names]
+    if hit:
+        t = replace(t, share_scope=hit[-1])  # type: ignore[arg-type]
+    src = ("flag (--tier-scope)" if hit else
+           f"catalog (tier {t.name}, share_scope: {t.source_of('share_scope')})")
+    said.append((f"{t.name} is read by {_scope_words(t)}", src))
+    return t
+
+
+def _scope_words(t: TierSpec) -> str:
+    if t.share_scope == "replica":
+        return "its own replica (one engine instance)"
+    if t.share_scope == "server":
+        return "every replica of its server"
+    if t.share_scope == "rack":
+        return (f"every replica of a rack of {t.share_gpus:,} GPUs" if t.share_gpus
+                else "every replica of the deployment (one rack)")
+    return "every replica of the cluster"
 
 
 def _kv_dtype_name(m: ModelSpec) -> str:

@@ -52,6 +52,10 @@ class Workload:
     session: np.ndarray | None = None  # per request session index (profile v2 sample)
     timestamp_s: np.ndarray | None = None  # per request arrival time in the trace
     live_sessions: float | None = None  # the trace's mean live sessions
+    # shared-prefix group per request (-1: none) and its prefix's tokens (profile v2
+    # `prefix_group`, `prefix_group_tokens`): what routing can exploit beyond sessions
+    group: np.ndarray | None = None
+    group_tokens: np.ndarray | None = None
     excluded_over_context: int = 0
 
     @property
@@ -98,15 +102,17 @@ def from_profile(prof: Profile) -> Workload:
     if h is None:
         h = prof.rounds_ge1_token_hit_ratio
     how: str
-    out = sess = ts = None
+    out = sess = ts = grp = gtok = None
     if prof.sample_prompt.size:
         # v2 per-request fields (None in a v1 profile), checked by load_profile
         out, sess, ts = prof.sample_output, prof.sample_session, prof.sample_timestamp
+        grp, gtok = prof.sample_group, prof.sample_group_tokens
         keep = prof.sample_prompt > 0
         keep[MAX_SAMPLES:] = False
         s = prof.sample_prompt[keep]
         p = prof.sample_hit[keep]
-        out, sess, ts = (None if a is None else a[keep] for a in (out, sess, ts))
+        out, sess, ts, grp, gtok = (None if a is None else a[keep]
+                                    for a in (out, sess, ts, grp, gtok))
         if h is None:
             h = float(p.sum() / s.sum()) if s.sum() else 0.0
         how = f"{len(s):,} sampled requests"
@@ -143,6 +149,8 @@ def from_profile(prof: Profile) -> Workload:
         session=sess,
         timestamp_s=ts,
         live_sessions=float(live) if isinstance(live, int | float) and live > 0 else None,
+        group=None if grp is None else grp.astype(np.int64),
+        group_tokens=gtok,
     )
 
 
@@ -162,7 +170,8 @@ def drop_over_context(w: Workload, max_context: int) -> Workload:
 
     return replace(w, prompt_tokens=w.prompt_tokens[keep], hit_tokens=w.hit_tokens[keep],
                    output_tokens=k(w.output_tokens), session=k(w.session),
-                   timestamp_s=k(w.timestamp_s),
+                   timestamp_s=k(w.timestamp_s), group=k(w.group),
+                   group_tokens=k(w.group_tokens),
                    excluded_over_context=int((~keep).sum()))
 
 

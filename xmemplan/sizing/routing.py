@@ -1,0 +1,557 @@
+"""Which replica serves each request, and what its own and the shared tiers hold for it.
+
+`place(stream, deployment, router)` walks the requests in arrival order, as a router sees
+them, and returns per request the replica it is sent to and its prompt tokens found in
+that replica's HBM, found in a tier it shares with others (host DRAM, X-Mem, an L3 store),
+or computed. `place_kernel` is the numba kernel; `place_reference` is the same model in
+plain Python (the test oracle).
+
+The prefix model (what a v2 profile can say about a request, docs/profile.md): a prompt is
+[a shared prefix of G tokens, named by its group g][the session's own context]. The group
+prefix is one object in a cache (a system prompt, a shared document); the session's tail
+(its previous prompt and output beyond G) is another. A cache serves a request
+  min(len(g), G) tokens of the group, then, only when the whole group prefix is there (or
+  G = 0), min(len(session), max(0, H - G)) tokens of the session, H being the request's
+  reusable tokens with an unlimited cache of its own session (the profile's hit tokens);
+and after the request holds len(g) = max(len(g), G) and len(session) = prompt + output - G.
+
+Caches, each an LRU over these objects sized in tokens (SGLang's radix tree evicts leaves by
+last access; vLLM's free-block queue evicts the least recently freed; both: the blocks of
+running requests are not evicted, so running requests take room from cached prefixes):
+- HBM: one per replica, `hbm_tokens` of KV room; a request locks its objects from its
+  arrival until `arrival + hold` (the router's view of when it is done).
+- Shared tiers: `tier_of[r]` names the tier cache replica r reads (-1: none); replicas
+  with the same index share it (scope: docs/size.md "Tier scope"). Write-through: every
+  request's objects are written to its replica's tier cache (SGLang HiCache write-through,
+  vLLM OffloadingConnector stores every computed block). A tier hit is what the tier holds
+  beyond the HBM hit.
+
+Routers (the number is the `router` code; tie-breaks are ours where the real router draws
+at random, and said so):
+- ROUND_ROBIN: request k to replica k mod R (SGLang router `round_robin`; Dynamo
+  `--router-mode round-robin`).
+- LEAST_LOADED: the replica with the fewest unfinished requests, lowest index on ties (the
+  simulator's join-shortest-queue).
+- SESSION: a session's first request goes least-loaded, the rest follow it (session
+  affinity: SGLang router `consistent_hashing` / llm-d session-affinity scorer keep a
+  session on one replica; the first placement is ours).
+- SGLANG: SGLang router `cache_aware` (sgl-project/sglang sgl-model-gateway/src/policies/
+  cache_aware.rs, sglang-router 0.3.2): loads are the router's in-flight requests per
+  worker; if max - min > balance_abs_threshold (64) and max > balance_rel_threshold (1.5)
+  x min, the least-loaded worker; else match_rate = matched / request length on the
+  router's approximate tree of what it routed where (no eviction modelled); if match_rate >
+  cache_threshold (0.3) the worker with the longest match, else the least-loaded one. The
+  real router breaks load ties at random; we take the lowest index. Longest-match ties:
+  lowest index (the tree's tenant order is not specified).
+- LLMD: llm-d / Gateway API inference extension `prefix-cache-scorer` + `queue-scorer`
+  with the max-score picker (kubernetes-sigs/gateway-api-inference-extension pkg/epp/
+  scheduling/framework/plugins/multi/prefix/plugin.go): prefix score = matched blocks /
+  the request's blocks, the prompt cut at 256 blocks of 64 characters (`llmd_cap_tokens`,
+  4 characters a token: 4,096 tokens); queue score = (max q - q) / (max q - min q), 1 when
+  all equal; total = 3 x prefix + 2 x queue (the weights of llm-d's default profile, Red
+  Hat OpenShift AI 3.4 "Configuring scheduler settings", chapter 6); the highest total
+  wins (the real picker draws among equal totals; we take the lowest index). Queue depth
+  is taken as the unfinished requests.
+- DYNAMO: Dynamo KV router (docs.nvidia.com/dynamo, "KV Router", "Cost Calculation"):
+  cost = overlap_score_weight (1.0) x prefill blocks + decode blocks, prefill blocks = the
+  request's tokens not cached on the worker (its actual HBM state: KV events) / block
+  size, decode blocks = the worker's active blocks (unfinished requests' prompt + output
+  tokens) / block size; the lowest cost wins, router_temperature 0 (deterministic; lowest
+  index on ties).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+ROUND_ROBIN, LEAST_LOADED, SESSION, SGLANG, LLMD, DYNAMO = range(6)
+ROUTERS = {
+    "round-robin": ROUND_ROBIN,
+    "least-loaded": LEAST_LOADED,
+    "session": SESSION,
+    "sglang-cache-aware": SGLANG,
+    "llm-d-prefix": LLMD,
+    "dynamo-kv": DYNAMO,
+}
+ALIASES = {"rr": "round-robin", "prefix-aware": "sglang-cache-aware",
+           "cache-aware": "sglang-cache-aware", "sglang": "sglang-cache-aware",
+           "llm-d": "llm-d-prefix", "dynamo": "dynamo-kv", "sticky": "session"}
+DEFAULT_ROUTER = "session"
+PREFIX_AWARE = ("sglang-cache-aware", "llm-d-prefix", "dynamo-kv")
+DESCRIPTIONS = {
+    "round-robin": "each request to the next replica in turn",
+    "least-loaded": "each request to the replica with the fewest unfinished requests",
+    "session": "a session stays on one replica; new sessions go least-loaded",
+    "sglang-cache-aware": "SGLang router cache_aware (longest prefix match above 0.3, "
+                          "else least-loaded; shortest queue when imbalanced)",
+    "llm-d-prefix": "llm-d prefix-cache scorer x3 + queue scorer x2, highest score",
+    "dynamo-kv": "Dynamo KV router: lowest prefill blocks + decode blocks",
+}
+
+
+@dataclass(frozen=True)
+class RouterParams:
+    """The routers' published defaults (module docstring)."""
+
+    cache_threshold: float = 0.3  # SGLang router --cache-threshold
+    balance_abs: float = 64.0  # SGLang router --balance-abs-threshold
+    balance_rel: float = 1.5  # SGLang router --balance-rel-threshold
+    llmd_prefix_weight: float = 3.0
+    llmd_queue_weight: float = 2.0
+    llmd_cap_tokens: float = 4096.0  # 256 blocks x 64 characters / 4 characters a token
+    dynamo_overlap_weight: float = 1.0  # --kv-overlap-score-weight
+    dynamo_block_tokens: float = 16.0  # --kv-cache-block-size (backend's; vLLM's 16)
+
+    def array(self) -> np.ndarray:
+        return np.array([self.cache_threshold, self.balance_abs, self.balance_rel,
+                         self.llmd_prefix_weight, self.llmd_queue_weight,
+                         self.llmd_cap_tokens, self.dynamo_overlap_weight,
+                         self.dynamo_block_tokens])
+
+
+def router_code(name: str) -> int:
+    """The kernel's code of a router name or alias (KeyError when unknown)."""
+    return ROUTERS[ALIASES.get(name, name)]
+
+
+def canonical(name: str) -> str:
+    n = ALIASES.get(name, name)
+    if n not in ROUTERS:
+        raise KeyError(name)
+    return n
+
+
+@dataclass
+class Placement:
+    """Per request: replica, HBM-hit tokens (its replica), shared-tier tokens, computed."""
+
+    replica: np.ndarray
+    hit_hbm: np.ndarray
+    hit_tier: np.ndarray
+    prompt: np.ndarray
+
+    @property
+    def computed(self) -> np.ndarray:
+        return self.prompt - self.hit_hbm - self.hit_tier
+
+    def split(self) -> tuple[float, float, float]:
+        """Shares of all prompt tokens: (serving replica's HBM, shared tier, recomputed)."""
+        total = float(self.prompt.sum())
+        if total <= 0:
+            return 0.0, 0.0, 0.0
+        a, b = float(self.hit_hbm.sum()) / total, float(self.hit_tier.sum()) / total
+        return a, b, max(0.0, 1.0 - a - b)
+
+    def per_replica(self, replicas: int, output: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(requests, KV tokens written (prompt + output), hit ratio) per replica."""
+        req = np.bincount(self.replica, minlength=replicas).astype(np.float64)
+        kv = self.prompt if output is None else self.prompt + output
+        tok = np.bincount(self.replica, weights=kv, minlength=replicas)
+        p = np.bincount(self.replica, weights=self.prompt, minlength=replicas)
+        h = np.bincount(self.replica, weights=self.hit_hbm + self.hit_tier,
+                        minlength=replicas)
+        ratio = np.divide(h, p, out=np.zeros(replicas), where=p > 0)
+        return req, tok, ratio
+
+
+# --- the kernel ----------------------------------------------------------------------------
+
+@njit(cache=True, inline="always")
+def _match(lens, row, g, G, skey, H, prompt):  # noqa: ANN001, ANN202
+    """Tokens of this request a cache row holds (the module's prefix model)."""
+    gpart = 0.0
+    if g >= 0 and G > 0:
+        gl = lens[row, g]
+        gpart = gl if gl < G else G
+    spart = 0.0
+    if g < 0 or G <= 0 or gpart >= G:
+        rest = H - G if g >= 0 else H
+        if rest > 0:
+            sl = lens[row, skey]
+            spart = sl if sl < rest else rest
+    m = gpart + spart
+    return m if m < prompt else prompt
+
+
+@njit(cache=True)
+def _evict(lens, last, lock, used, row, cap, K):  # noqa: ANN001, ANN202
+    """Drop least recently used unlocked objects of `row` until it fits (or none is left)."""
+    while used[row] > cap:
+        best = -1
+        bt = np.inf
+        for k in range(K):
+            if lens[row, k] > 0 and lock[row, k] == 0 and last[row, k] < bt:
+                bt = last[row, k]
+                best = k
+        if best < 0:
+            return
+        used[row] -= lens[row, best]
+        lens[row, best] = 0.0
+
+
+@njit(cache=True, inline="always")
+def _put(lens, last, used, row, k, length, tick):  # noqa: ANN001, ANN202
+    if length > lens[row, k]:
+        used[row] += length - lens[row, k]
+        lens[row, k] = length
+    last[row, k] = tick
+
+
+@njit(cache=True)
+def _hpush(ht, hi, n, t, i):  # noqa: ANN001, ANN202
+    k = n
+    ht[k] = t
+    hi[k] = i
+    while k > 0:
+        p = (k - 1) >> 1
+        if ht[p] < ht[k] or (ht[p] == ht[k] and hi[p] < hi[k]):
+            break
+        ht[p], ht[k] = ht[k], ht[p]
+        hi[p], hi[k] = hi[k], hi[p]
+        k = p
+    return n + 1
+
+
+@njit(cache=True)
+def _hpop(ht, hi, n):  # noqa: ANN001, ANN202
+    n -= 1
+    ht[0] = ht[n]
+    hi[0] = hi[n]
+    k = 0
+    while True:
+        a = 2 * k + 1
+        if a >= n:
+            break
+        c = a
+        if a + 1 < n and (ht[a + 1] < ht[a] or (ht[a + 1] == ht[a] and hi[a + 1] < hi[a])):
+            c = a + 1
+        if ht[k] < ht[c] or (ht[k] == ht[c] and hi[k] < hi[c]):
+            break
+        ht[k], ht[c] = ht[c], ht[k]
+        hi[k], hi[c] = hi[c], hi[k]
+        k = c
+    return n
+
+
+@njit(cache=True)
+def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # noqa: ANN001, ANN201, PLR0913, PLR0912, PLR0915
+                 n_groups, n_keys, replicas, router, hbm_tokens, tier_of, tier_tokens,
+                 par):
+    """See the module docstring. Requests in arrival order; session >= 0 for every request
+    (a request of its own has a session of its own); key of group g = g, of session s =
+    n_groups + s. Returns (replica, hit_hbm, hit_tier)."""
+    n = arrival.shape[0]
+    R = replicas
+    K = n_keys
+    T = tier_tokens.shape[0]
+    hl = np.zeros((R, K))
+    hlast = np.zeros((R, K))
+    hlock = np.zeros((R, K), np.int64)
+    hused = np.zeros(R)
+    tl = np.zeros((max(T, 1), K))
+    tlast = np.zeros((max(T, 1), K))
+    tlock = np.zeros((max(T, 1), K), np.int64)  # never locked: a tier keeps nothing running
+    tused = np.zeros(max(T, 1))
+    tree = router in (SGLANG, LLMD)  # the router's own view of what it sent where
+    view = np.zeros((R, K)) if tree else np.zeros((1, 1))
+    out_n = np.zeros(R)
+    out_tok = np.zeros(R)
+    sess_rep = np.full(max(K - n_groups, 1), -1, np.int64)
+    ht = np.empty(n + 1)
+    hi = np.empty(n + 1, np.int64)
+    nh = 0
+    rep = np.empty(n, np.int64)
+    h_hbm = np.zeros(n)
+    h_tier = np.zeros(n)
+    score = np.zeros(R)
+    cache_thr, b_abs, b_rel = par[0], par[1], par[2]
+    w_pre, w_q, cap_tok, w_ov, blk = par[3], par[4], par[5], par[6], par[7]
+    for i in range(n):
+        t = arrival[i]
+        while nh > 0 and ht[0] <= t:
+            j = hi[0]
+            nh = _hpop(ht, hi, nh)
+            r = rep[j]
+            out_n[r] -= 1.0
+            out_tok[r] -= prompt[j] + output[j]
+            if group[j] >= 0 and gtok[j] > 0:
+                hlock[r, group[j]] -= 1
+            hlock[r, n_groups + session[j]] -= 1
+        g = group[i]
+        G = gtok[i] if g >= 0 else 0.0
+        s = session[i]
+        skey = n_groups + s
+        S = prompt[i]
+        H = hit[i]
+        # least-loaded replica (lowest index on ties)
+        ll = 0
+        for q in range(1, R):
+            if out_n[q] < out_n[ll]:
+                ll = q
+        if router == ROUND_ROBIN:
+            r = i % R
+        elif router == LEAST_LOADED:
+            r = ll
+        elif router == SESSION:
+            r = sess_rep[s]
+            if r < 0:
+                r = ll
+                sess_rep[s] = r
+        elif router == SGLANG:
+            mx = out_n.max()
+            mn = out_n.min()
+            if mx - mn > b_abs and mx > b_rel * mn:
+                r = ll
+            else:
+                best = 0
+                bm = -1.0
+                for q in range(R):
+                    m = _match(view, q, g, G, skey, H, S)
+                    if m > bm:
+                        bm = m
+                        best = q
+                rate = bm / S if S > 0 else 0.0
+                r = best if rate > cache_thr else ll
+        elif router == LLMD:
+            mx = out_n.max()
+            mn = out_n.min()
+            total = min(S, cap_tok)
+            r = 0
+            bs = -np.inf
+            for q in range(R):
+                m = _match(view, q, g, G, skey, H, S)
+                if m > cap_tok:
+                    m = cap_tok
+                pre = m / total if total > 0 else 0.0
+                qs = 1.0 if mx == mn else (mx - out_n[q]) / (mx - mn)
+                score[q] = w_pre * pre + w_q * qs
+                if score[q] > bs:
+                    bs = score[q]
+                    r = q
+        else:  # DYNAMO
+            r = 0
+            bc = np.inf
+            for q in range(R):
+                m = _match(hl, q, g, G, skey, H, S)
+                cost = w_ov * (S - m) / blk + out_tok[q] / blk
+                if cost < bc:
+                    bc = cost
+                    r = q
+        rep[i] = r
+        own = _match(hl, r, g, G, skey, H, S)
+        h_hbm[i] = own
+        ti = tier_of[r] if T > 0 else -1
+        if ti >= 0:
+            th = _match(tl, ti, g, G, skey, H, S)
+            h_tier[i] = th - own if th > own else 0.0
+        # the request's KV: group prefix and its session's context, written where it ran
+        tail = S + output[i] - G
+        if tail < 0.0:
+            tail = 0.0
+        tick = i + 1.0
+        if g >= 0 and G > 0:
+            _put(hl, hlast, hused, r, g, G, tick)
+            hlock[r, g] += 1
+        _put(hl, hlast, hused, r, skey, tail, tick)
+        hlock[r, skey] += 1
+        _evict(hl, hlast, hlock, hused, r, hbm_tokens, K)
+        if ti >= 0:
+            if g >= 0 and G > 0:
+                _put(tl, tlast, tused, ti, g, G, tick)
+            _put(tl, tlast, tused, ti, skey, tail, tick)
+            _evict(tl, tlast, tlock, tused, ti, tier_tokens[ti], K)
+        if tree:
+            if g >= 0 and G > 0 and view[r, g] < G:
+                view[r, g] = G
+            if view[r, skey] < tail:
+                view[r, skey] = tail
+        out_n[r] += 1.0
+        out_tok[r] += S + output[i]
+        nh = _hpush(ht, hi, nh, t + hold[i], i)
+    return rep, h_hbm, h_tier
+
+
+# --- the plain-Python reference ------------------------------------------------------------
+
+def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  # noqa: ANN001, ANN201, PLR0913, PLR0912, PLR0915
+                    n_groups, n_keys, replicas, router, hbm_tokens, tier_of, tier_tokens,
+                    par):
+    """`place_kernel` written plainly: dicts of cached objects, sorted lists, no heaps."""
+    R = replicas
+    cache_thr, b_abs, b_rel, w_pre, w_q, cap_tok, w_ov, blk = (float(x) for x in par)
+    hbm: list[dict[int, list[float]]] = [{} for _ in range(R)]  # key -> [len, last, locks]
+    tiers: list[dict[int, list[float]]] = [{} for _ in range(len(tier_tokens))]
+    view: list[dict[int, float]] = [{} for _ in range(R)]
+    running: list[tuple[float, int]] = []  # (end, request)
+    sess_rep: dict[int, int] = {}
+    n = len(arrival)
+    rep = [0] * n
+    out_hbm = [0.0] * n
+    out_tier = [0.0] * n
+
+    def length(c: dict, k: int) -> float:
+        v = c.get(k)
+        return 0.0 if v is None else (v[0] if isinstance(v, list) else v)
+
+    def match(c: dict, i: int) -> float:
+        g, G = int(group[i]), float(gtok[i]) if group[i] >= 0 else 0.0
+        skey = n_groups + int(session[i])
+        gpart = min(length(c, g), G) if g >= 0 and G > 0 else 0.0
+        spart = 0.0
+        if g < 0 or G <= 0 or gpart >= G:
+            rest = float(hit[i]) - (G if g >= 0 else 0.0)
+            if rest > 0:
+                spart = min(length(c, skey), rest)
+        return min(gpart + spart, float(prompt[i]))
+
+    def put(c: dict, k: int, ln: float, tick: float, lock: bool) -> None:
+        v = c.setdefault(k, [0.0, 0.0, 0])
+        v[0] = max(v[0], ln)
+        v[1] = tick
+        if lock:
+            v[2] += 1
+
+    def evict(c: dict, cap: float) -> None:
+        while sum(v[0] for v in c.values()) > cap:
+            free = [(v[1], k) for k, v in c.items() if v[0] > 0 and v[2] == 0]
+            if not free:
+                return
+            _, k = min(free)
+            c[k][0] = 0.0
+
+    for i in range(n):
+        t = float(arrival[i])
+        for end, j in sorted(running):
+            if end <= t:
+                running.remove((end, j))
+                c = hbm[rep[j]]
+                if group[j] >= 0 and gtok[j] > 0:
+                    c[int(group[j])][2] -= 1
+                c[n_groups + int(session[j])][2] -= 1
+        load = [0.0] * R
+        active = [0.0] * R
+        for _, j in running:
+            load[rep[j]] += 1
+            active[rep[j]] += float(prompt[j] + output[j])
+        least = min(range(R), key=lambda q: (load[q], q))
+        S = float(prompt[i])
+        s = int(session[i])
+        if router == ROUND_ROBIN:
+            r = i % R
+        elif router == LEAST_LOADED:
+            r = least
+        elif router == SESSION:
+            r = sess_rep.setdefault(s, least)
+        elif router == SGLANG:
+            mx, mn = max(load), min(load)
+            if mx - mn > b_abs and mx > b_rel * mn:
+                r = least
+            else:
+                ms = [match(view[q], i) for q in range(R)]
+                best = max(range(R), key=lambda q: (ms[q], -q))
+                r = best if (ms[best] / S if S > 0 else 0.0) > cache_thr else least
+        elif router == LLMD:
+            mx, mn = max(load), min(load)
+            total = min(S, cap_tok)
+            scores = []
+            for q in range(R):
+                pre = min(match(view[q], i), cap_tok) / total if total > 0 else 0.0
+                qs = 1.0 if mx == mn else (mx - load[q]) / (mx - mn)
+                scores.append(w_pre * pre + w_q * qs)
+            r = max(range(R), key=lambda q: (scores[q], -q))
+        else:
+            costs = [w_ov * (S - match(hbm[q], i)) / blk + active[q] / blk for q in range(R)]
+            r = min(range(R), key=lambda q: (costs[q], q))
+        rep[i] = r
+        own = match(hbm[r], i)
+        out_hbm[i] = own
+        ti = int(tier_of[r]) if len(tier_tokens) else -1
+        if ti >= 0:
+            out_tier[i] = max(0.0, match(tiers[ti], i) - own)
+        g = int(group[i])
+        G = float(gtok[i]) if g >= 0 else 0.0
+        tail = max(0.0, S + float(output[i]) - G)
+        skey = n_groups + s
+        tick = i + 1.0
+        if g >= 0 and G > 0:
+            put(hbm[r], g, G, tick, True)
+        put(hbm[r], skey, tail, tick, True)
+        evict(hbm[r], float(hbm_tokens))
+        if ti >= 0:
+            if g >= 0 and G > 0:
+                put(tiers[ti], g, G, tick, False)
+            put(tiers[ti], skey, tail, tick, False)
+            evict(tiers[ti], float(tier_tokens[ti]))
+        if router in (SGLANG, LLMD):
+            if g >= 0 and G > 0:
+                view[r][g] = max(view[r].get(g, 0.0), G)
+            view[r][skey] = max(view[r].get(skey, 0.0), tail)
+        running.append((t + float(hold[i]), i))
+    return (np.array(rep, np.int64), np.array(out_hbm), np.array(out_tier))
+
+
+# --- the entry point -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Stream:
+    """Requests in arrival order, as `place` reads them (tokens as floats)."""
+
+    arrival: np.ndarray
+    hold: np.ndarray  # seconds a request counts as unfinished (the router's load view)
+    prompt: np.ndarray
+    output: np.ndarray
+    hit: np.ndarray  # reusable tokens from the request's own session (unlimited cache)
+    group: np.ndarray  # shared-prefix group, -1: none
+    group_tokens: np.ndarray  # tokens of the group's prefix in this prompt
+    session: np.ndarray  # >= 0; a request alone has a session of its own
+
+
+@dataclass(frozen=True)
+class Deployment:
+    replicas: int
+    hbm_tokens: float  # KV room of one replica
+    tier_of: np.ndarray  # per replica: its shared tier cache, -1 none
+    tier_tokens: np.ndarray  # per tier cache: tokens it holds
+
+
+def keys_of(stream: Stream) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(group, session) renumbered densely, and (groups, keys)."""
+    grp = np.asarray(stream.group, np.int64)
+    has = grp >= 0
+    g_codes = np.full(len(grp), -1, np.int64)
+    n_groups = 0
+    if has.any():
+        u, inv = np.unique(grp[has], return_inverse=True)
+        g_codes[has] = inv.reshape(-1)
+        n_groups = len(u)
+    _, s_codes = np.unique(np.asarray(stream.session, np.int64), return_inverse=True)
+    s_codes = s_codes.reshape(-1).astype(np.int64)
+    n_sess = int(s_codes.max()) + 1 if len(s_codes) else 0
+    return g_codes, s_codes, n_groups, n_groups + n_sess
+
+
+def place(stream: Stream, dep: Deployment, router: str,
+          params: RouterParams = RouterParams(), *, reference: bool = False) -> Placement:
+    """Route `stream` over `dep` with `router`; see the module docstring."""
+    g, s, n_groups, n_keys = keys_of(stream)
+    f = np.ascontiguousarray
+    args = (f(stream.arrival, np.float64), f(stream.hold, np.float64),
+            f(stream.prompt, np.float64), f(stream.output, np.float64),
+            f(stream.hit, np.float64), g, f(stream.group_tokens, np.float64), s,
+            n_groups, max(1, n_keys), int(dep.replicas), router_code(router),
+            float(dep.hbm_tokens), f(dep.tier_of, np.int64),
+            f(dep.tier_tokens, np.float64), params.array())
+    fn = place_reference if reference else place_kernel
+    rep, hh, htier = fn(*args)
+    return Placement(np.asarray(rep, np.int64), np.asarray(hh), np.asarray(htier),
+                     np.asarray(stream.prompt, np.float64))
+
+
+def cells(replicas: int, stream: Stream) -> int:
+    """The kernel's table size (replicas x keys): what `place` allocates three times."""
+    _, _, _, n_keys = keys_of(stream)
+    return replicas * max(1, n_keys)
