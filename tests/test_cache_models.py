@@ -95,3 +95,18 @@ def test_mooncake_synthetic_10m_matches_the_engines():
         spec = build_spec(capacity="10M", cache_model=engine, with_outputs=False)
         res = analyze([path], HitrateOptions(capacity=spec))
         assert res.capacity.capacities[0]["token_hit_ratio"] == pytest.approx(want, abs=5e-5)
+
+
+def test_size_warns_when_engine_and_cache_model_differ(cli, tmp_path: Path, sessions):
+    synth.write_mooncake(tmp_path / "m.jsonl", sessions)
+    r = cli("hitrate", tmp_path / "m.jsonl", "--capacity-curve", "auto", "--cache-model",
+            "sglang", "--profile-out", tmp_path / "p.json")
+    assert r.code == 0, r.err
+    r = cli("size", "--ttft-slo", "2s", "--workload", tmp_path / "p.json", "--engine", "vllm",
+            "-f", "json")
+    assert r.code == 0, r.err
+    warnings = json.loads(r.out)["warnings"]
+    assert any("sglang's cache" in w and "--engine is vllm" in w for w in warnings)
+    r = cli("size", "--ttft-slo", "2s", "--workload", tmp_path / "p.json", "--engine",
+            "sglang", "-f", "json")
+    assert not any("cache" in w for w in json.loads(r.out)["warnings"])

@@ -126,7 +126,18 @@ def build_request(
     if workload is not None:
         from xmemplan.profile import load_profile
 
-        work = wl.from_profile(load_profile(workload))
+        prof = load_profile(workload)
+        work = wl.from_profile(prof)
+        if prof.cache_model in ("vllm", "sglang") and prof.cache_model != engine:
+            notes.append(
+                f"the profile's capacity curve is {prof.cache_model}'s cache "
+                f"(hitrate --cache-model {prof.cache_model}) but --engine is {engine}: its HBM, "
+                f"DRAM and X-Mem split follows {prof.cache_model}'s eviction; rerun hitrate "
+                f"with --cache-model {engine} for this engine's"
+            )
+        if work.capacity_curve and prof.cache_model is not None:
+            said.append((f"hit ratio vs capacity: the {prof.cache_model} cache model's curve",
+                         "profile (cache_model)"))
         if prompt is not None or hit_rate is not None:
             work = _override(work, prompt, hit_rate)
         model_name = model or work.model or wl.SEED_MODEL
