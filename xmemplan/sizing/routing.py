@@ -379,8 +379,12 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
 
 def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  # noqa: ANN001, ANN201, PLR0913, PLR0912, PLR0915
                     n_groups, n_keys, replicas, router, hbm_tokens, tier_of, tier_tokens,
-                    par):
-    """`place_kernel` written plainly: dicts of cached objects, sorted lists, no heaps."""
+                    par, forced=None, allowed=None):
+    """`place_kernel` written plainly: dicts of cached objects, sorted lists, no heaps.
+
+    `forced` (per request, -1: none) replaces the choice by another router's (a real
+    router's, which breaks ties at random) after `allowed`, a list, gets the set of
+    replicas our rule accepts for that request (every replica tied under the rule)."""
     R = replicas
     cache_thr, b_abs, b_rel, w_pre, w_q, cap_tok, w_ov, blk = (float(x) for x in par)
     hbm: list[dict[int, list[float]]] = [{} for _ in range(R)]  # key -> [len, last, locks]
@@ -438,22 +442,27 @@ def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  #
             load[rep[j]] += 1
             active[rep[j]] += float(prompt[j] + output[j])
         least = min(range(R), key=lambda q: (load[q], q))
+        tied = [q for q in range(R) if load[q] == load[least]]
         S = float(prompt[i])
         s = int(session[i])
+        ok: list[int] | None = None  # the replicas tied under the rule
         if router == ROUND_ROBIN:
             r = i % R
         elif router == LEAST_LOADED:
-            r = least
+            r, ok = least, tied
         elif router == SESSION:
             r = sess_rep.setdefault(s, least)
         elif router == SGLANG:
             mx, mn = max(load), min(load)
             if mx - mn > b_abs and mx > b_rel * mn:
-                r = least
+                r, ok = least, tied
             else:
                 ms = [match(view[q], i) for q in range(R)]
                 best = max(range(R), key=lambda q: (ms[q], -q))
-                r = best if (ms[best] / S if S > 0 else 0.0) > cache_thr else least
+                if (ms[best] / S if S > 0 else 0.0) > cache_thr:
+                    r, ok = best, [q for q in range(R) if ms[q] == ms[best]]
+                else:
+                    r, ok = least, tied
         elif router == LLMD:
             mx, mn = max(load), min(load)
             total = min(S, cap_tok)
@@ -466,6 +475,10 @@ def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  #
         else:
             costs = [w_ov * (S - match(hbm[q], i)) / blk + active[q] / blk for q in range(R)]
             r = min(range(R), key=lambda q: (costs[q], q))
+        if allowed is not None:
+            allowed.append(ok if ok is not None else [r])
+        if forced is not None and forced[i] >= 0:
+            r = int(forced[i])
         rep[i] = r
         own = match(hbm[r], i)
         out_hbm[i] = own
