@@ -142,9 +142,9 @@ def engine_replay(
             hits[:, j] = out_h
             rejected[:, j] = out_r
     else:
-        nodes = 1 + 5 * per_universe_requests
+        nodes = 1 + 8 * per_universe_requests
         table = 1 << max(4, int(2 * nodes - 1).bit_length())
-        heap = 6 * per_universe_requests + nodes + 16
+        heap = 12 * per_universe_requests + nodes + 16
         t_epoch = np.full(table, -1, dtype=np.int64)
         for j, c in enumerate(caps):
             t_epoch.fill(-1)

@@ -331,6 +331,69 @@ def _walk(
 
 
 @njit(cache=True)
+def _checkpoint(
+    keys: np.ndarray, ss: int, key_n: int, prompt_n: int, old: int, protected: int,
+    e_start: np.ndarray, e_len: np.ndarray, parent: np.ndarray, lock: np.ndarray,
+    stamp: np.ndarray, nchild: np.ndarray, alive: np.ndarray, t_node: np.ndarray,
+    t_key: np.ndarray, t_child: np.ndarray, t_epoch: np.ndarray, epoch: int, mask: int,
+    h_time: np.ndarray, h_node: np.ndarray, clock: int, n_nodes: int, hsize: int,
+    free_pages: int, evictable: int,
+) -> tuple[int, int, int, int, int, int]:
+    """RadixCache.checkpoint: insert the first `key_n` pages of the KV, then the prompt's
+    (split_prompt), free the duplicates the insert exposed past `protected` pages, look the
+    key up again, move the lock from `old` to the new last node.
+
+    Returns (new last node, clock, nodes, heap size, free pages, evictable pages).
+    """
+    pos, node, clock, n_nodes, hsize = _walk(
+        keys, ss, key_n, e_start, e_len, parent, lock, stamp, nchild, alive,
+        t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock, n_nodes, hsize)
+    if pos < key_n:
+        leaf = n_nodes
+        n_nodes += 1
+        e_start[leaf] = ss + pos
+        e_len[leaf] = key_n - pos
+        parent[leaf] = node
+        lock[leaf] = 0
+        stamp[leaf] = clock
+        clock += 1
+        nchild[leaf] = 0
+        alive[leaf] = True
+        _put(t_node, t_key, t_child, t_epoch, epoch, mask, node, keys[ss + pos], leaf)
+        nchild[node] += 1
+        evictable += key_n - pos
+        hsize = _heap_push(h_time, h_node, hsize, stamp[leaf], leaf)
+    if pos > protected:
+        free_pages += pos - protected  # duplicates of pages the tree already held
+    if 0 < prompt_n < key_n:  # split_prompt: the prompt's pages again
+        _, _, clock, n_nodes, hsize = _walk(
+            keys, ss, prompt_n, e_start, e_len, parent, lock, stamp, nchild, alive,
+            t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock, n_nodes,
+            hsize)
+    new_last = 0
+    if key_n > 0:  # match_prefix(key): refreshes the path
+        _, new_last, clock, n_nodes, hsize = _walk(
+            keys, ss, key_n, e_start, e_len, parent, lock, stamp, nchild, alive,
+            t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock, n_nodes,
+            hsize)
+    x = old  # unlock the old node
+    while x != 0:
+        lock[x] -= 1
+        if lock[x] == 0:
+            evictable += e_len[x]
+            if nchild[x] == 0:
+                hsize = _heap_push(h_time, h_node, hsize, stamp[x], x)
+        x = parent[x]
+    x = new_last  # lock the new one
+    while x != 0:
+        if lock[x] == 0:
+            evictable -= e_len[x]
+        lock[x] += 1
+        x = parent[x]
+    return new_last, clock, n_nodes, hsize, free_pages, evictable
+
+
+@njit(cache=True)
 def sglang_replay(
     keys: np.ndarray,  # int64: page keys (prompt pages, then negative output-page keys)
     offsets: np.ndarray,  # int64, n + 1
@@ -342,7 +405,7 @@ def sglang_replay(
     inflight: int,
     out_hit: np.ndarray,  # int64, n
     out_rejected: np.ndarray,  # bool, n
-    e_start: np.ndarray,  # int64, nodes (>= 1 + 5 x requests of one universe)
+    e_start: np.ndarray,  # int64, nodes (>= 1 + 8 x requests of one universe)
     e_len: np.ndarray,  # int64, nodes: pages of the edge
     parent: np.ndarray,  # int64, nodes
     lock: np.ndarray,  # int64, nodes
@@ -395,53 +458,24 @@ def sglang_replay(
             out_rejected[r] = True
             continue
         while qn > 0 and (qn >= inflight or free_pages + evictable < need):
-            # release the oldest: RadixCache.checkpoint, free the rest, unlock
+            # release the oldest: checkpoint, free the rest of the row, unlock
             q = q0
             rr = held_r[q]
-            ss = offsets[rr]
             kk = kv[rr]
-            key_n = kk // page
-            prompt_n = prompt[rr] // page
-            # insert the KV's full pages
-            pos, node, clock, n_nodes, hsize = _walk(
-                keys, ss, key_n, e_start, e_len, parent, lock, stamp, nchild, alive,
-                t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock,
-                n_nodes, hsize)
-            if pos < key_n:
-                leaf = n_nodes
-                n_nodes += 1
-                e_start[leaf] = ss + pos
-                e_len[leaf] = key_n - pos
-                parent[leaf] = node
-                lock[leaf] = 0
-                stamp[leaf] = clock
-                clock += 1
-                nchild[leaf] = 0
-                alive[leaf] = True
-                _put(t_node, t_key, t_child, t_epoch, epoch, mask, node, keys[ss + pos], leaf)
-                nchild[node] += 1
-                evictable += key_n - pos
-                hsize = _heap_push(h_time, h_node, hsize, stamp[leaf], leaf)
-            free_pages += pos - held_h[q]  # duplicates of pages the tree already held
-            if 0 < prompt_n < key_n:  # split_prompt: insert the prompt's pages again
-                _, _, clock, n_nodes, hsize = _walk(
-                    keys, ss, prompt_n, e_start, e_len, parent, lock, stamp, nchild, alive,
-                    t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock,
-                    n_nodes, hsize)
-            if key_n > 0:  # match_prefix(full key): refreshes the path
-                _, _, clock, n_nodes, hsize = _walk(
-                    keys, ss, key_n, e_start, e_len, parent, lock, stamp, nchild, alive,
-                    t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock,
-                    n_nodes, hsize)
-            x = held_node[q]  # dec_lock_ref (the lock moved to the new last node and back)
-            while x != 0:
+            last, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
+                keys, offsets[rr], kk // page, prompt[rr] // page, held_node[q], held_h[q],
+                e_start, e_len, parent, lock, stamp, nchild, alive, t_node, t_key, t_child,
+                t_epoch, epoch, mask, h_time, h_node, clock, n_nodes, hsize, free_pages,
+                evictable)
+            free_pages += (kk + page - 1) // page - kk // page  # the partial page
+            x = last
+            while x != 0:  # dec_lock_ref
                 lock[x] -= 1
                 if lock[x] == 0:
                     evictable += e_len[x]
                     if nchild[x] == 0:
                         hsize = _heap_push(h_time, h_node, hsize, stamp[x], x)
                 x = parent[x]
-            free_pages += (kk + page - 1) // page - key_n  # the partial page past the tree
             q0 = (q0 + 1) % inflight
             qn -= 1
         # admit r: match_prefix(prompt[:L - 1]) page-aligned, lock, prefill, decode
@@ -491,6 +525,12 @@ def sglang_replay(
                     if nchild[p] == 0 and lock[p] == 0 and p != 0:
                         hsize = _heap_push(h_time, h_node, hsize, stamp[p], p)
             free_pages -= take
+            if phase == 0 and K > L:  # unfinished after prefill: checkpoint_kv_cache
+                node, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
+                    keys, s, L // page, L // page, node, pos, e_start, e_len, parent, lock,
+                    stamp, nchild, alive, t_node, t_key, t_child, t_epoch, epoch, mask,
+                    h_time, h_node, clock, n_nodes, hsize, free_pages, evictable)
+                pos = L // page
         slot_q = (q0 + qn) % inflight
         held_r[slot_q] = r
         held_node[slot_q] = node

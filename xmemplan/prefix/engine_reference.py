@@ -309,31 +309,39 @@ class SGLangCache:
         need = cdiv(L - h, P)
         assert self.free_pages >= need, "the fit check guarantees room"
         self.free_pages -= need
+        held = (req, last, hit_pages)
         K = len(req.kv_tokens)
+        if K > L:  # unfinished after its prefill: checkpoint_kv_cache (batch_result_processor)
+            held = self._checkpoint(held, L)
         for pos in range(L, K):  # decode: the slot of token `pos`
             self._make_room(P if P > 1 else 1)
             if pos % P == 0:
                 assert self.free_pages >= 1
                 self.free_pages -= 1
-        return h, (req, last, h)
+        return h, held
 
-    def release(self, held: tuple[Req, _Node, int]) -> None:
-        """release_kv_cache(checkpoint=True): RadixCache.checkpoint, then free and unlock."""
-        req, last, h = held
-        P = self.page
-        kv = req.kv_tokens
-        K = len(kv)
-        key = self._pages(kv)
+    def _checkpoint(self, held: tuple[Req, _Node, int], up_to: int) -> tuple[Req, _Node, int]:
+        """RadixCache.checkpoint(req, up_to): insert the KV's full pages, then the prompt's
+        (split_prompt), free the duplicates the insert exposed, look the key up again (the
+        path's access time), move the lock to the new last node."""
+        req, last, protected = held
+        key = self._pages(req.kv_tokens[:up_to])
         prefix, _ = self.insert(key)
-        self.free_pages += prefix - h // P  # duplicates of what the tree already held
+        self.free_pages += max(0, prefix - protected)
         prompt_key = self._pages(req.prompt)
         if 0 < len(prompt_key) < len(key):
-            self.insert(prompt_key)  # split_prompt
+            self.insert(prompt_key)
         _, new_last = self.match(key)
         self.lock(last, -1)
         self.lock(new_last, +1)
-        self.free_pages += cdiv(K, P) - K // P  # the partial page past the tree
-        self.lock(new_last, -1)
+        return req, new_last, len(key)
+
+    def release(self, held: tuple[Req, _Node, int]) -> None:
+        """release_kv_cache(checkpoint=True): checkpoint, free the rest of the row, unlock."""
+        req, last, _ = self._checkpoint(held, len(held[0].kv_tokens))
+        K = len(req.kv_tokens)
+        self.free_pages += cdiv(K, self.page) - K // self.page  # the partial page
+        self.lock(last, -1)
 
 
 # --- Replay -----------------------------------------------------------------------------------
