@@ -111,14 +111,18 @@ def test_arrivals_generators() -> None:
     a, prev, think, route = arrivals(Arrivals("users", users=4, think_s=2.0), 12, 1)
     assert list(prev[:4]) == [-1] * 4 and list(prev[4:8]) == [0, 1, 2, 3]
     assert np.all(route[4:] == -2) and np.all(think >= 0)
-    # a trace: two sessions, starts compressed 10x, gaps inside a session kept
+    # a trace: two sessions, the clock compressed 10x (starts and gaps inside a session)
     sess = np.array([0, 0, 1, 1])
     ts = np.array([0.0, 30.0, 100.0, 130.0])
     order = np.arange(4)
     a, prev, _, _ = arrivals(Arrivals("trace", rate_rps=1.0, trace_rate_rps=0.1), 4, 0,
                              session=sess, timestamp_s=ts, order=order)
-    assert list(a) == [0.0, 10.0, 30.0, 40.0]
-    assert list(order) == [0, 2, 1, 3] and list(prev) == [-1, -1, 0, 1]
+    assert list(a) == [0.0, 3.0, 10.0, 13.0]
+    assert list(order) == [0, 1, 2, 3] and list(prev) == [-1, 0, -1, 2]
+    # stretched 2x (a rate below the trace's own)
+    a, _, _, _ = arrivals(Arrivals("trace", rate_rps=0.05, trace_rate_rps=0.1), 4, 0,
+                          session=sess, timestamp_s=ts, order=np.arange(4))
+    assert list(a) == [0.0, 60.0, 200.0, 260.0]
 
 
 @pytest.mark.parametrize("kwargs, needle", [
@@ -187,25 +191,17 @@ def test_fp8_attention_request_reaches_the_planner() -> None:
     assert b < 0.9 * a  # attention dominates these prefills; FP8 doubles its peak
 
 
-def test_wider_shapes_keep_dp_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wider_shapes_keep_dp_attention() -> None:
     import xmemplan.sizing.planner as P
 
     req = _req("1s", dp_attention=True, max_gpus=4)
     assert req.auto_shape and req.shape.label == "tp1"  # DP attention needs 2+ ranks
-    tried = []
-    real = P._plan
-
-    def fake(r, **kw):  # type: ignore[no-untyped-def]
-        tried.append(r.shape)
-        res = real(r, with_table=False, with_curve=False)
-        res.cheapest = "none"  # as if no count complied: plan() tries wider shapes
-        return res
-
-    monkeypatch.setattr(P, "_plan", fake)
-    P.plan(req, with_table=False, with_curve=False)
     # tp1 first, then the wider shapes up to --max-gpus, each with DP attention
-    assert [s.tp for s in tried] == [1, 2, 4]
-    assert all(s.dp_attention for s in tried[1:])
+    shapes = P._shapes(req)
+    assert [s.tp for s in shapes] == [1, 2, 4]
+    assert all(s.dp_attention for s in shapes[1:])
+    r = P.plan(req, with_table=False, with_curve=False)
+    assert [s["shape"] for s in r.shapes][:1] == ["tp1"]
 
 
 def test_kv_dtype_fp8_model_in_the_request() -> None:
@@ -247,8 +243,9 @@ def test_goodput_at_the_search_ceiling_is_a_lower_bound(monkeypatch) -> None:  #
     p = Planner(_req("500ms", rate=2.0))
     limit = [float("inf")]
 
-    def fake_run(option, gpus, nodes=0, scale=1.0, instant_loads=False):  # type: ignore[no-untyped-def]
-        return SimpleNamespace(meets_slo=scale <= limit[0])
+    def fake_run(option, gpus, nodes=0, scale=1.0, instant_loads=False, slo_ms=None,  # type: ignore[no-untyped-def]
+                 extend=True):
+        return SimpleNamespace(overloaded=False, slo_value_ms=400 if scale <= limit[0] else 600)
 
     monkeypatch.setattr(p, "run", fake_run)
     v, capped = p.goodput_bound("xmem", 4, 1)
@@ -270,9 +267,10 @@ def test_overload_is_judged_on_the_load_the_run_was_offered() -> None:
     ttft = np.linspace(1.0, 3.0, n)  # later requests wait longer (a trace's busy hour)
     # 300 requests over 6,000 s (0.05/s) on 8 replicas busy 3 % of the time
     slow = SimpleNamespace(arrival=np.linspace(0.0, 6000.0, n), busy=np.full(8, 180.0))
-    over, cap = p._overload(slow, ttft, 1.0)
+    over, cap, achieved = p._overload(slow, ttft, 1.0)
+    assert achieved == pytest.approx((n - 1) / 6000.0)
     assert not over and cap is not None and cap > 0.05
     # 300 requests in 10 s (30/s) on 2 replicas busy 60 s each: 5/s served, queue growing
     fast = SimpleNamespace(arrival=np.linspace(0.0, 10.0, n), busy=np.full(2, 60.0))
-    over, cap = p._overload(fast, np.linspace(1.0, 50.0, n), 1.0)
+    over, cap, _ = p._overload(fast, np.linspace(1.0, 50.0, n), 1.0)
     assert over and cap == pytest.approx(5.0)

@@ -94,9 +94,15 @@ def size(
         [], "--tier-scope", help="Who reads a tier: TIER=replica|server|rack|cluster, e.g. "
         "host-dram=server for a per-server offload store (repeatable; default: catalog "
         "share_scope)."),
-    requests: int = typer.Option(4000, "--requests", help="Requests simulated per run."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the simulated arrivals."),
+    requests: int = typer.Option(4000, "--requests", help="Requests simulated per "
+                                 "replication."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the replications' draws (arrivals, "
+                             "which requests keep their hits)."),
     max_gpus: int = typer.Option(1024, "--max-gpus", help="Largest GPU count searched."),
+    cost: str | None = typer.Option(
+        None, "--cost", help="Prices to compare in money: gpu=2.5/h,xmem-node=40/h (per "
+        "hour; without /h per unit; a GPU's name prices that GPU), or a TOML file with a "
+        "[cost] table. Without it options are compared in counts."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv."),
     plot: Path | None = typer.Option(
         None, "--plot", help="Draw p99 TTFT against offered load per option to FILE.png "
@@ -166,6 +172,7 @@ def size(
         seed=seed, max_gpus=max_gpus, tp=tp, ep=ep, dp_attention=dp_attention,
         kv_dtype=kv_dtype, attention_dtype=attention_dtype, mem_fraction=mem_fraction,
         router=router, prefix_groups=prefix_groups, tier_scope=tier_scope,
+        cost=cost,
     )
     result = plan(req, with_curve=plot is not None or fmt == "json")
     _report(result, fmt, notes)
@@ -252,8 +259,6 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
     else:
         render.line(f"Cheapest compliant option: {r.cheapest}. Binding constraint: "
                     f"{r.binding}.")
-    if r.wider_shape:
-        render.line(r.wider_shape["line"])
     render.line(f"Load: {r.load}. Workload: {r.workload}.")
     render.line(f"{r.model} on {r.gpu}, engine {r.engine} (overlap {r.overlap}); SLO "
                 f"{r.ttft_slo_ms:g} ms at p{r.slo_percentile:g} of {r.slo_on} requests.")

@@ -1,11 +1,23 @@
-"""Size a deployment from simulated traffic: GPUs and X-Mem nodes that meet a TTFT SLO.
+"""Size a deployment from simulated traffic: the cheapest GPUs, shape and X-Mem nodes that
+meet a TTFT SLO.
 
-For each option, HBM only, + host DRAM, + X-Mem with n nodes, the planner replays the
-workload's traffic through the prefill-serving simulator (`xmemplan.sizing.sim`) and finds
-the fewest GPUs whose TTFT percentile (warm requests by default) meets the SLO at the
-offered load: probe 1, 2, 4, ... GPUs, then bisect (the percentile falls as GPUs are
-added; every evaluation is one simulation, cached).
+For each replica shape (TP 1, 2, 4, 8 that fit, unless --tp/--ep fix one) and each option,
+HBM only, + host DRAM, + X-Mem with n nodes, the planner replays the workload's traffic
+through the prefill-serving simulator (`xmemplan.sizing.sim`) and finds the fewest GPUs
+whose TTFT percentile (warm requests by default) meets the SLO at the offered load; the
+answer is the cheapest compliant combination (`Prices`, else GPUs then nodes).
 
+- Replications: every configuration is simulated over REPS_MIN or more replications, each
+  with its own draws (arrivals, which requests keep their hits) taken from (--seed, k):
+  replication k is the same traffic for every option, shape and GPU count (common random
+  numbers). The percentile's 95 % confidence interval is Student's t over the
+  replications' percentiles; while it straddles the SLO, replications are added (up to
+  REPS_MAX, within EXTEND_BUDGET_S of wall time per plan). A count complies when the
+  interval's upper end is within the SLO; "marginal" when it straddles it.
+- The GPU search cannot miss: from a lower bound that capacity gives (below it the
+  requests' compute alone is more than the GPUs have: `gpu_lower_bound`), every count is
+  tried in turn, up to SCAN_MAX counts; past them, doubling then bisection (which assumes
+  compliance grows with the count; the option's `search` says so when it was used).
 - Hit tokens per tier: each request keeps its hits with probability h(capacity) /
   h(unlimited) (else it is cold), with h the profile's LRU curve read at the option's
   capacity scaled to the trace (capacity / load factor: the deployment's working set
@@ -17,16 +29,16 @@ added; every evaluation is one simulation, cached).
   router places each request, and its hits are what its replica's HBM and the tiers it
   shares hold (tier scope: catalog `share_scope`, `--tier-scope`).
 - X-Mem nodes: for bandwidth, the fewest nodes at which the GPU count is the one with
-  unlimited node bandwidth (bisection over nodes); for capacity, the deployment's working
-  set over the node capacity; recommended = the larger.
+  unlimited node bandwidth; for capacity, the deployment's working set over the node
+  capacity; recommended = the larger.
 - Binding constraint: for the GPU count, compute when instant loads would need as many
   GPUs, else load bandwidth; for the node count, capacity or bandwidth, whichever set it.
-- The answer never recommends X-Mem when host DRAM meets the SLO with as few GPUs.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +58,45 @@ LOAD_SCALES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 OPTIONS = ("hbm-only", "host-dram", "xmem")
 WARMUP_SHARE = 0.1  # the first tenth of requests (by arrival) is left out of percentiles
 MIN_REQUESTS_PER_REPLICA = 20  # fewer: a run too short for a steady-state percentile
+REPS_MIN = 2  # replications of every simulated configuration
+REPS_MAX = 10  # at most, while the interval straddles the SLO
+EXTEND_BUDGET_S = 1.5  # wall time per plan for replications past REPS_MIN
+SCAN_MAX = 16  # GPU counts tried one by one from the lower bound before doubling
+# Student's t, 97.5th percentile, by degrees of freedom (1..30); 1.96 past 30
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201,
+         2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074,
+         2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    return math.inf if df < 1 else _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+@dataclass(frozen=True)
+class Prices:
+    """What the answer costs: per GPU and per X-Mem node (and, optionally, per GPU's host
+    DRAM tier), all per hour or all per unit (`basis`). `gpu_by_name` prices GPU types
+    one by one (--gpu a,b compared in one run)."""
+
+    gpu: float | None
+    xmem_node: float
+    host_dram: float = 0.0  # per GPU using the host-DRAM tier (0: already in the server)
+    basis: str = "hour"  # hour | unit
+    gpu_by_name: tuple[tuple[str, float], ...] = ()
+    source: str = "flag (--cost)"
+
+    def gpu_price(self, name: str) -> float:
+        for n, v in self.gpu_by_name:
+            if n == name:
+                return v
+        if self.gpu is None:
+            raise UsageError(f"--cost gives no price for GPU '{name}'",
+                             f"add gpu=PRICE or {name}=PRICE to --cost")
+        return self.gpu
+
+    def money(self, x: float) -> str:
+        per = "/h" if self.basis == "hour" else ""
+        return f"${x:,.2f}{per}" if x < 1000 else f"${x:,.0f}{per}"
 
 
 @dataclass(frozen=True)
@@ -66,19 +117,23 @@ class SizeRequest:
     slo_percentile: float = 99.0
     slo_on: str = "warm"  # warm | all
     output_tokens: int = 100
-    requests: int = 4000
+    requests: int = 4000  # per replication
     seed: int = 0
     working_set_tokens: float | None = None
     max_gpus: int = 1024
     max_nodes: int = 64
     mixed: bool = False
-    auto_shape: bool = True  # when no GPU count complies, try wider tensor parallelism
+    auto_shape: bool = True  # search the replica shapes (TP 1..8) for the cheapest
     assumptions: tuple[tuple[str, str], ...] = ()  # (statement, source)
     attention_dtype: str = "bf16"  # bf16 or fp8 (FP8 attention: the GPU's FP8 peak)
     dp_attention: bool = False  # --dp-attention: kept by the wider shapes plan() tries
     mem_fraction: float = HBM_USABLE  # --mem-fraction: HBM share for weights + KV
     router: str = RT.DEFAULT_ROUTER  # --router (xmemplan.sizing.routing)
     prefix_groups: int = 0  # --prefix-groups: each hit prefix is one of N shared prefixes
+    prices: Prices | None = None
+    reps_min: int = REPS_MIN
+    reps_max: int = REPS_MAX
+    extend_budget_s: float = EXTEND_BUDGET_S
 
     @property
     def setup(self) -> Setup:
@@ -88,35 +143,37 @@ class SizeRequest:
                      attention_dtype=self.attention_dtype, mem_fraction=self.mem_fraction)
 
 
+def _num(x: float | None) -> str:
+    x = x or 0.0
+    return f"{x:,.0f}" if x >= 100 or float(x).is_integer() else f"{x:,.3g}"
+
+
 def describe_load(a: Arrivals) -> str:
     """The offered load in words, every number whole (`1,000,000 requests/s`)."""
-    def num(x: float | None) -> str:
-        x = x or 0.0
-        return f"{x:,.0f}" if x >= 100 or float(x).is_integer() else f"{x:,.3g}"
-
     if a.kind == "poisson":
-        return f"Poisson arrivals at {num(a.rate_rps)} requests/s"
+        return f"Poisson arrivals at {_num(a.rate_rps)} requests/s"
     if a.kind == "users":
-        return f"{a.users or 0:,} closed-loop users, {num(a.think_s)} s mean think time"
+        return f"{a.users or 0:,} closed-loop users, {_num(a.think_s)} s mean think time"
     if a.trace_rate_rps and a.rate_rps == a.trace_rate_rps:
-        return f"the trace's own timestamps ({num(a.rate_rps)} requests/s)"
-    return f"the trace's timestamps, sessions compressed to {num(a.rate_rps)} requests/s"
+        return f"the trace's own timestamps ({_num(a.rate_rps)} requests/s)"
+    how = "compressed" if (a.rate_rps or 0) > (a.trace_rate_rps or 0) else "stretched"
+    return f"the trace's sessions {how} to {_num(a.rate_rps)} requests/s"
 
 
 @dataclass
 class Point:
-    """One simulated configuration."""
+    """One simulated configuration, over its replications."""
 
     option: str
     gpus: int
     nodes: int
     hit_ratio: float
     hbm_share: float
-    ttft_ms: dict[str, dict[str, float]]  # warm / cold / all -> p50, p90, p99
-    slo_value_ms: float
+    ttft_ms: dict[str, dict[str, float]]  # warm / cold / all -> p50, p90, p99 (pooled)
+    slo_value_ms: float  # mean over replications of each one's SLO percentile
     utilisation: float
     queue_ms_mean: float
-    meets_slo: bool
+    meets_slo: bool  # the interval's upper end within the SLO, not overloaded
     # open-loop load above what these GPUs serve: the queue grows for as long as the run
     # lasts, so the percentiles only measure the run's length (never meets an SLO)
     overloaded: bool = False
@@ -124,10 +181,20 @@ class Point:
     requests_per_replica: float = 0.0
     # time-average share of the replicas' KV room held by started, unfinished requests
     kv_full: float = 0.0
+    ci_ms: tuple[float, float] = (0.0, 0.0)  # 95 % interval of slo_value_ms
+    replications: int = 1
+    offered_rps: float | None = None  # the load named (rate x scale)
+    achieved_rps: float = 0.0  # the run's own arrivals per second (sessions wait)
+    slo_coverage: float = 1.0  # share of the measured requests the SLO holds
     # per-replica caches (routing.py): shares of prompt tokens from the serving replica's
     # HBM, from a shared tier, recomputed; and the routing's balance per replica
     split: tuple[float, float, float] | None = None
     balance: dict[str, Any] | None = None
+
+    def verdict(self, slo_ms: float) -> str:
+        if self.overloaded or self.ci_ms[0] > slo_ms:
+            return "fails"
+        return "meets" if self.ci_ms[1] <= slo_ms else "marginal"
 
 
 @dataclass
@@ -141,6 +208,10 @@ class OptionResult:
     # goodput_rps is the search's ceiling (GOODPUT_CEILING x the load), still within the
     # SLO: a lower bound (e.g. trace sessions that wait for their replies never overload)
     goodput_capped: bool = False
+    shape: str = "tp1"
+    cost: float | None = None  # with --cost: what it costs (per hour or per unit)
+    search: str = ""  # how the GPU count was searched
+    marginal: Point | None = None  # a smaller count whose interval straddles the SLO
 
 
 @dataclass
@@ -181,9 +252,16 @@ class SizeResult:
     shape: str = "tp1"
     kv_dtype_bytes: int = 2
     attention_dtype: str = "bf16"
-    # A wider replica shape that needs fewer GPUs (or as many and fewer nodes) than this
-    # answer at the default (smallest) shape: {"shape", "gpus", "nodes", "answer"}
-    wider_shape: dict[str, Any] | None = None
+    # every shape searched: {"shape", "options": [{option, gpus, nodes, cost, search}]}
+    shapes: list[dict[str, Any]] = field(default_factory=list)
+    cost: float | None = None  # the answer's, with --cost
+    cost_basis: str | None = None  # hour | unit
+    saving: float | None = None  # against the cheapest answer without X-Mem (or with it)
+    offered_rps: float | None = None
+    achieved_rps: float | None = None  # the answer's run: its own arrivals per second
+    slo_coverage: float | None = None  # share of requests the SLO holds (the answer's run)
+    marginal: bool = False  # a cheaper configuration's interval straddles the SLO
+    replications: dict[str, int] = field(default_factory=dict)  # min, max, runs
     router: str = RT.DEFAULT_ROUTER  # the router the answer was sized with (routing.py)
     # the same deployment under another router: {"router", "gpus": {option: GPUs}, "nodes"}
     other_router: dict[str, Any] | None = None
@@ -198,51 +276,84 @@ class SizeResult:
         d = {**header(), **{k: v for k, v in self.__dict__.items()
                              if k not in ("options", "extra")}}
         d["options"] = [
-            {"option": o.option, "gpus": o.gpus, "nodes": o.nodes,
+            {"option": o.option, "gpus": o.gpus, "nodes": o.nodes, "shape": o.shape,
+             "cost": o.cost, "search": o.search,
              "goodput_rps": o.goodput_rps, "goodput_capped": o.goodput_capped,
              "note": o.note,
+             "marginal_below": None if o.marginal is None else {
+                 "gpus": o.marginal.gpus, "slo_value_ms": o.marginal.slo_value_ms,
+                 "ci_ms": list(o.marginal.ci_ms),
+                 "replications": o.marginal.replications},
              **({} if o.point is None else {
                  "hit_ratio": o.point.hit_ratio, "hbm_share_of_hits": o.point.hbm_share,
                  "ttft_ms": o.point.ttft_ms, "utilisation": o.point.utilisation,
+                 "slo_value_ms": o.point.slo_value_ms, "ci_ms": list(o.point.ci_ms),
+                 "replications": o.point.replications,
                  "queue_ms_mean": o.point.queue_ms_mean, "meets_slo": o.point.meets_slo,
                  "overloaded": o.point.overloaded, "capacity_rps": o.point.capacity_rps,
                  "requests_per_replica": o.point.requests_per_replica,
+                 "offered_rps": o.point.offered_rps, "achieved_rps": o.point.achieved_rps,
+                 "slo_coverage": o.point.slo_coverage,
                  "kv_full": o.point.kv_full,
                  **({} if o.point.split is None else {"hit_split": dict(zip(
                      ("hbm", "tier", "recompute"), o.point.split, strict=True)),
                      "balance": o.point.balance})})}
             for o in self.options]
         d["gpus_per_option"] = {o.option: o.gpus for o in self.options}
+        d.update(self.extra.get("json", {}))
         return d
 
 
-# --- one simulation ------------------------------------------------------------------------
+class Budget:
+    """Wall time left for replications past the minimum, shared by one plan's planners."""
+
+    def __init__(self, seconds: float) -> None:
+        self.until = time.perf_counter() + seconds
+
+    def left(self) -> bool:
+        return time.perf_counter() < self.until
+
+
+@dataclass
+class _Rep:
+    """One replication's figures at one configuration."""
+
+    value: float
+    overloaded: bool
+    cap: float | None
+    groups: dict[str, np.ndarray]
+    utilisation: float
+    queue_ms: float
+    kv_full: float
+    per_replica: float
+    achieved: float
+    coverage: float
+    split: tuple[float, float, float] | None = None
+    balance: dict[str, Any] | None = None
+
+
+# --- one simulated configuration, replicated ---------------------------------------------
 
 class Planner:
-    """Runs and caches simulations of `req` (option, GPUs, nodes, load scale)."""
+    """Runs and caches simulations of `req` (option, GPUs, nodes, load scale), each over
+    its replications (common random numbers: replication k has the same draws everywhere)."""
 
-    def __init__(self, req: SizeRequest) -> None:
+    def __init__(self, req: SizeRequest, budget: Budget | None = None) -> None:
         if req.slo_s <= 0:
             raise UsageError("the TTFT SLO must be positive")
         self.req = req
         w = req.workload
-        n = req.requests
         # KV bytes per token: one GPU's share (what HBM holds and each GPU loads), and the
         # whole token's (what a tier stores: every rank backs up its own heads)
         self.kvb = M.kv_bytes_per_token_per_gpu(req.model, req.shape)
         self.kvb_all = float(req.model.kv_bytes_per_token)
-        rng = np.random.default_rng(req.seed)
         self.trace_order = w.session is not None and w.timestamp_s is not None \
             and req.load.kind == "trace"
-        if self.trace_order:
-            idx = np.arange(len(w.prompt_tokens))
-        else:
-            idx = rng.integers(0, len(w.prompt_tokens), n) if len(w.prompt_tokens) > 1 \
-                else np.zeros(n, np.int64)
-        self.idx = idx
-        self.keep_draw = rng.random(len(idx))
-        self.cache: dict[tuple[str, int, int, float], Point] = {}
+        self._draws: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        self.cache: dict[tuple[str, int, int, float], list[_Rep]] = {}
         self.sims = 0
+        self.budget = budget or Budget(req.extend_budget_s)
+        self.searches: dict[tuple[str, int, float, bool], tuple[str, Point | None]] = {}
         # the deployment's load over the trace's: scales the trace's working set and curve
         self.load_factor = 1.0
         if w.rate_rps and req.load.rate_rps:
@@ -252,15 +363,46 @@ class Planner:
         self.router = RT.canonical(req.router)
         # per-replica caches when the workload names what requests share: a trace's sessions
         # in their own order, or prefix groups (the profile's, or --prefix-groups)
-        self.groups: np.ndarray | None = None
-        if w.group is not None:
-            self.groups = w.group[idx]
-        elif req.prefix_groups > 0:
-            self.groups = rng.integers(0, req.prefix_groups, len(idx))
-        self.placed = (self.trace_order or self.groups is not None) \
+        self.placed = (self.trace_order or w.group is not None or req.prefix_groups > 0) \
             and req.load.kind != "users"
-        self.placements: dict[tuple[str, int, int, float], RT.Placement] = {}
+        self._groups: dict[int, np.ndarray | None] = {}
+        self.placements: dict[tuple[str, int, int, float, int], RT.Placement] = {}
         self._hold: tuple[float, float] | None = None
+
+    def groups(self, k: int) -> np.ndarray | None:
+        """Replication k's prefix group per sampled request (None: no groups)."""
+        if k not in self._groups:
+            w, req = self.req.workload, self.req
+            idx = self.draws(k)[0]
+            if w.group is not None:
+                self._groups[k] = w.group[idx]
+            elif req.prefix_groups > 0:
+                rng = np.random.default_rng(np.random.SeedSequence([req.seed, k, 1]))
+                self._groups[k] = rng.integers(0, req.prefix_groups, len(idx))
+            else:
+                self._groups[k] = None
+        return self._groups[k]
+
+    def draws(self, k: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """Replication k's draws: the requests sampled, each request's keep-its-hits
+        draw, and the arrivals' seed; from (--seed, k) alone."""
+        if k not in self._draws:
+            ss = np.random.SeedSequence([self.req.seed, k])
+            rng = np.random.default_rng(ss)
+            w, n = self.req.workload, self.req.requests
+            if self.trace_order:
+                idx = np.arange(len(w.prompt_tokens))
+            else:
+                idx = rng.integers(0, len(w.prompt_tokens), n) if len(w.prompt_tokens) > 1 \
+                    else np.zeros(n, np.int64)
+            keep = rng.random(len(idx))
+            seed = int(ss.generate_state(1, np.uint64)[0] >> np.uint64(1))
+            self._draws[k] = (idx, keep, seed)
+        return self._draws[k]
+
+    @property
+    def idx(self) -> np.ndarray:
+        return self.draws(0)[0]
 
     # capacities -------------------------------------------------------------------------
     def hbm_tokens(self, gpus: int) -> float:
@@ -312,54 +454,69 @@ class Planner:
         return h_all, share
 
     # traffic ----------------------------------------------------------------------------
-    def traffic(self, option: str, gpus: int, nodes: int, scale: float) -> Traffic:
+    def traffic(self, option: str, gpus: int, nodes: int, scale: float, k: int = 0
+                ) -> Traffic:
+        return self._traffic(option, gpus, nodes, scale, k)[0]
+
+    def _traffic(self, option: str, gpus: int, nodes: int, scale: float, k: int = 0
+                 ) -> tuple[Traffic, np.ndarray]:
+        """Replication k's traffic for this option, and which of its requests are warm:
+        those that hit at least half their prompt in the workload (an unlimited cache),
+        the same requests for every option (an option whose cache loses a hit still
+        answers for that request's TTFT)."""
         req, w = self.req, self.req.workload
-        idx = self.idx
+        idx, keep_draw, seed = self.draws(k)
         n = len(idx)
         order = np.arange(n)
         arr, prev, think, route = arrivals(
-            req.load, n, req.seed, scale=scale,
+            req.load, n, seed, scale=scale,
             session=None if w.session is None else w.session[idx],
             timestamp_s=None if w.timestamp_s is None else w.timestamp_s[idx],
             order=order)
         idx = idx[order]
         prompt = w.prompt_tokens[idx]
-        out = (np.full(n, req.output_tokens, np.int64) if w.output_tokens is None
-               else np.maximum(1, w.output_tokens[idx]).astype(np.int64))
+        warm = np.minimum(prompt, w.hit_tokens[idx]) * 2 >= prompt
         if self.placed:
-            pl = self.placement(option, gpus, nodes, scale)
+            pl = self.placement(option, gpus, nodes, scale, k)
+            out = (np.full(n, req.output_tokens, np.int64) if w.output_tokens is None
+                   else np.maximum(1, w.output_tokens[idx]).astype(np.int64))
             zero = np.zeros(n)
             return Traffic(arr, prompt, hit_hbm=pl.hit_hbm,
                            hit_dram=pl.hit_tier if option == "host-dram" else zero,
                            hit_xmem=pl.hit_tier if option == "xmem" else zero,
-                           output=out, prev=prev, think=think, route=pl.replica)
+                           output=out, prev=prev, think=think, route=pl.replica), warm
         h_all, share = self.hit_split(option, gpus, nodes)
         factor = min(1.0, h_all / w.token_hit_ratio) if w.token_hit_ratio > 0 else 0.0
         # A smaller cache loses whole prefixes, not a slice of every one (an LRU keeps
         # what was reused soon): each request keeps its hits with probability `factor`
         # (the same draw in every run, so options and GPU counts compare like for like).
-        keep = self.keep_draw[: len(idx)] < factor
+        keep = keep_draw[order] < factor
         hits = np.minimum(prompt, np.where(keep, w.hit_tokens[idx], 0.0))
         in_hbm = np.floor(hits * share)
         rest = hits - in_hbm
+        out = (np.full(n, req.output_tokens, np.int64) if w.output_tokens is None
+               else np.maximum(1, w.output_tokens[idx]).astype(np.int64))
         zero = np.zeros(n)
         return Traffic(arr, prompt, hit_hbm=in_hbm,
                        hit_dram=rest if option == "host-dram" else zero,
                        hit_xmem=rest if option == "xmem" else zero,
-                       output=out, prev=prev, think=think, route=route)
+                       output=out, prev=prev, think=think, route=route), warm
 
     # per-replica caches -------------------------------------------------------------------
-    def stream(self, scale: float) -> RT.Stream:
-        """The requests in arrival order as the router sees them (routing.Stream)."""
+    def stream(self, scale: float, k: int = 0) -> RT.Stream:
+        """Replication k's requests in arrival order as the router sees them
+        (routing.Stream)."""
         req, w = self.req, self.req.workload
-        n = len(self.idx)
+        idx0, _, seed = self.draws(k)
+        n = len(idx0)
         order = np.arange(n)
         arr, _, _, _ = arrivals(
-            req.load, n, req.seed, scale=scale,
-            session=None if w.session is None else w.session[self.idx],
-            timestamp_s=None if w.timestamp_s is None else w.timestamp_s[self.idx],
+            req.load, n, seed, scale=scale,
+            session=None if w.session is None else w.session[idx0],
+            timestamp_s=None if w.timestamp_s is None else w.timestamp_s[idx0],
             order=order)
-        idx = self.idx[order]
+        idx = idx0[order]
+        groups = self.groups(k)
         prompt = w.prompt_tokens[idx].astype(np.float64)
         out = (np.full(n, float(req.output_tokens)) if w.output_tokens is None
                else np.maximum(1, w.output_tokens[idx]).astype(np.float64))
@@ -369,8 +526,8 @@ class Planner:
         else:  # open arrivals drawn from the samples: every request a session of its own
             session = np.arange(n, dtype=np.int64)
             hit = np.zeros(n)
-        if self.groups is not None:
-            group = self.groups[order].astype(np.int64)
+        if groups is not None:
+            group = groups[order].astype(np.int64)
             if w.group_tokens is not None:
                 gtok = np.minimum(prompt, w.group_tokens[idx])
             else:  # --prefix-groups: a request's hit prefix is its group's
@@ -410,19 +567,36 @@ class Planner:
         total = self.tier_tokens(option, gpus, nodes)
         return RT.Deployment(R, room, tier_of, np.full(d, total / d))
 
-    def placement(self, option: str, gpus: int, nodes: int, scale: float) -> RT.Placement:
-        key = (option, gpus, nodes if option == "xmem" else 0, scale)
+    def placement(self, option: str, gpus: int, nodes: int, scale: float, k: int = 0
+                  ) -> RT.Placement:
+        key = (option, gpus, nodes if option == "xmem" else 0, scale, k)
         if key not in self.placements:
-            self.placements[key] = RT.place(self.stream(scale),
+            self.placements[key] = RT.place(self.stream(scale, k),
                                             self.deployment(option, gpus, nodes),
                                             self.router)
         return self.placements[key]
 
     def run(self, option: str, gpus: int, nodes: int = 0, scale: float = 1.0,
-            instant_loads: bool = False) -> Point:
+            instant_loads: bool = False, slo_ms: float | None = None,
+            extend: bool = True) -> Point:
+        """The configuration over its replications: REPS_MIN, and more (up to REPS_MAX,
+        while the plan's budget lasts) while its interval straddles `slo_ms` (the
+        request's SLO by default) when `extend`."""
         key = (option + ("!" if instant_loads else ""), gpus, nodes, scale)
-        if key in self.cache:
-            return self.cache[key]
+        reps = self.cache.setdefault(key, [])
+        req = self.req
+        while len(reps) < req.reps_min:
+            reps.append(self._rep(option, gpus, nodes, scale, instant_loads, len(reps)))
+        slo = req.slo_s * 1e3 if slo_ms is None else slo_ms
+        pt = self._aggregate(option, gpus, nodes, scale, reps)
+        while (extend and len(reps) < req.reps_max and pt.verdict(slo) == "marginal"
+               and self.budget.left()):
+            reps.append(self._rep(option, gpus, nodes, scale, instant_loads, len(reps)))
+            pt = self._aggregate(option, gpus, nodes, scale, reps)
+        return pt
+
+    def _rep(self, option: str, gpus: int, nodes: int, scale: float, instant_loads: bool,
+             k: int) -> _Rep:
         req = self.req
         replicas = max(1, gpus // req.shape.gpus)
         e = engine_for(req.setup, replicas=replicas, nodes=max(nodes, 1),
@@ -432,40 +606,62 @@ class Planner:
         if instant_loads:
             e = e.replace(dram_bandwidth=1e30, xmem_bandwidth=1e30, node_bandwidth=math.inf,
                           switch_bandwidth=math.inf)
-        tr = self.traffic(option, gpus, nodes, scale)
+        tr, warm_all = self._traffic(option, gpus, nodes, scale, k)
         r = simulate(tr, e)
         self.sims += 1
-        if self.placed:
-            pl = self.placement(option, gpus, nodes, scale)
-            hbm, tier, _ = pl.split()
-            h_all, share = hbm + tier, (hbm / (hbm + tier) if hbm + tier > 0 else 0.0)
-        else:
-            h_all, share = self.hit_split(option, gpus, nodes)
-        p = self._point(option, gpus, nodes, h_all, share, r, scale)
-        if self.placed:
-            p.split = pl.split()
-            p.balance = balance(pl, replicas, tr.output)
-        self.cache[key] = p
-        return p
-
-    def _point(self, option: str, gpus: int, nodes: int, h: float, share: float,
-               r: SimResult, scale: float = 1.0) -> Point:
-        req = self.req
         keep = np.argsort(r.arrival, kind="stable")[int(len(r.arrival) * WARMUP_SHARE):]
         ttft = r.ttft[keep] * 1e3
-        warm = r.warm[keep]
+        warm = warm_all[keep]
         groups = {"warm": ttft[warm], "cold": ttft[~warm], "all": ttft}
-        stats = {k: ({f"p{q:g}": float(np.percentile(v, q)) for q in (50, 90, 99)}
-                     if v.size else {}) for k, v in groups.items()}
-        base = groups["warm"] if req.slo_on == "warm" and warm.any() else groups["all"]
-        value = float(np.percentile(base, req.slo_percentile))
-        over, cap = self._overload(r, ttft, scale)
+        on_warm = req.slo_on == "warm" and bool(warm.any())
+        base = groups["warm"] if on_warm else groups["all"]
+        over, cap, achieved = self._overload(r, ttft, scale)
+        split = bal = None
+        if self.placed:
+            pl = self.placement(option, gpus, nodes, scale, k)
+            split, bal = pl.split(), balance(pl, replicas, tr.output)
+        return _Rep(split=split, balance=bal,
+                    value=float(np.percentile(base, req.slo_percentile)), overloaded=over,
+                    cap=cap, groups=groups, utilisation=r.utilisation(),
+                    queue_ms=float(np.mean(r.queue_delay[keep]) * 1e3),
+                    kv_full=self._kv_full(r, gpus),
+                    per_replica=len(r.arrival) / len(r.busy), achieved=achieved,
+                    coverage=float(warm.mean()) if on_warm and len(warm) else 1.0)
+
+    def _aggregate(self, option: str, gpus: int, nodes: int, scale: float,
+                   reps: list[_Rep]) -> Point:
+        req = self.req
+        k = len(reps)
+        vals = np.array([r.value for r in reps])
+        m = float(vals.mean())
+        half = t975(k - 1) * float(vals.std(ddof=1)) / math.sqrt(k) if k > 1 else math.inf
+        if not math.isfinite(half) and k > 1:
+            half = 0.0
+        over = 2 * sum(r.overloaded for r in reps) > k
+        stats: dict[str, dict[str, float]] = {}
+        for g in ("warm", "cold", "all"):
+            v = np.concatenate([r.groups[g] for r in reps])
+            stats[g] = ({f"p{q:g}": float(x) for q, x in
+                         zip((50, 90, 99), np.percentile(v, (50, 90, 99)), strict=True)}
+                        if v.size else {})
+        caps = [r.cap for r in reps if r.cap is not None]
+        h, share = self.hit_split(option, gpus, nodes)
+        rate = req.load.load_rps()
+        ci = (m - half, m + half)
         return Point(option=option, gpus=gpus, nodes=nodes, hit_ratio=h, hbm_share=share,
-                     ttft_ms=stats, slo_value_ms=value, utilisation=r.utilisation(),
-                     queue_ms_mean=float(np.mean(r.queue_delay[keep]) * 1e3),
-                     meets_slo=value <= req.slo_s * 1e3 and not over, overloaded=over,
-                     capacity_rps=cap, requests_per_replica=len(r.arrival) / len(r.busy),
-                     kv_full=self._kv_full(r, gpus))
+                     ttft_ms=stats, slo_value_ms=m,
+                     utilisation=float(np.mean([r.utilisation for r in reps])),
+                     queue_ms_mean=float(np.mean([r.queue_ms for r in reps])),
+                     meets_slo=not over and ci[1] <= req.slo_s * 1e3, overloaded=over,
+                     capacity_rps=float(np.mean(caps)) if caps else None,
+                     requests_per_replica=reps[0].per_replica,
+                     kv_full=float(np.mean([r.kv_full for r in reps])),
+                     ci_ms=ci, replications=k,
+                     offered_rps=None if rate is None or req.load.kind == "users"
+                     else rate * scale,
+                     achieved_rps=float(np.mean([r.achieved for r in reps])),
+                     slo_coverage=float(np.mean([r.coverage for r in reps])),
+                     split=reps[0].split, balance=reps[0].balance)
 
     def _kv_full(self, r: SimResult, gpus: int) -> float:
         """Little's law over the run: the KV tokens of started, unfinished requests (prompt
@@ -479,60 +675,132 @@ class Planner:
         return held / span / room
 
     def _overload(self, r: SimResult, ttft_ms: np.ndarray, scale: float
-                  ) -> tuple[bool, float | None]:
-        """(overloaded, requests/s the replicas serve) for an open-loop load.
+                  ) -> tuple[bool, float | None, float]:
+        """(overloaded, requests/s the replicas serve, requests/s that arrived).
 
         Capacity = replicas x requests / busy replica-seconds (at this run's batching).
-        Overloaded when the offered rate is above it, i.e. the replicas were given more
-        work than the arrival window lasts, and either TTFT grows through the run (the
-        last third of requests waits at least 1.25x as long as the first: a queue that
-        never drains) or the run is too short to show it (fewer than
-        MIN_REQUESTS_PER_REPLICA requests per replica: a run of one request per replica
-        shows no queue at any rate). Closed-loop users cannot overload (they wait)."""
+        Overloaded when the load the run was offered (its own arrivals) is above it, i.e.
+        the replicas were given more work than the arrival window lasts, and either TTFT
+        grows through the run (the last third of requests waits at least 1.25x as long as
+        the first: a queue that never drains) or the run is too short to show it (fewer
+        than MIN_REQUESTS_PER_REPLICA requests per replica: a run of one request per
+        replica shows no queue at any rate). Closed-loop users cannot overload (they
+        wait). The arrivals are the run's own: a trace's sessions wait for their replies,
+        so they arrive slower than the rate named."""
         rate = self.req.load.load_rps()
+        span = float(r.arrival.max() - r.arrival.min()) if len(r.arrival) else 0.0
+        achieved = (len(r.arrival) - 1) / span if span > 0 else (rate or 0.0) * scale
         busy = float(r.busy.sum())
         if self.req.load.kind == "users" or not rate or busy <= 0 or len(ttft_ms) < 3:
-            return False, None
+            return False, None, achieved
         cap = len(r.busy) * len(r.arrival) / busy
         k = len(ttft_ms) // 3
         trend = float(np.mean(ttft_ms[-k:])) > 1.25 * float(np.mean(ttft_ms[:k]))
         short = len(r.arrival) < MIN_REQUESTS_PER_REPLICA * len(r.busy)
-        # The load these replicas were offered: the run's own arrivals. Open-loop arrivals
-        # are the requested rate; a trace's sessions wait for their replies, so they arrive
-        # slower than the rate named (the nominal figure had flagged a run 3 % busy).
-        span = float(r.arrival.max() - r.arrival.min())
-        offered = (len(r.arrival) - 1) / span if span > 0 else rate * scale
-        return bool(offered > cap and (trend or short)), cap
+        return bool(achieved > cap and (trend or short)), cap, achieved
 
     # searches ---------------------------------------------------------------------------
+    def gpu_lower_bound(self) -> int:
+        """Fewest GPUs that can carry an open-loop load at all: below LOWER_MARGIN x
+        (rate x the mean replica-seconds of each request's compute at its FLOP time: every
+        hit kept, linear FLOPs of its computed prompt and output tokens, attention FLOPs of
+        its prompt, no overhead, no weight or KV bytes), the replicas are more than 1 /
+        LOWER_MARGIN busy on compute alone and their queue grows; no count below it can
+        comply. Every batch of the simulator costs at least its FLOP time
+        (docs/size.md, "The search"). Closed-loop users and trace sessions wait for their
+        replies (no count overloads): the bound is one replica."""
+        req = self.req
+        step = req.shape.gpus
+        rate = req.load.load_rps()
+        if req.load.kind != "poisson" or not rate:
+            return step
+        e = engine_for(req.setup, replicas=1, nodes=1)
+        lin = float(getattr(e, "lin_s_per_token", 0.0))
+        attn = float(getattr(e, "attn_s_per_unit", 0.0))
+        w = req.workload
+        s, h = w.prompt_tokens, np.minimum(w.prompt_tokens, w.hit_tokens)
+        out = (np.full(len(s), req.output_tokens) if w.output_tokens is None
+               else np.maximum(1, w.output_tokens))
+        work = lin * (s - h + out - 1) + attn * (s * s - h * h)
+        replicas = math.ceil(LOWER_MARGIN * rate * float(np.mean(work)) - 1e-9)
+        return max(1, min(replicas, self.top_gpus() // step)) * step
+
     def fewest_gpus(self, option: str, nodes: int = 0, slo_s: float | None = None,
-                    instant_loads: bool = False) -> int | None:
+                    instant_loads: bool = False, upper: int | None = None) -> int | None:
+        """Fewest GPUs whose interval is within the SLO, searched so that a count that
+        complies cannot be missed: doubling probes from the lower bound to the first that
+        complies, then every count from the bound up to it (the first SCAN_MAX of them;
+        past them, bisection, which assumes compliance grows with the count;
+        `self.searches` says which was used). `upper`: search no further (a cheaper
+        answer is known)."""
         slo_ms = (self.req.slo_s if slo_s is None else slo_s) * 1e3
         step = self.req.shape.gpus
-
-        def ok(g: int) -> bool:
-            pt = self.run(option, g, nodes, instant_loads=instant_loads)
-            return pt.slo_value_ms <= slo_ms and not pt.overloaded
-
-        top = self.top_gpus()
-        if not ok(top):  # no count helps: say so after one run, not after doubling to it
+        top = self.top_gpus() if upper is None else min(self.top_gpus(),
+                                                        upper // step * step)
+        skey = (option + ("!" if instant_loads else ""), nodes, slo_ms, upper is None)
+        lo = self.gpu_lower_bound()
+        if top < step or lo > top:
+            self.searches[skey] = (f"not searched: fewer than {lo:,} GPUs cannot carry the "
+                                   "load" if lo > top else "not searched", None)
             return None
-        lo, hi = 0, step
-        while not ok(hi):
-            lo = hi
-            hi *= 2
-            if hi >= top:
-                hi = top
+
+        def pt(g: int) -> Point:
+            return self.run(option, g, nodes, instant_loads=instant_loads, slo_ms=slo_ms)
+
+        marginal: Point | None = None
+        probe = lo
+        while True:  # doubling probes
+            p = pt(probe)
+            v = p.verdict(slo_ms)
+            if v == "meets":
                 break
-        while hi - lo > step:  # ok(hi), not ok(lo) (or lo = 0)
-            mid = (lo + hi) // 2 // step * step
-            if mid <= lo:
+            if v == "marginal":
+                marginal = p
+            if probe >= top:
+                self.searches[skey] = (
+                    f"none: probed {lo:,} to {top:,} GPUs, doubling", marginal)
+                return None
+            probe = min(top, max(probe + step, probe * 2 // step * step))
+        hi = probe
+        # every count from the bound up to the first probe that complies (the probes
+        # skipped some); past SCAN_MAX of them, bisection for the rest of the range
+        below = list(range(lo, hi, step))
+        scan, rest = below[:SCAN_MAX], below[SCAN_MAX:]
+        how = f"exhaustive from {lo:,} GPUs (the capacity bound)"
+        found = False
+        for g in scan:
+            q = pt(g)
+            v = q.verdict(slo_ms)
+            if v == "meets":
+                hi, found = g, True
                 break
-            if ok(mid):
-                hi = mid
-            else:
-                lo = mid
+            if v == "marginal":
+                marginal = q
+        if not found and rest:
+            how = (f"exhaustive from {lo:,} GPUs up to {scan[-1]:,}, bisection between "
+                   f"{scan[-1]:,} and {hi:,} (assumes compliance grows with the count)")
+            a = scan[-1]
+            while hi - a > step:
+                mid = (a + hi) // 2 // step * step
+                if mid <= a:
+                    break
+                q = pt(mid)
+                v = q.verdict(slo_ms)
+                if v == "meets":
+                    hi = mid
+                else:
+                    if v == "marginal":
+                        marginal = q
+                    a = mid
+        if marginal is not None and marginal.gpus > hi:
+            marginal = None
+        self.searches[skey] = (how, marginal)
         return hi
+
+    def search_of(self, option: str, nodes: int = 0, slo_s: float | None = None,
+                  upper: bool = False) -> tuple[str, Point | None]:
+        slo_ms = (self.req.slo_s if slo_s is None else slo_s) * 1e3
+        return self.searches.get((option, nodes, slo_ms, not upper), ("", None))
 
     def top_gpus(self) -> int:
         """The largest GPU count searched: --max-gpus rounded down to whole replicas."""
@@ -540,49 +808,50 @@ class Planner:
         return max(step, self.req.max_gpus // step * step)
 
     def fewest_nodes(self, gpus: int, slo_s: float | None = None) -> int | None:
-        """Fewest X-Mem nodes whose bandwidth lets `gpus` GPUs meet the SLO.
+        """Fewest X-Mem nodes that let `gpus` GPUs meet the SLO, for their bandwidth and,
+        where the tier's capacity is per node, for the hits that capacity keeps (the
+        profile's LRU curve): doubling probes, then every count below the first that
+        complies.
 
-        Never more than the count at which the nodes give every GPU its full link at once
-        (more cannot speed a load up)."""
+        Past the count at which the nodes give every GPU its full link at once, more
+        bandwidth cannot speed a load up: a count there complies when its hits are those
+        of --max-nodes nodes (which the caller found to comply)."""
         slo_ms = (self.req.slo_s if slo_s is None else slo_s) * 1e3
         e = engine_for(self.req.setup, replicas=max(1, gpus // self.req.shape.gpus), nodes=1)
         one = e.node_bandwidth * self.req.shape.gpus  # one node, over all its GPUs
         ceiling = max(1, math.ceil(gpus * e.xmem_bandwidth / one - 1e-9)) \
             if math.isfinite(one) else 1
+        full = self.hit_split("xmem", gpus, self.req.max_nodes)
 
         def ok(n: int) -> bool:
-            if n >= ceiling:
+            if n >= ceiling and self.hit_split("xmem", gpus, n) == full:
                 return True
-            pt = self.run("xmem", gpus, n)
-            return pt.slo_value_ms <= slo_ms and not pt.overloaded
+            return self.run("xmem", gpus, n, slo_ms=slo_ms).verdict(slo_ms) == "meets"
 
-        if ok(1):
-            return 1
-        hi = 2
+        hi = 1
         while not ok(hi):
-            hi *= 2
-            if hi > self.req.max_nodes:
+            if hi >= self.req.max_nodes:
                 return None
-        lo = hi // 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if ok(mid):
-                hi = mid
-            else:
-                lo = mid
+            hi = min(self.req.max_nodes, hi * 2)
+        for n in range(max(1, hi // 2 + 1), hi):
+            if ok(n):
+                return n
         return hi
 
     def goodput_bound(self, option: str, gpus: int, nodes: int
                       ) -> tuple[float | None, bool]:
         """(goodput, capped): the largest load (requests/s, or users x this for closed
-        loop) within the SLO; capped when the load still complies at GOODPUT_CEILING x the
-        requested one, where the search stops (the figure is then a lower bound)."""
+        loop) whose mean percentile over the replications is within the SLO; capped when
+        the load still complies at GOODPUT_CEILING x the requested one, where the search
+        stops (the figure is then a lower bound)."""
         base = self.req.load.load_rps()
         if base is None:
             return None, False
+        slo_ms = self.req.slo_s * 1e3
 
         def ok(s: float) -> bool:
-            return self.run(option, gpus, nodes, scale=s).meets_slo
+            p = self.run(option, gpus, nodes, scale=s, extend=False)
+            return not p.overloaded and p.slo_value_ms <= slo_ms
 
         lo, hi = 0.0, 1.0
         if ok(hi):
@@ -634,20 +903,127 @@ def nodes_for_capacity(p: Planner) -> int:
     return max(1, math.ceil(ws * p.kvb_all / node_cap))
 
 
-SHAPES_TP = (2, 4, 8)
+SHAPES_TP = (1, 2, 4, 8)
 GOODPUT_CEILING = 128  # goodput search stops at this multiple of the requested load
 KV_FULL_WARN = 0.8  # a simulated KV cache this full on average: say the answer is optimistic
+LOWER_MARGIN = 0.8  # the capacity bound: counts below 0.8 x the compute-alone need
+
+
+# --- the cheapest over shapes and options ------------------------------------------------
+
+RANK = {"hbm-only": 0, "host-dram": 1, "xmem": 2}
+
+
+def _shapes(req: SizeRequest) -> list[M.Shape]:
+    """The replica shapes searched: the one --tp/--ep fixed, else the smallest that holds
+    the weights and the longest prompt's KV and every wider TP up to 8 (EP = TP for MoE),
+    keeping --dp-attention."""
+    if not req.auto_shape:
+        return [req.shape]
+    out = [req.shape]
+    for tp in SHAPES_TP:
+        if tp <= req.shape.tp or tp > req.max_gpus:
+            continue
+        out.append(M.Shape(tp=tp, ep=tp if req.model.expert_params else 1,
+                           dp_attention=req.shape.dp_attention or req.dp_attention))
+    return out
+
+
+def option_cost(req: SizeRequest, option: str, gpus: int, nodes: int) -> float | None:
+    """What `gpus` GPUs (and `nodes` X-Mem nodes) cost with --cost; None without prices."""
+    pr = req.prices
+    if pr is None:
+        return None
+    c = gpus * pr.gpu_price(req.gpu.name) + (nodes if option == "xmem" else 0) * pr.xmem_node
+    if option == "host-dram":
+        c += gpus * pr.host_dram
+    return c
+
+
+def _key(o: OptionResult, tp: int) -> tuple[float, ...]:
+    """Cheapest first: by price with --cost, else by GPUs, then X-Mem nodes; ties go to
+    the simpler tier (HBM, host DRAM, X-Mem), then to the lower percentile (more
+    headroom: a shape that only just complies at one seed does not win a tie by chance),
+    then to the narrower replica."""
+    assert o.gpus is not None
+    v = o.point.slo_value_ms if o.point is not None else math.inf
+    base = (float(o.gpus), float(o.nodes or 0 if o.option == "xmem" else 0),
+            float(RANK[o.option]), v, float(tp))
+    return base if o.cost is None else (o.cost, *base)
+
+
+@dataclass
+class _ShapeRun:
+    p: Planner
+    options: list[OptionResult]
+    n_cap: int
+    n_bw: int | None
+    n_rec: int | None
+    upper: int | None
+    g_x_inf: int | None = None
+
+
+def _options(p: Planner, upper: int | None) -> _ShapeRun:
+    """Each option's fewest GPUs (and X-Mem nodes) at the planner's shape; `upper`: no
+    more GPUs than this are of interest (a cheaper answer is known)."""
+    req = p.req
+    big = req.max_nodes
+    n_cap = nodes_for_capacity(p)
+    g_hbm = p.fewest_gpus("hbm-only", upper=upper)
+    g_host = p.fewest_gpus("host-dram", upper=upper)
+    g_x_inf = p.fewest_gpus("xmem", big, upper=upper)  # nodes not limiting
+    n_bw = p.fewest_nodes(g_x_inf) if g_x_inf is not None else None
+    n_rec = None if n_bw is None else max(n_bw, n_cap)
+    g_x = None if n_rec is None else p.fewest_gpus("xmem", n_rec, upper=upper)
+    top = p.top_gpus() if upper is None else min(p.top_gpus(), upper)
+    label = req.shape.label
+
+    def opt(name: str, g: int | None, n: int | None) -> OptionResult:
+        nodes = n if name == "xmem" else None
+        how, marg = p.search_of(name, (n or big) if name == "xmem" else 0, upper=upper
+                                is not None)
+        pt = None if g is None else p.run(name, g, n or 0)
+        note = ""
+        if g is None:
+            if name == "xmem" and g_x_inf is not None and n_bw is None:
+                note = (f"{g_x_inf:,} GPUs would need more than {big:,} X-Mem nodes of "
+                        "bandwidth")
+            elif upper is not None:
+                note = f"no GPU count up to {top:,} (the cheaper answer's) meets the SLO"
+            else:
+                at_top = p.run(name, top, big if name == "xmem" else 0, extend=False)
+                note = f"no GPU count up to {top:,} meets the SLO" + (
+                    f" (overloaded at this rate: {top:,} GPUs serve about "
+                    f"{at_top.capacity_rps or 0:,.0f} requests/s)" if at_top.overloaded
+                    else "")
+        o = OptionResult(name, g, nodes, pt, note=note, shape=label, search=how,
+                         marginal=marg)
+        if g is not None:
+            o.cost = option_cost(req, name, g, n or 0)
+        return o
+
+    options = [opt("hbm-only", g_hbm, None), opt("host-dram", g_host, None),
+               opt("xmem", g_x, n_rec)]
+    return _ShapeRun(p, options, n_cap, n_bw, n_rec, upper, g_x_inf)
+
+
+def _upper(req: SizeRequest, best: OptionResult) -> int:
+    """Most GPUs a configuration may have and still be as cheap as `best`."""
+    assert best.gpus is not None
+    if best.cost is None or req.prices is None:
+        return best.gpus
+    g = req.prices.gpu_price(req.gpu.name)
+    return best.gpus if g <= 0 else int(best.cost / g + 1e-9)
 
 
 def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True,
          with_router: bool = True) -> SizeResult:
-    """Size every option; see the module docstring. When compute binds so that no GPU
-    count complies at the requested replica shape, wider tensor parallelism is tried
-    (TP 2, 4, 8; EP = TP for MoE) and the first shape that complies is the answer. The
-    answer names the router; with per-replica caches, the hit split and balance of each
-    option are reasons, and so is the same deployment under another router."""
-    res = _plan_shapes(req, with_table=with_table, with_curve=with_curve)
-    _routing(req, res, compare=with_router)
+    """The cheapest compliant configuration over replica shapes and options; see the
+    module docstring. The answer names the router; with per-replica caches, the hit split
+    and balance of each option are reasons, and so is the same deployment under another
+    router."""
+    res, q = _plan_shapes(req, with_table=with_table, with_curve=with_curve)
+    _routing(q, res, compare=with_router)
     return res
 
 
@@ -701,68 +1077,66 @@ def _routing(req: SizeRequest, res: SizeResult, *, compare: bool) -> None:
         f"{units.count(nodes, 'node')} (here {n(mine.get('xmem'))}).")
 
 
-def _plan_shapes(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True
-                 ) -> SizeResult:
-    res = _plan(req, with_table=with_table, with_curve=with_curve)
-    if res.cheapest != "none" and req.auto_shape:
-        _hint_wider(req, res)
-    if res.cheapest != "none" or not req.auto_shape:
-        return res
-    tried = []
-    for tp in SHAPES_TP:
-        if tp <= req.shape.tp or tp > req.max_gpus:
+def _plan_shapes(req: SizeRequest, *, with_table: bool, with_curve: bool
+                 ) -> tuple[SizeResult, SizeRequest]:
+    """The result at the cheapest shape, and that shape's request."""
+    budget = Budget(req.extend_budget_s)
+    runs: list[tuple[M.Shape, _ShapeRun | None]] = []
+    best: tuple[tuple[float, ...], int, OptionResult] | None = None
+    for shape in _shapes(req):
+        r = req if shape == req.shape else replace(req, shape=shape)
+        p = Planner(r, budget)
+        upper = None if best is None else _upper(req, best[2])
+        if upper is not None and upper < shape.gpus:
+            runs.append((shape, None))  # one replica costs more than the answer
             continue
-        tried.append(f"tp{tp}")
-        shape = M.Shape(tp=tp, ep=tp if req.model.expert_params else 1,
-                        dp_attention=req.shape.dp_attention or req.dp_attention)
-        wider = _plan(replace(req, shape=shape), with_table=with_table,
-                      with_curve=with_curve)
-        if wider.cheapest != "none":
-            wider.reasons.insert(0, f"At {req.shape.label} no GPU count meets the SLO: "
-                                 f"{res.answer}")
-            wider.answer = wider.answer.rstrip(".") + f", as {shape.label} replicas."
-            why = res.binding.split(" (")[0]
-            wider.binding = f"{why} at {req.shape.label}; at {shape.label} {wider.binding}"
-            return wider
-    if tried:
-        res.reasons.append(f"Wider replicas ({', '.join(tried)}) do not meet it either.")
-    return res
+        sr = _options(p, upper)
+        runs.append((shape, sr))
+        for o in sr.options:
+            if o.gpus is not None:
+                k = _key(o, shape.tp)
+                if best is None or k < best[0]:
+                    best = (k, len(runs) - 1, o)
+    i = 0 if best is None else best[1]
+    sr0 = runs[i][1]
+    assert sr0 is not None
+    sr = sr0 if sr0.upper is None else _options(sr0.p, None)  # the answer's shape in full
+    res = _result(sr, with_table=with_table, with_curve=with_curve)
+    res.shapes = [{"shape": s.label, "searched": x is not None,
+                   "options": [] if x is None else [
+                       {"option": o.option, "gpus": o.gpus, "nodes": o.nodes,
+                        "cost": o.cost, "search": o.search, "note": o.note}
+                       for o in x.options]} for s, x in runs]
+    first = runs[0][1]
+    if i > 0 and first is not None:
+        alt = [o for o in first.options if o.gpus is not None]
+        if alt:
+            a = min(alt, key=lambda o: _key(o, runs[0][0].tp))
+            nodes = (f" and {units.count(a.nodes or 0, 'X-Mem node')}"
+                     if a.option == "xmem" else "")
+            res.reasons.insert(0, f"At {runs[0][0].label} the cheapest is {a.option} with "
+                               f"{_gpus(a.gpus)}{nodes}; {res.shape} replicas do as well or better "
+                               "(fewer GPUs or nodes, else more headroom).")
+        else:
+            res.reasons.insert(0, f"At {runs[0][0].label} no GPU count meets the SLO.")
+    elif best is None and len(runs) > 1:
+        res.reasons.append(f"Wider replicas ({', '.join(s.label for s, _ in runs[1:])}) do "
+                           "not meet it either.")
+    sims = sum(x.p.sims for _, x in runs if x is not None) + (sr.p.sims if sr is not sr0
+                                                               else 0)
+    reps = [len(v) for _, x in runs if x is not None for v in x.p.cache.values()]
+    res.replications = {"min": min(reps, default=0), "max": max(reps, default=0),
+                        "simulations": sims}
+    res.extra["simulations"] = sims
+    return res, sr.p.req
 
 
-def _cost(r: SizeResult) -> tuple[int, int] | None:
-    """(GPUs, X-Mem nodes) the answer buys; None when nothing complies."""
-    if r.cheapest == "none":
-        return None
-    g = r.option(r.cheapest).gpus
-    return None if g is None else (g, r.recommended_nodes or 0)
-
-
-def _hint_wider(req: SizeRequest, res: SizeResult) -> None:
-    """The answer stays at the smallest shape that fits (the default), but when a wider
-    one (TP 2, 4, 8) needs fewer GPUs, or as many and fewer nodes, say so: long prompts
-    make tensor parallelism pay even where one GPU per replica complies."""
-    best = _cost(res)
-    if best is None:
-        return
-    found: tuple[tuple[int, int], M.Shape, SizeResult] | None = None
-    for tp in SHAPES_TP:
-        if tp <= req.shape.tp or tp > min(req.max_gpus, best[0]):
-            continue  # a replica of tp GPUs cannot use fewer GPUs than tp
-        shape = M.Shape(tp=tp, ep=tp if req.model.expert_params else 1,
-                        dp_attention=req.shape.dp_attention or req.dp_attention)
-        wider = _plan(replace(req, shape=shape), with_table=False, with_curve=False)
-        c = _cost(wider)
-        if c is not None and c < (found[0] if found else best):
-            found = (c, shape, wider)
-    if found is None:
-        return
-    (g, n), shape, wider = found
-    flags = f"--tp {shape.tp}" + (f" --ep {shape.ep}" if shape.ep > 1 else "")
-    res.wider_shape = {
-        "shape": shape.label, "gpus": g, "nodes": n, "answer": wider.answer,
-        "line": f"Wider replicas need less: as {shape.label} replicas, "
-                f"{wider.answer.split(':')[0]} ({wider.cheapest}); pass {flags} to size "
-                "that shape."}
+def self_full(p: Planner, gpus: int | None, nodes: int) -> bool:
+    """Whether `nodes` X-Mem nodes keep every hit that --max-nodes nodes keep (bandwidth,
+    not capacity, then set their count)."""
+    if gpus is None:
+        return True
+    return p.hit_split("xmem", gpus, nodes) == p.hit_split("xmem", gpus, p.req.max_nodes)
 
 
 def _gpus(n: int | None) -> str:
@@ -770,53 +1144,52 @@ def _gpus(n: int | None) -> str:
     return "- GPUs" if n is None else units.count(n, "GPU")
 
 
-def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult:
-    p = Planner(req)
-    slo_ms = req.slo_s * 1e3
-    n_cap = nodes_for_capacity(p)
-    big = req.max_nodes
+def _ms(x: float) -> str:
+    return f"{x:,.0f}"
 
-    g_hbm = p.fewest_gpus("hbm-only")
-    g_host = p.fewest_gpus("host-dram")
-    g_x_inf = p.fewest_gpus("xmem", big)  # node bandwidth not limiting
-    n_bw = p.fewest_nodes(g_x_inf) if g_x_inf is not None else None
-    n_rec = None if n_bw is None else max(n_bw, n_cap)
-    g_x = None if n_rec is None else p.fewest_gpus("xmem", n_rec)
+
+def _interval(pt: Point, pq: str) -> str:
+    lo, hi = pt.ci_ms
+    if not math.isfinite(hi):
+        return f"{pq} {_ms(pt.slo_value_ms)} ms ({pt.replications} replication)"
+    return (f"{pq} {_ms(pt.slo_value_ms)} ms, 95 % CI {_ms(max(0.0, lo))}-{_ms(hi)} over "
+            f"{pt.replications} replications")
+
+
+def _result(sr: _ShapeRun, *, with_table: bool, with_curve: bool) -> SizeResult:
+    p, options = sr.p, sr.options
+    req = p.req
+    slo_ms = req.slo_s * 1e3
+    big = req.max_nodes
+    n_cap, n_bw, n_rec = sr.n_cap, sr.n_bw, sr.n_rec
+    by = {o.option: o for o in options}
+    g_hbm, g_host, g_x = by["hbm-only"].gpus, by["host-dram"].gpus, by["xmem"].gpus
+    comp = [o for o in options if o.gpus is not None]
+    best = min(comp, key=lambda o: _key(o, req.shape.tp)) if comp else None
+    for o in comp:
+        assert o.gpus is not None
+        o.goodput_rps, o.goodput_capped = p.goodput_bound(o.option, o.gpus, o.nodes or 0)
     g_instant = p.fewest_gpus("xmem", big, instant_loads=True)
-    # Instant loads are never slower than a real tier, so a count that complies with one
-    # complies with them: the bisecting searches assume compliance grows with the GPU
-    # count, and where a run breaks that (a nominal-rate overload flag once made instant
-    # loads "need" 9 GPUs beside X-Mem's 5) the line still says the smallest count known.
+    # Instant loads are never slower than a real tier: the line says the smallest count
+    # known to comply.
     known = [g for g in (g_instant, g_x, g_host, g_hbm) if g is not None]
     g_instant = min(known) if known else None
-
     top = p.top_gpus()
 
-    def opt(name: str, g: int | None, n: int | None) -> OptionResult:
-        pt = None if g is None else p.run(name, g, n or 0)
-        note = ""
-        if g is None:
-            at_top = p.run(name, top, big if name == "xmem" else 0)
-            note = f"no GPU count up to {top:,} meets the SLO" + (
-                f" (overloaded at this rate: {top:,} GPUs serve about "
-                f"{at_top.capacity_rps or 0:,.0f} requests/s)" if at_top.overloaded else "")
-        return OptionResult(name, g, n, pt, note=note)
-
-    options = [opt("hbm-only", g_hbm, None), opt("host-dram", g_host, None),
-               opt("xmem", g_x, n_rec)]
-    for o in options:
-        if o.gpus is not None:
-            o.goodput_rps, o.goodput_capped = p.goodput_bound(o.option, o.gpus, o.nodes or 0)
-
-    # the answer -------------------------------------------------------------------------
     reasons: list[str] = []
     headroom = None
     saved = None if g_host is None or g_x is None else g_host - g_x
     load = describe_load(req.load)
     slo_txt = f"{slo_ms:,.0f} ms" if slo_ms >= 1 else f"{slo_ms:.3g} ms"
     pq = f"p{req.slo_percentile:g}"
-    if g_x is None and g_host is None and g_hbm is None:
-        alone = p.run("xmem", top, big, instant_loads=True)
+    shape_txt = f" as {req.shape.label} replicas" if req.shape.label != "tp1" else ""
+    saving: float | None = None
+    money = ""
+    pr = req.prices
+    shown: Point | None = None
+    if best is None:
+        alone = p.run("xmem", top, big, instant_loads=True, extend=False)
+        shown = alone
         cheapest = "none"
         if alone.overloaded:
             cap = alone.capacity_rps or 0.0
@@ -833,48 +1206,93 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
                               "; the run had too few requests per GPU to say how many "
                               "would (raise --requests)."))
         else:
+            looser = alone.ci_ms[1] if math.isfinite(alone.ci_ms[1]) else alone.slo_value_ms
             answer = (f"No option meets the {slo_txt} SLO with up to {top:,} GPUs at {load}: "
                       f"even with instant loads TTFT {pq} is {alone.slo_value_ms:,.0f} ms "
-                      "(compute).")
+                      f"(compute); an SLO of {looser:,.0f} ms would be met there.")
             binding = "compute (no GPU count complies)"
             reasons.append("Raise the SLO, use a faster GPU or tensor parallelism (--tp), "
                            "or shorten prompts; no memory tier changes compute.")
-    elif g_host is not None and (g_x is None or g_host <= g_x):
+    elif best.option != "xmem":
+        g_best = best.gpus
+        assert g_best is not None and best.point is not None
         nx = n_rec or n_cap
-        hx = p.run("xmem", g_host, nx)
-        hh = p.run("host-dram", g_host)
+        hx = p.run("xmem", g_best, nx)
+        hh = best.point
         headroom = hh.slo_value_ms - hx.slo_value_ms
-        cheapest = ("hbm-only" if g_hbm is not None and g_hbm <= g_host else "host-dram")
-        g_best = g_hbm if cheapest == "hbm-only" else g_host
-        binding = ("compute sets the GPUs" if g_instant is not None and g_instant >= g_host
+        cheapest = best.option
+        binding = ("compute sets the GPUs" if g_instant is not None and g_instant >= g_best
                    else "load bandwidth sets the GPUs")
         compare = (f"({pq} {hh.slo_value_ms:,.0f} -> {hx.slo_value_ms:,.0f} ms on "
-                   f"{_gpus(g_host)})")
+                   f"{_gpus(g_best)})")
         xmem_txt = (f"X-Mem adds {headroom:,.0f} ms of headroom {compare}" if headroom >= 0.5
                     else f"X-Mem with {units.count(nx, 'node')} is no faster "
                     f"{compare}")
-        answer = (f"0 X-Mem nodes for {_gpus(g_best)}: "
+        answer = (f"0 X-Mem nodes for {_gpus(g_best)}{shape_txt}: "
                   f"{'HBM alone' if cheapest == 'hbm-only' else 'host DRAM'} meets the "
-                  f"{slo_txt} SLO at {load}; {xmem_txt}.")
+                  f"{slo_txt} SLO at {load}; {xmem_txt}")
+        ox = by["xmem"]
+        if pr is not None and best.cost is not None:
+            money = f"; {pr.money(best.cost)}"
+            if ox.cost is not None:
+                saving = ox.cost - best.cost
+                money += f", {pr.money(saving)} less than X-Mem's {pr.money(ox.cost)}"
     else:
         assert g_x is not None and n_rec is not None and n_bw is not None
-        node_bind = ("capacity sets the nodes" if n_cap > n_bw
+        node_bind = ("capacity sets the nodes" if n_cap >= n_bw and n_cap > 1
                      else "node bandwidth sets the nodes" if n_bw > 1
+                     and self_full(p, sr.g_x_inf, n_bw)
+                     else "the hits their capacity keeps set the nodes" if n_bw > 1
                      else "one node suffices")
         gpu_bind = ("compute" if g_instant is not None and g_instant >= g_x
                     else "per-GPU load bandwidth")
         binding = f"{gpu_bind} sets the GPUs, {node_bind}"
         cheapest = "xmem"
         host_txt = (f"host DRAM needs {_gpus(g_host)}, {saved:,} more" if g_host is not None
-                    and saved is not None
+                    and saved is not None and saved >= 0
+                    else f"host DRAM needs {_gpus(g_host)} and no X-Mem node"
+                    if g_host is not None
                     else f"host DRAM does not meet it with up to {top:,} GPUs")
-        answer = (f"{units.count(n_rec, 'X-Mem node')} for {_gpus(g_x)}: meets "
-                  f"the {slo_txt} SLO at {load} ({host_txt}); binding: {binding}.")
-        if saved:
+        answer = (f"{units.count(n_rec, 'X-Mem node')} for {_gpus(g_x)}{shape_txt}: meets "
+                  f"the {slo_txt} SLO at {load} ({host_txt}); binding: {binding}")
+        alt = [o for o in comp if o.option != "xmem"]
+        if pr is not None and best.cost is not None:
+            money = f"; {pr.money(best.cost)}"
+            if alt:
+                a = min(alt, key=lambda o: _key(o, req.shape.tp))
+                assert a.cost is not None
+                saving = a.cost - best.cost
+                money += (f", saves {pr.money(saving)} against "
+                          f"{'host DRAM' if a.option == 'host-dram' else 'HBM alone'}")
+        elif saved:
             reasons.append(f"X-Mem is the cheaper option if {units.count(n_rec, 'node')} "
-                           f"cost{'s' if n_rec == 1 else ''} less than {_gpus(saved)}.")
-    reasons.append(f"Nodes: {'-' if n_bw is None else f'{n_bw:,}'} for bandwidth, {n_cap:,} "
-                   "for capacity (working set / node capacity).")
+                           f"cost{'s' if n_rec == 1 else ''} less than {_gpus(saved)} "
+                           "(pass --cost to compare in money).")
+    pt_best = None if best is None else best.point
+    marg = None
+    if best is not None:
+        cands = [o.marginal for o in options if o.marginal is not None
+                 and o.marginal.gpus <= (best.gpus or 0)]
+        marg = min(cands, key=lambda q: (q.gpus, RANK[q.option])) if cands else None
+    if pt_best is not None:
+        cover = (f" ({pq} of warm requests, {pt_best.slo_coverage:.0%} of all)"
+                 if req.slo_on == "warm" else f" ({pq} of all requests)")
+        answer += f"{money}. {_interval(pt_best, pq)}{cover}"
+        if marg is not None:
+            answer += (f"; marginal: {marg.option} on {_gpus(marg.gpus)}, {pq} "
+                       f"{_ms(max(0.0, marg.ci_ms[0]))}-{_ms(marg.ci_ms[1])} ms straddles "
+                       f"{slo_txt}")
+        if req.load.kind == "trace" and pt_best.offered_rps:
+            answer += (f"; achieved {_num(pt_best.achieved_rps)} of "
+                       f"{_num(pt_best.offered_rps)} requests/s offered (sessions wait "
+                       "for replies)")
+        answer += "."
+    if pr is None and best is not None:
+        reasons.append("Compared in counts (GPUs, then X-Mem nodes): pass --cost "
+                       "gpu=PRICE,xmem-node=PRICE to compare in money.")
+    reasons.append(f"Nodes: {'-' if n_bw is None else f'{n_bw:,}'} simulated (bandwidth and "
+                   f"the hits they keep), {n_cap:,} for capacity (working set / node "
+                   "capacity).")
     if g_instant is not None:
         reasons.append(f"With instant KV loads {_gpus(g_instant)} would do: the rest of the "
                        "GPU count is compute (prefill, decode) and queueing.")
@@ -896,11 +1314,16 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         reasons.append(f"Only {o.point.requests_per_replica:,.1f} simulated requests per "
                        f"replica at {_gpus(o.gpus)} ({o.option}): the percentiles are of a "
                        "short run, not a steady state; raise --requests.")
+    bisected = [o.option for o in options if "bisection" in o.search]
+    if bisected:
+        reasons.append(f"The GPU search of {', '.join(bisected)} bisected a long range "
+                       "(more than {SCAN_MAX} counts): it assumes compliance grows with "
+                       "the count there.".replace("{SCAN_MAX}", str(SCAN_MAX)))
 
     table = _table(p, n_cap) if with_table else []
-    saving = [t for t in table if t["gpus_saved"]]
-    if saving and cheapest != "xmem":
-        t = max(saving, key=lambda t: t["ttft_slo_ms"])
+    saving_rows = [t for t in table if t["gpus_saved"]]
+    if saving_rows and cheapest != "xmem":
+        t = max(saving_rows, key=lambda t: t["ttft_slo_ms"])
         reasons.append(f"X-Mem becomes worth buying at an SLO of {t['ttft_slo_ms']:,.0f} ms or "
                        f"tighter: it saves {_gpus(t['gpus_saved'])} there "
                        f"({t['gpus_host_dram']:,} -> {t['gpus_xmem']:,}).")
@@ -908,6 +1331,7 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
     ws = p.working_set_tokens()
     w = req.workload
     conc = req.load.users if req.load.kind == "users" else None
+    at = pt_best or shown
     res = SizeResult(
         answer=answer, binding=binding, cheapest=cheapest, workload=w.description, load=load,
         model=req.model.name, gpu=req.gpu.name, engine=req.engine, overlap=req.overlap,
@@ -926,8 +1350,13 @@ def _plan(req: SizeRequest, *, with_table: bool, with_curve: bool) -> SizeResult
         excluded_over_context=w.excluded_over_context, concurrency=conc,
         shape=req.shape.label, kv_dtype_bytes=req.model.kv_dtype_bytes,
         attention_dtype=req.attention_dtype,
+        cost=None if best is None else best.cost,
+        cost_basis=None if pr is None else pr.basis, saving=saving,
+        offered_rps=None if at is None else at.offered_rps,
+        achieved_rps=None if at is None else at.achieved_rps,
+        slo_coverage=None if at is None else at.slo_coverage,
+        marginal=marg is not None,
     )
-    res.extra["simulations"] = p.sims
     return res
 
 
@@ -958,9 +1387,11 @@ def _load_curve(p: Planner, options: list[OptionResult]) -> dict[str, Any]:
     out: dict[str, Any] = {"gpus": g, "load_rps": [s * base for s in LOAD_SCALES]}
     nodes = next((o.nodes for o in options if o.option == "xmem"), None) or 1
     for o in OPTIONS:
-        pts = [p.run(o, g, nodes if o == "xmem" else 0, scale=s) for s in LOAD_SCALES]
+        pts = [p.run(o, g, nodes if o == "xmem" else 0, scale=s, extend=False)
+               for s in LOAD_SCALES]
         out[o] = [pt.slo_value_ms for pt in pts]
         out[o + "_overloaded"] = [pt.overloaded for pt in pts]
+        out[o + "_achieved_rps"] = [pt.achieved_rps for pt in pts]
     return out
 
 

@@ -6,6 +6,7 @@ catalog, default) and printed by the CLI.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from xmemplan.errors import UsageError
 from xmemplan.sizing import model as M
 from xmemplan.sizing import routing as RT
 from xmemplan.sizing import workload as wl
-from xmemplan.sizing.planner import SizeRequest, describe_load
+from xmemplan.sizing.planner import Prices, SizeRequest, describe_load
 from xmemplan.sizing.simmodel import HBM_USABLE
 
 ENGINES = {
@@ -59,6 +60,7 @@ def build_request(
     dp_attention: bool = False, kv_dtype: str | None = None, attention_dtype: str = "bf16",
     mem_fraction: float | str | None = None, router: str = RT.DEFAULT_ROUTER,
     prefix_groups: int | None = None, tier_scope: Sequence[str] = (),
+    cost: str | None = None,
 ) -> tuple[SizeRequest, list[str]]:
     """The request and notes to show (which workload, what was overridden)."""
     slo = units.parse_duration(ttft_slo, "--ttft-slo", lo_open=True)
@@ -119,6 +121,7 @@ def build_request(
     if prompt_tokens is not None:
         prompt = units.parse_tokens(prompt_tokens, "--prompt-tokens")
 
+    prices = parse_cost(cost) if cost is not None else None
     cat = load_catalog(catalog)
     notes: list[str] = []
     said: list[tuple[str, str]] = []
@@ -296,7 +299,15 @@ def build_request(
         mixed=mixed, auto_shape=tp is None and ep is None, assumptions=tuple(said),
         attention_dtype=attention_dtype, dp_attention=dp_attention, mem_fraction=frac,
         router=router_name, prefix_groups=prefix_groups or 0,
+        prices=prices,
     )
+    if prices is not None:
+        prices.gpu_price(g.name)  # a price for this GPU, or a clear error now
+        per = "per hour" if prices.basis == "hour" else "per unit"
+        said.append((f"prices {per}: GPU {prices.money(prices.gpu_price(g.name))}, X-Mem "
+                     f"node {prices.money(prices.xmem_node)}"
+                     + (f", host DRAM per GPU {prices.money(prices.host_dram)}"
+                        if prices.host_dram else ""), prices.source))
     if req.xmem.node_bandwidth_bytes_per_s is None:
         raise UsageError(f"tier '{req.xmem.name}' has no node_bandwidth",
                          "pass an X-Mem-like tier to --xmem-tier")
@@ -339,6 +350,72 @@ def _scope_words(t: TierSpec) -> str:
         return (f"every replica of a rack of {t.share_gpus:,} GPUs" if t.share_gpus
                 else "every replica of the deployment (one rack)")
     return "every replica of the cluster"
+COST_KEYS = ("gpu", "xmem-node", "host-dram")
+
+
+def parse_cost(text: str) -> Prices:
+    """`--cost gpu=2.5/h,xmem-node=40/h[,host-dram=0.2/h][,h200=3.5/h]` (per hour: every
+    price ends in /h) or the same without /h (per unit, e.g. purchase prices), or a TOML
+    file with a `[cost]` table of the same keys (a catalog overlay: `basis = "hour"` or
+    "unit"). A GPU's catalog name prices that GPU (several GPUs compared in one run)."""
+    path = Path(text)
+    if text.endswith(".toml"):
+        import tomllib
+
+        from xmemplan.errors import InputError
+
+        try:
+            doc = tomllib.loads(path.read_text())
+        except OSError as e:
+            raise UsageError(f"--cost: cannot read '{text}' ({e.strerror})") from None
+        except tomllib.TOMLDecodeError as e:
+            raise InputError(f"not TOML ({e})", path=path) from None
+        table = doc.get("cost")
+        if not isinstance(table, dict):
+            raise InputError("no [cost] table", path=path, field="cost",
+                             hint="write [cost] with gpu = 2.5 and xmem-node = 40")
+        basis = table.get("basis", "hour")
+        if basis not in ("hour", "unit"):
+            raise InputError(f"{basis!r} is not a basis", path=path, field="cost.basis",
+                             hint="hour or unit")
+        items = {}
+        for k, v in table.items():
+            if k == "basis":
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                    or v < 0:
+                raise InputError(f"{v!r} is not a price", path=path, field=f"cost.{k}",
+                                 hint="a number, 0 or more")
+            items[k] = float(v)
+        return _prices(items, basis, f"catalog overlay ({path.name}, [cost])")
+    items, bases = {}, set()
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        k, eq, v = part.partition("=")
+        k = k.strip().lower()
+        if not eq or not k:
+            raise UsageError(f"--cost '{part}' is not KEY=PRICE",
+                             "write it like gpu=2.5/h,xmem-node=40/h")
+        v = v.strip()
+        per_hour = v.lower().endswith(("/h", "/hr", "/hour"))
+        bases.add("hour" if per_hour else "unit")
+        num = v.split("/")[0].strip().lstrip("$")
+        items[k] = units.parse_number(num, f"--cost {k}", lo=0.0)
+    if len(bases) > 1:
+        raise UsageError("--cost mixes prices per hour (/h) and per unit",
+                         "give every price per hour (2.5/h) or every one per unit")
+    return _prices(items, bases.pop() if bases else "hour", "flag (--cost)")
+
+
+def _prices(items: dict[str, float], basis: str, source: str) -> Prices:
+    if "xmem-node" not in items:
+        raise UsageError("--cost gives no xmem-node price",
+                         "add xmem-node=PRICE (per hour with /h)")
+    named = tuple((k, v) for k, v in items.items() if k not in COST_KEYS)
+    return Prices(gpu=items.get("gpu"), xmem_node=items["xmem-node"],
+                  host_dram=items.get("host-dram", 0.0), basis=basis, gpu_by_name=named,
+                  source=source)
 
 
 def _kv_dtype_name(m: ModelSpec) -> str:

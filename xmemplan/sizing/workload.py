@@ -10,8 +10,11 @@ Arrivals for the simulator (`arrivals`):
 - closed-loop users: each user sends its next request a think time (exponential, seeded)
   after the previous one is done;
 - a trace's own timestamps per session (profile sample with `session` and `timestamp_s`):
-  session starts are compressed by the load factor, each session's gaps are kept, and a
-  request never starts before the previous one of its session is done.
+  the whole trace's clock is compressed (or stretched) by the load factor (--rate over
+  the trace's own rate), session starts and the gaps inside a session alike, and a
+  request never starts before the previous one of its session is done (sessions wait for
+  their replies, so the load achieved can stay below the rate named: the planner reports
+  both).
 """
 
 from __future__ import annotations
@@ -246,17 +249,13 @@ def arrivals(a: Arrivals, n: int, seed: int, *, scale: float = 1.0,
         # users start spread over one think time, so that they do not all send at once
         arr = np.where(prev < 0, rng.uniform(0, max(a.think_s, 1e-3), n), 0.0)
         return arr, prev, think, np.where(prev >= 0, -2, -1).astype(np.int64)
-    # trace: sessions keep their internal gaps; starts are compressed by the load factor
+    # trace: the clock compressed by the load factor; sessions wait for their replies
     assert session is not None and timestamp_s is not None
     factor = (a.rate_rps or 1.0) * scale / (a.trace_rate_rps or 1.0)
     ts = np.asarray(timestamp_s, dtype=np.float64)
     sess = np.asarray(session, dtype=np.int64)
-    start: dict[int, float] = {}
-    for s_, t in zip(sess.tolist(), ts.tolist(), strict=True):
-        start[s_] = min(t, start.get(s_, math.inf))
-    t0 = min(start.values())
-    s_start = np.array([start[s_] for s_ in sess.tolist()])
-    arr = (s_start - t0) / factor + (ts - s_start)
+    t0 = float(ts.min()) if len(ts) else 0.0
+    arr = (ts - t0) / factor
     order_ = np.argsort(arr, kind="stable")
     arr = arr[order_]
     sess = sess[order_]
