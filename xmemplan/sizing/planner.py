@@ -1033,11 +1033,11 @@ def _routing(req: SizeRequest, res: SizeResult, *, compare: bool) -> None:
     if req.load.kind == "trace" and req.load.rate_rps:
         arr = Planner(req).stream(1.0).arrival
         span = float(arr.max() - arr.min()) if len(arr) > 1 else 0.0
-        got = (len(arr) - 1) / span if span > 0 else 0.0
-        if got < 0.5 * req.load.rate_rps:
-            res.extra["offered_rps"] = got
+        offered = (len(arr) - 1) / span if span > 0 else 0.0
+        if offered < 0.5 * req.load.rate_rps:
+            res.extra["offered_rps"] = offered
             res.reasons.append(
-                f"The trace's sessions arrive at {got:,.3g} requests/s, not the "
+                f"The trace's sessions arrive at {offered:,.3g} requests/s, not the "
                 f"{req.load.rate_rps:,.3g} named: compressing session starts adds little "
                 "load when the trace's sessions already overlap (their own gaps are "
                 "kept), so the simulated traffic is that of the trace's sessions; the "
