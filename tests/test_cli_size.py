@@ -52,10 +52,28 @@ def test_bare_command_answers_with_a_node_count(capsys: pytest.CaptureFixture[st
     head = " ".join(out.split("Load:")[0].split())
     assert "Cheapest compliant option" in head
     assert head.count("inding") == 1, head  # the binding constraint, said once
-    assert "GPUs and X-Mem nodes by SLO" in out
+    assert "GPUs by SLO (host DRAM/X-Mem, same load): 200 ms" in " ".join(out.split())
     assert "(s)" not in out + err, "plurals are spelled out"
-    assert "Assumption:" in err and "[default" in err and "Traceback" not in err
+    assert "assumptions behind this answer: -v lists them" in err and "Traceback" not in err
+    assert "Assumption:" not in err  # behind -v
     _whole_at_80(out)
+    # the answer is repeated last when the output runs long (it does here)
+    answer = out.split("\nCheapest")[0]
+    assert out.rstrip("\n").endswith(answer)
+    code, out_v, err_v = _run(capsys, "-v", "size", "--ttft-slo", "500ms")
+    assert code == 0
+    assert "GPUs and X-Mem nodes by SLO" in out_v
+    assert "Assumption:" in err_v and "[default" in err_v
+
+
+def test_default_output_fits_a_50_row_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """COLUMNS=80, the bare command: the answer and the options table stay on a 50-row
+    screen (stdout and stderr together), and the answer is the last thing said."""
+    code, out, err = _run(capsys, "size", "--ttft-slo", "500ms")
+    assert code == 0
+    total = out.count("\n") + err.count("\n")
+    assert total <= 40, f"{total} lines"
+    assert "Fewest GPUs meeting the SLO" in out
 
 
 def test_bare_command_is_fast() -> None:
@@ -490,7 +508,8 @@ def test_mem_fraction_sets_the_kv_room(capsys) -> None:
             room / M.kv_bytes_per_token_per_gpu(req.model, req.shape))
         caps[f] = e.kv_capacity_tokens
     assert caps[0.75] < caps[0.9]
-    code, out, err = _run(capsys, "size", "--ttft-slo", "500ms", "--mem-fraction", "0.75")
+    code, out, err = _run(capsys, "-v", "size", "--ttft-slo", "500ms", "--mem-fraction",
+                          "0.75")
     assert code == 0 and "takes 75% of each GPU's HBM" in err and "--mem-fraction" in err
     for bad in ("0", "1.5", "x"):
         code, out, err = _run(capsys, "size", "--ttft-slo", "500ms", "--mem-fraction", bad)

@@ -41,6 +41,9 @@ def _version(value: bool) -> None:
 def _main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or info."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Everything a command keeps short by default (size: "
+        "every assumption with its source, the full table by SLO)."),
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version."
     ),
@@ -49,6 +52,7 @@ def _main(
 
     _state["debug"] = debug
     render.set_quiet(quiet)
+    render.set_verbose(verbose)
 
 
 for _module in (plan, hitrate, size, validate, compare, catalog, calibrate, export):
@@ -65,6 +69,9 @@ def run(argv: list[str] | None = None) -> int:
     from xmemplan.cli import invocation
 
     invocation.ARGV[:] = args
+    from xmemplan.cli.views import render
+
+    render.reset_counts()  # per run (in-process runs share the module)
     with warnings.catch_warnings():
         if not _state["debug"]:
             # numpy's "Mean of empty slice" and "invalid value" warnings are about values the

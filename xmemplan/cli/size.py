@@ -252,7 +252,7 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
         render.emit_csv(cols, rows)
         _warn(notes)
         return
-    render.line(r.answer)
+    render.answer(r.answer)
     _warn(notes)
     if "binding:" in r.answer:  # the answer already names it
         render.line(f"Cheapest compliant option: {r.cheapest}.")
@@ -274,7 +274,9 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
     render.line("(max r/s: the load those GPUs sustain within the SLO"
                 + (f"; >=: still within it at {GOODPUT_CEILING}x this load, where the search "
                    "stops" if capped else "") + ")")
-    if r.table:
+    if r.table and not render.verbose():  # one line; -v prints the table
+        render.line(_by_slo_line(r))
+    elif r.table:
         render.table(
             ["SLO ms", "GPUs, host DRAM", "GPUs, X-Mem", "nodes, X-Mem", "GPUs saved"],
             [[f"{t['ttft_slo_ms']:,.0f}", _n(t["gpus_host_dram"]), _n(t["gpus_xmem"]),
@@ -289,8 +291,28 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
     if r.excluded_over_context:
         render.line(f"- {r.excluded_over_context:,} requests longer than the model's context "
                     "are left out.")
-    for a in r.assumptions:
-        render.info(f"Assumption: {a['assumption']} [{a['source']}]")
+    if render.verbose():
+        for a in r.assumptions:
+            render.info(f"Assumption: {a['assumption']} [{a['source']}]")
+    elif r.assumptions:
+        render.info(f"{len(r.assumptions)} assumptions behind this answer: -v lists them "
+                    "with their sources (xmemplan -v size ...; --format json carries them)")
+    if render.lines_written() > ANSWER_AGAIN_AFTER:  # the answer has scrolled: again, last
+        render.answer(r.answer)
+
+
+ANSWER_AGAIN_AFTER = 25  # lines of results after which the answer is repeated at the end
+
+
+def _by_slo_line(r: SizeResult) -> str:
+    """The GPUs-by-SLO table in one line: 'SLO 200 ms: 9 / 8 GPUs (host DRAM / X-Mem) ...'."""
+    def ms(v: float) -> str:
+        return f"{v / 1e3:g} s" if v >= 1000 else f"{v:,.0f} ms"
+
+    parts = [f"{ms(t['ttft_slo_ms'])} {_n(t['gpus_host_dram'])}/{_n(t['gpus_xmem'])}"
+             for t in r.table]
+    return ("GPUs by SLO (host DRAM/X-Mem, same load): " + ", ".join(parts)
+            + "; -v for the table with nodes.")
 
 
 def _rps(v: float | None, capped: bool) -> str:

@@ -32,12 +32,47 @@ from rich.table import Table
 from xmemplan import jsonio
 
 _quiet = False
+_verbose = False
+_lines = [0]  # lines of results written to stdout by line() and table()
 
 
 def set_quiet(quiet: bool) -> None:
     """Silence info messages and progress bars (warnings and errors still show)."""
     global _quiet
     _quiet = quiet
+
+
+def set_verbose(verbose: bool) -> None:
+    """Show what a command keeps short by default (size: every assumption, the full table
+    by SLO)."""
+    global _verbose
+    _verbose = verbose
+
+
+def verbose() -> bool:
+    return _verbose
+
+
+def reset_counts() -> None:
+    """Start a command's count of lines (and its verbosity) afresh."""
+    global _verbose
+    _verbose = False
+    _lines[0] = 0
+
+
+def lines_written() -> int:
+    """Lines of results this command has written to stdout so far (line() and table())."""
+    return _lines[0]
+
+
+def _print(renderable: Any, **kwargs: Any) -> None:
+    """Print to stdout through rich, counting the lines it takes."""
+    console = out_console()
+    with console.capture() as cap:
+        console.print(renderable, **kwargs)
+    text = cap.get()
+    _lines[0] += text.count("\n")
+    _write(text)
 
 
 def _width() -> int | None:
@@ -225,7 +260,7 @@ def table(
     probe = [cells[i] for i in _widest_rows(cells)]
     for table_width in (None, *range(width - 1, width - 8, -1)):
         if _closes(build(table_width, probe), width):
-            out_console().print(build(table_width, cells))
+            _print(build(table_width, cells))
             return
     _transposed(columns, cells, title, caption, width)
 
@@ -278,15 +313,16 @@ def _transposed(columns: Sequence[str], cells: list[list[str]], title: str | Non
                                        + [min(len(r[0]), width // 2), 1]))
         for i, name in enumerate(columns[1:], start=1):
             t.add_row(name, *(r[i] if i < len(r) else "" for r in group))
-        out_console().print(t)
+        _print(t)
     if caption:
         line(caption)
 
 
 def line(text: str = "", style: str | None = None) -> None:
-    """Print a plain line of results to stdout (`style` shows only on a colour terminal:
-    rich drops it when stdout is not a terminal or NO_COLOR is set)."""
-    out_console().print(text, markup=False, highlight=False, style=style)
+    """Print a plain line of results to stdout. Styles show only on a terminal (rich drops
+    them when stdout is not one; NO_COLOR drops the colours): `style`, else green for a
+    line that starts with PASS and red for FAIL."""
+    _print(text, markup=False, highlight=False, style=style or verdict_style(text))
 
 
 def answer(text: str) -> None:
