@@ -61,6 +61,17 @@ def case_interrupted(cli, trace, monkeypatch):
     return cli("hitrate", trace)
 
 
+def case_terminated(cli, trace, monkeypatch):
+    import os
+    import signal
+
+    def term(*_a, **_k):
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler raises at the next bytecode
+        raise AssertionError("SIGTERM did not stop the run")
+    monkeypatch.setattr("xmemplan.hitrate.analyze", term)
+    return cli("hitrate", trace)
+
+
 CASES = {
     ExitCode.OK: case_ok,
     ExitCode.INTERNAL: case_internal,
@@ -69,6 +80,7 @@ CASES = {
     ExitCode.NOT_AVAILABLE: case_not_available,
     ExitCode.CHECK_FAILED: case_check_failed,
     ExitCode.INTERRUPTED: case_interrupted,
+    ExitCode.TERMINATED: case_terminated,
 }
 
 

@@ -132,8 +132,10 @@ def test_profile_out_refuses_to_overwrite_the_trace(cli, tmp_path: Path, session
     r = cli("hitrate", trace, "--profile-out", trace)
     assert r.code == 2 and "is one of the inputs" in r.err
     assert trace.read_bytes() == before
+    # A new file in the input folder would be read as a trace by the next run: refused too.
     r = cli("hitrate", tmp_path, "--out", trace.with_suffix(".csv"))
-    assert r.code == 0  # a new file in the input folder is fine
+    assert r.code == 2 and "inside the input folder" in r.err
+    assert not trace.with_suffix(".csv").exists()
 
 
 def test_plots_render(cli, tmp_path: Path, sessions):

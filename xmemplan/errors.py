@@ -22,6 +22,7 @@ class ExitCode(IntEnum):
     NOT_AVAILABLE = 4
     CHECK_FAILED = 5
     INTERRUPTED = 130
+    TERMINATED = 143
 
 
 EXIT_MEANINGS: dict[ExitCode, str] = {
@@ -35,6 +36,8 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     "needs is missing",
     ExitCode.CHECK_FAILED: "check failed: `validate` measured more error than `--tolerance`",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+    ExitCode.TERMINATED: "terminated (SIGTERM); as after Ctrl-C, no output is left "
+    "half-written",
 }
 
 

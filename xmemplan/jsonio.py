@@ -1,9 +1,8 @@
 """JSON in and out, and the one safe writer for every output file.
 
 `to_json` writes NaN and infinities as null (JSON has none) and numpy scalars and arrays as
-plain numbers and lists. `read_json` names the file when it cannot be read. `write_output`
-writes through a temporary file in the same folder and renames it into place, so an
-interrupted run leaves the old file whole, and it refuses to write over a file the run reads.
+plain numbers and lists. `read_json` names the file when it cannot be read. `open_output`
+and `write_output` are the one writer of every output file (see the section below).
 """
 
 from __future__ import annotations
@@ -12,10 +11,12 @@ import contextlib
 import json
 import math
 import os
-import tempfile
-from collections.abc import Iterable
+import secrets
+import signal
+import stat
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from xmemplan.errors import InputError, UsageError
 
@@ -40,7 +41,18 @@ def clean(obj: Any) -> Any:
 
 
 def to_json(obj: Any) -> str:
-    return json.dumps(clean(obj), indent=2, default=_json_default)
+    """Indented JSON; NaN and infinities as null (never the non-JSON `NaN`/`Infinity`)."""
+    return json.dumps(clean(obj), indent=2, default=_json_default, allow_nan=False)
+
+
+def json_line(obj: Any) -> bytes:
+    """One compact JSON line (JSONL), NaN and infinities as null."""
+    try:
+        text = json.dumps(obj, separators=(",", ":"), default=_json_default, allow_nan=False)
+    except ValueError:  # a non-finite float somewhere: the slow, cleaning path
+        text = json.dumps(clean(obj), separators=(",", ":"), default=_json_default,
+                          allow_nan=False)
+    return text.encode("utf-8") + b"\n"
 
 
 def read_text(path: Path | str, what: str = "file", hint: str | None = None) -> str:
@@ -73,60 +85,246 @@ def read_json(path: Path) -> Any:
         raise InputError(f"not a JSON document ({exc.msg})", path=path, line=exc.lineno) from exc
 
 
-def check_output(path: Path, flag: str, inputs: Iterable[Path] = ()) -> Path:
-    """Fail before a run when `path` cannot be written or would overwrite an input.
+# ---------------------------------------------------------------------------------------
+# The one writer. Every file a command writes goes through `open_output` (or its one-shot
+# form `write_output`), after `check_output` has vetted the path at the border:
+# - the data goes to a temporary file with a unique name (`.NAME.XXXXXXXX.tmp`, hidden, so
+#   no discovery reads it) in the target's own folder, is flushed to disk, then renamed over
+#   the target: a reader sees the old file or the new one, never a part;
+# - the temporary file is removed on any exit: an exception, Ctrl-C (SIGINT) or SIGTERM
+#   (`cleanup_on_signals`, installed by the CLI, removes the live ones before the
+#   interpreter unwinds);
+# - a new file's mode follows the umask (0666 & ~umask), an existing file keeps its mode;
+# - a target that exists but is not a regular file (a FIFO, a device, a socket, a folder)
+#   is refused, '-' aside (standard output); a symbolic link is written through (the link
+#   stays, its target is replaced);
+# - an output that is one of the inputs, or lies inside an input folder (discovery reads
+#   every file there by content, so the next run would read it as a trace), is refused.
+# ---------------------------------------------------------------------------------------
 
-    Called at the border, before any long work: the folder must exist and be writable, the
-    path must not be a folder, and it must not be (or link to) any file the run reads.
+STDOUT = "-"
+_LIVE: dict[str, int] = {}  # temporary files being written -> the pid that owns them
+_TERMINATED = [False]
+
+
+def _cannot(flag: str, path: Path | str, why: str, hint: str | None = None) -> UsageError:
+    return UsageError(f"cannot write {flag} '{path}': {why}",
+                      hint or f"pass {flag} another path")
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO or pipe"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_output(path: Path | str, flag: str, inputs: Iterable[Path | str] = ()) -> Path:
+    """Fail before a run (UsageError, exit 2) when `path` cannot take an output.
+
+    `inputs`: every file and folder the run reads. Refused: a target that exists and is not
+    a regular file ('-' means standard output and is allowed), a missing or unwritable
+    folder, a target that is one of the input files, or a target inside an input folder
+    (the next run would read it). Returns the path to write (links resolved).
     """
+    if str(path) == STDOUT:
+        return Path(STDOUT)
     p = Path(path)
-    parent = p.resolve().parent
-    if p.is_dir():
-        raise UsageError(f"{flag} '{path}' is a folder", f"pass {flag} a file path")
-    if not parent.is_dir():
-        raise UsageError(
-            f"cannot write {flag} '{path}': its folder does not exist",
-            f"create the folder first, or pass {flag} another path",
-        )
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"cannot write {flag} '{path}': its folder is not writable",
-                         f"pass {flag} a path in a writable folder")
-    target = p.resolve()
-    if target.exists():
-        for item in inputs:
-            q = Path(item)
-            same = q.is_file() and os.path.samefile(q, target)
-            inside = q.is_dir() and q.resolve() in target.parents and _is_trace_like(target)
-            if same or inside:
-                raise UsageError(
-                    f"{flag} '{path}' is one of the inputs; refusing to overwrite it",
-                    f"pass {flag} another path",
-                )
-    return p
-
-
-def _is_trace_like(path: Path) -> bool:
-    # A file inside an input folder is an input when it is one a reader would open.
-    return path.suffix.lower() in {".jsonl", ".json", ".parquet", ".csv", ".gz", ".xz", ".zst"}
-
-
-def write_output(path: Path, text: str | bytes, flag: str) -> None:
-    """Write `text` to `path` atomically: a temporary file in the same folder, then rename."""
-    p = Path(path)
-    data = text.encode("utf-8") if isinstance(text, str) else text
+    real = Path(os.path.realpath(p))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.resolve().parent)
+        st: os.stat_result | None = os.stat(real)
+    except FileNotFoundError:
+        st = None
     except OSError as exc:
-        raise UsageError(f"cannot write {flag} '{path}' ({exc.strerror or exc})",
-                         f"pass {flag} a path in a writable folder") from exc
+        raise _cannot(flag, path, exc.strerror or str(exc)) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise _cannot(flag, path, f"it is {_kind_of(st.st_mode)}, not a regular file",
+                      f"pass {flag} a file path" + ("" if stat.S_ISDIR(st.st_mode)
+                                                   else " (a new or a regular file)"))
+    parent = real.parent
+    if not parent.is_dir():
+        raise _cannot(flag, path, "its folder does not exist",
+                      f"create the folder first, or pass {flag} another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise _cannot(flag, path, "its folder is not writable",
+                      f"pass {flag} a path in a writable folder")
+    check_not_input(path, flag, inputs)
+    return real
+
+
+def check_not_input(path: Path | str, flag: str, inputs: Iterable[Path | str]) -> None:
+    """UsageError when `path` (a file or an output folder, existing or not) is one of the
+    input files, or lies inside an input folder: discovery reads every file of a folder by
+    its content, so the next run would read the output as an input."""
+    real = Path(os.path.realpath(path))
     try:
+        st: os.stat_result | None = os.stat(real)
+    except OSError:
+        st = None
+    for item in inputs:
+        q = Path(item)
+        if str(q) == STDOUT:
+            continue
+        try:
+            qst = os.stat(q)
+        except OSError:
+            continue
+        if st is not None and stat.S_ISREG(qst.st_mode) and \
+                (qst.st_dev, qst.st_ino) == (st.st_dev, st.st_ino):
+            raise UsageError(f"{flag} '{path}' is one of the inputs ({q}); refusing to "
+                             "overwrite it", f"pass {flag} another path")
+        if stat.S_ISDIR(qst.st_mode):
+            qreal = Path(os.path.realpath(q))
+            if qreal == real or qreal in real.parents:
+                raise UsageError(
+                    f"{flag} '{path}' is inside the input folder '{q}': the next run would "
+                    "read it as an input", f"pass {flag} a path outside '{q}'")
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    """SIGINT/SIGTERM: remove this process's live temporary files, then unwind."""
+    if _LIVE_OWNER[0] != os.getpid():  # a forked worker: not ours to clean, default action
+        if signum == signal.SIGINT:
+            return  # workers leave Ctrl-C to the parent (traces/registry.py)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    remove_temporaries()
+    if signum == signal.SIGTERM:
+        _TERMINATED[0] = True
+    raise KeyboardInterrupt
+
+
+_LIVE_OWNER = [0]
+
+
+def remove_temporaries() -> None:
+    """Remove every temporary output file this process has open (no-op when none)."""
+    me = os.getpid()
+    for tmp, owner in list(_LIVE.items()):
+        if owner == me:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            _LIVE.pop(tmp, None)
+
+
+def terminated() -> bool:
+    """Whether the run was stopped by SIGTERM (exit 143) rather than Ctrl-C (130)."""
+    return _TERMINATED[0]
+
+
+@contextlib.contextmanager
+def cleanup_on_signals() -> Iterator[None]:
+    """While active (main thread only), SIGINT and SIGTERM remove the temporary outputs and
+    raise KeyboardInterrupt (so `finally` blocks run); the previous handlers come back
+    after."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _LIVE_OWNER[0] = os.getpid()
+    _TERMINATED[0] = False
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, _on_signal)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+        remove_temporaries()
+
+
+@contextlib.contextmanager
+def open_output(path: Path | str, flag: str,
+                inputs: Iterable[Path | str] = ()) -> Iterator[BinaryIO]:
+    """A binary file to write the output `path` into; it replaces `path` whole on success.
+
+    `path` is checked (`check_output`) first. '-' writes to standard output directly. On
+    any exception or signal the temporary file is removed and `path` is left as it was; an
+    OSError (disk full, permissions) becomes a UsageError naming the flag and the path.
+    """
+    if str(path) == STDOUT:
+        yield _stdout_binary()
+        return
+    real = check_output(path, flag, inputs)
+    try:
+        old_mode: int | None = stat.S_IMODE(os.stat(real).st_mode)
+    except OSError:
+        old_mode = None
+    tmp = ""
+    fd = -1
+    try:
+        for _ in range(100):
+            tmp = str(real.parent / f".{real.name}.{secrets.token_hex(4)}.tmp")
+            _LIVE[tmp] = os.getpid()  # registered before it exists: a signal removes it
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+                break
+            except FileExistsError:
+                _LIVE.pop(tmp, None)
+        if fd < 0:
+            raise _cannot(flag, path, "no free temporary name in its folder")
+        if old_mode is not None:
+            os.fchmod(fd, old_mode)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, p)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise UsageError(f"cannot write {flag} '{path}' ({exc.strerror or exc})",
-                             f"pass {flag} a path in a writable folder") from exc
-        raise
+            fd = -1
+            try:
+                yield fh
+            except OSError as exc:  # the caller's own error (reading an input): as it is
+                raise _Passed(exc) from exc
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, real)
+        _LIVE.pop(tmp, None)
+    except _Passed as wrapped:
+        raise wrapped.exc from None
+    except OSError as exc:
+        raise _cannot(flag, path, exc.strerror or str(exc),
+                      f"free space or pass {flag} a path in a writable folder") from exc
+    finally:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if tmp and tmp in _LIVE:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            _LIVE.pop(tmp, None)
+
+
+class _Passed(Exception):
+    def __init__(self, exc: OSError) -> None:
+        self.exc = exc
+
+
+def _stdout_binary() -> BinaryIO:
+    import sys
+
+    buf = getattr(sys.stdout, "buffer", None)
+    if buf is None:  # a text-only stream (captured in tests)
+        return cast(BinaryIO, _TextAsBinary(sys.stdout))
+    sys.stdout.flush()
+    return cast(BinaryIO, buf)
+
+
+class _TextAsBinary:
+    def __init__(self, stream: Any) -> None:
+        self._s = stream
+
+    def write(self, data: bytes) -> int:
+        self._s.write(data.decode("utf-8", "replace"))
+        return len(data)
+
+    def flush(self) -> None:
+        self._s.flush()
+
+
+def write_output(path: Path | str, data: str | bytes, flag: str,
+                 inputs: Iterable[Path | str] = ()) -> None:
+    """Write `data` to the output `path` whole (see `open_output`)."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    with open_output(path, flag, inputs) as fh:
+        fh.write(raw)

@@ -247,10 +247,11 @@ def load_profile(path: Path) -> Profile:
     return profile_from_doc(read_json(path), Path(path))
 
 
-def save_profile(path: Path, doc: dict[str, Any]) -> None:
-    """Write `doc` with the schema header; NaN and infinities become null (JSON has none)."""
+def save_profile(path: Path, doc: dict[str, Any], inputs: Sequence[Path] = ()) -> None:
+    """Write `doc` with the schema header; NaN and infinities become null (JSON has none).
+    `inputs`: what the run read (the writer refuses to write over or among them)."""
     out = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **doc}
-    write_output(path, to_json(out) + "\n", "--profile-out")
+    write_output(path, to_json(out) + "\n", "--profile-out", inputs)
 
 
 SAMPLE_MAX = 10_000

@@ -44,6 +44,9 @@ def calibrate(
 
     if fmt not in ("table", "json"):
         raise UsageError(f"unknown output format '{fmt}'", "use table or json")
+    from xmemplan.jsonio import check_output
+
+    check_output(out, "--out", [*files, *extra])  # before the work: never over an input
     cat = load_catalog(extra)
     points = [p for f in files for p in cal.read_measurements(f)]
     for p in points:
@@ -84,7 +87,7 @@ def calibrate(
     notes = [f"not fitted (no points for it), shipped value kept: {n}" for n in kept]
     for t in sorted({t for p in points for t in p.tier.split("/")}):
         notes += [f"{t}: not published: {u}" for u in cat.tier(t).unpublished]
-    _write_overlay(out, params, points, files)
+    _write_overlay(out, params, points, [*files, *extra])
     doc: dict[str, Any] = {
         "points": len(points), "constants": {n: params[n] for n in sorted(params)},
         "median_abs_error": med, "median_abs_loo_error": med_loo,
@@ -122,9 +125,10 @@ def calibrate(
 
 
 def _write_overlay(out: Path, params: dict[str, float], points: list[Any],
-                   files: list[Path]) -> None:
-    from xmemplan.errors import InputError
+                   inputs: list[Path]) -> None:
+    from xmemplan.jsonio import write_output
 
+    files = inputs
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     src = (f"xmemplan calibrate on {', '.join(str(f) for f in files)} "
            f"({len(points)} points, {stamp})")
@@ -151,11 +155,7 @@ def _write_overlay(out: Path, params: dict[str, float], points: list[Any],
         lines += glob
         lines.append(f"points = {sum(1 for p in points if p.engine == e)}")
         lines.append("")
-    try:
-        out.write_text("\n".join(lines), encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write the overlay ({exc.strerror})", path=out,
-                         hint="pass a writable path to --out") from exc
+    write_output(out, "\n".join(lines), "--out", inputs)
 
 
 def _v(quantity: str, v: float) -> str:

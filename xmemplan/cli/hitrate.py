@@ -157,6 +157,10 @@ def hitrate(
     for flag, path in (("--out", out), ("--profile-out", profile_out)):
         if path is not None:
             check_output(path, flag, traces)
+    if plot is not None:
+        from xmemplan.jsonio import check_not_input
+
+        check_not_input(plot, "--plot", traces)
     if out is not None and profile_out is not None and out.resolve() == profile_out.resolve():
         raise UsageError(f"--out and --profile-out are the same file '{out}'",
                          "give each output its own path")
@@ -220,7 +224,7 @@ def hitrate(
             frame.write_parquet(buf)
         else:
             frame.write_csv(buf)
-        write_output(out, buf.getvalue(), "--out")
+        write_output(out, buf.getvalue(), "--out", traces)
         wrote = f"Wrote {len(frame):,} requests to {out}"
     _report(result, fmt, calls, cache_model)  # the answer first, then what it rests on
     if calls is not None:

@@ -77,7 +77,13 @@ def run(argv: list[str] | None = None) -> int:
             # numpy's "Mean of empty slice" and "invalid value" warnings are about values the
             # commands already handle (NaN shown as '-'): not for the user's terminal.
             warnings.simplefilter("ignore", RuntimeWarning)
-        return _run(args)
+        from xmemplan.jsonio import cleanup_on_signals, terminated
+
+        with cleanup_on_signals():
+            code = _run(args)
+            if code == 130 and terminated():  # SIGTERM unwinds as Ctrl-C does; says so
+                return 143  # ExitCode.TERMINATED
+            return code
 
 
 def _run(args: list[str]) -> int:
@@ -142,13 +148,18 @@ def _during_interrupt(exc: BaseException) -> bool:
 
 def main() -> None:
     code = run()
+    import signal
+
+    # The run is over and its outputs are in place: a late Ctrl-C or SIGTERM ends the
+    # process quietly (no KeyboardInterrupt traceback from the exit).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:  # what is still buffered: a reader that left early (`| head`) is not an error
         sys.stdout.flush()
     except BrokenPipeError:
         from xmemplan.cli.views.render import stdout_closed
 
         stdout_closed()
-    if code == 130:  # ExitCode.INTERRUPTED
+    if code in (130, 143):  # ExitCode.INTERRUPTED, TERMINATED
         _leave_after_interrupt(code)
     sys.exit(code)
 

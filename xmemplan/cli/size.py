@@ -163,6 +163,9 @@ def size(
         from xmemplan.cli.views.plots import _pyplot
 
         _pyplot()  # fail before the work when matplotlib is missing
+        from xmemplan.jsonio import check_output
+
+        check_output(plot, "--plot", [p for p in (workload, *catalog) if p is not None])
     req, notes = build_request(
         ttft_slo=ttft_slo, workload=workload, prompt_tokens=prompt_tokens, hit_rate=hit_rate,
         model=model, gpu=gpu, rate=rate, users=users, think=think,
@@ -177,7 +180,7 @@ def size(
     result = plan(req, with_curve=plot is not None or fmt == "json")
     _report(result, fmt, notes)
     if plot is not None:
-        _plot(result, plot)
+        _plot(result, plot)  # checked against the inputs above
         render.info(f"Wrote {plot}")
 
 

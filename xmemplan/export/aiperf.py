@@ -20,7 +20,6 @@ Format: research/serving-sim.md 4.1 (aiperf 0.13.0 `dataset/loader/mooncake_trac
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
     from xmemplan.traces.registry import Discovery
 
 ROW_PREFIX = "xm"
+MAX_SPAN_MS = 1e15  # the longest replay the export writes: ~31,700 years (finite in JSON)
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,9 @@ def export_aiperf(paths: list[Path], out: Path, *, block_tokens: int = 512,
         raise UsageError("--speedup must be a positive number")
     if spacing_ms is not None and (not spacing_ms > 0 or not math.isfinite(spacing_ms)):
         raise UsageError("--spacing must be a positive duration")
+    from xmemplan.jsonio import check_output, json_line, open_output
+
+    check_output(out, "--out", paths)  # before the work: never over or among the inputs
     found = discover(paths, format_name)
     skips = SkipLog()
     skips.merge(found.skips)  # folder entries that could not be read, counted
@@ -116,35 +119,41 @@ def export_aiperf(paths: list[Path], out: Path, *, block_tokens: int = 512,
     if limit is not None:
         order = order[:limit]
     t0 = float(np.nanmin(ts)) if known.any() else 0.0
+    if known.any() and spacing_ms is None:
+        span_ms = (float(np.nanmax(ts)) - t0) * 1e3 / speedup
+        if not math.isfinite(span_ms) or span_ms > MAX_SPAN_MS:
+            raise UsageError(
+                f"the exported timestamps would span {span_ms:.3g} ms (the trace's "
+                f"{float(np.nanmax(ts)) - t0:.6g} s / --speedup {speedup:g}), more than "
+                f"{MAX_SPAN_MS:.0e} ms (about 31,700 years)",
+                "raise --speedup, or pass --spacing to replace the timestamps")
+    if spacing_ms is not None and len(order) and \
+            not (len(order) - 1) * spacing_ms <= MAX_SPAN_MS:
+        raise UsageError(f"--spacing x {len(order):,} requests spans more than "
+                         f"{MAX_SPAN_MS:.0e} ms", "lower --spacing or --limit")
     intern: dict[Any, int] = {}
     blocks = 0
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as f:
-            for row, i in enumerate(order):
-                keys = t.keys[t.key_offsets[i]:t.key_offsets[i + 1]]
-                prompt = int(t.prompt_tokens[i])
-                ids = chained_block_ids(keys, int(t.block_tokens[i]), prompt, block_tokens,
-                                        intern, row)
-                blocks += len(ids)
-                rec: dict[str, Any] = {}
-                if spacing_ms is not None:
-                    rec["timestamp"] = round(row * spacing_ms, 3)
-                elif known[i]:
-                    ms = (float(ts[i]) - t0) * 1e3 / speedup
-                    rec["timestamp"] = round(ms, 3)
-                out_tok = int(t.output_tokens[i])
-                rec.update({
-                    "input_length": prompt,
-                    "output_length": out_tok if out_tok != NULL_INT and out_tok > 0
-                    else default_output_tokens,
-                    "hash_ids": ids, "session_id": f"{ROW_PREFIX}{row:06d}",
-                    "block_tokens": block_tokens, "extra": {"xmemplan_row": row}})
-                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
-        tmp.replace(out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write the export ({exc.strerror})", path=out) from exc
+    with open_output(out, "--out", paths) as f:
+        for row, i in enumerate(order):
+            keys = t.keys[t.key_offsets[i]:t.key_offsets[i + 1]]
+            prompt = int(t.prompt_tokens[i])
+            ids = chained_block_ids(keys, int(t.block_tokens[i]), prompt, block_tokens,
+                                    intern, row)
+            blocks += len(ids)
+            rec: dict[str, Any] = {}
+            if spacing_ms is not None:
+                rec["timestamp"] = round(row * spacing_ms, 3)
+            elif known[i]:
+                ms = (float(ts[i]) - t0) * 1e3 / speedup
+                rec["timestamp"] = round(ms, 3)
+            out_tok = int(t.output_tokens[i])
+            rec.update({
+                "input_length": prompt,
+                "output_length": out_tok if out_tok != NULL_INT and out_tok > 0
+                else default_output_tokens,
+                "hash_ids": ids, "session_id": f"{ROW_PREFIX}{row:06d}",
+                "block_tokens": block_tokens, "extra": {"xmemplan_row": row}})
+            f.write(json_line(rec))
     notes = list(found.notes)  # files named twice (read once), links, hidden files
     text = skip_text(skips, found)
     if text:

@@ -50,12 +50,17 @@ def points_from_validate(doc: dict[str, Any], name: str = "validate") -> list[di
 def write_points(points: list[dict[str, Any]], json_path: Path, csv_path: Path) -> None:
     for i, p in enumerate(points):
         p["role"] = "held-out" if i % 3 == 2 else "fit"
-    json_path.write_text(json.dumps({"points": points}, indent=1) + "\n")
-    with csv_path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for p in points:
-            w.writerow({k: p.get(k, "") for k in COLUMNS})
+    import io
+
+    from xmemplan.jsonio import write_output
+
+    write_output(json_path, json.dumps({"points": points}, indent=1) + "\n", "OUT.json")
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for p in points:
+        w.writerow({k: p.get(k, "") for k in COLUMNS})
+    write_output(csv_path, buf.getvalue(), "OUT.csv")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,12 +74,12 @@ def finish_cli(
     if profile_out is not None:
         from xmemplan.profile import build_profile, save_profile
 
-        save_profile(profile_out, build_profile(result, paths))
+        save_profile(profile_out, build_profile(result, paths), paths)
         render.info(f"Wrote the workload profile to {profile_out}")
     if plot is not None:
         from xmemplan.cli.views.plots import write_plots
 
-        written = write_plots(result, plot)
+        written = write_plots(result, plot, paths)
         render.info(f"Wrote {len(written)} charts to {plot}: {', '.join(p.name for p in written)}")
 
 

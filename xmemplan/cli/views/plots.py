@@ -7,6 +7,7 @@ here, only when charts are asked for, with the non-interactive Agg backend.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,9 @@ from xmemplan.errors import NotAvailableError, UsageError
 if TYPE_CHECKING:
     from xmemplan.hitrate.capacity import CapacityResult
     from xmemplan.hitrate.pipeline import HitrateResult
+
+
+_INPUTS: list[Path] = []  # what the run read: the charts are not written among them
 
 
 def _pyplot() -> Any:
@@ -31,7 +35,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def save_figure(fig: Any, path: Path, flag: str) -> None:
+def save_figure(fig: Any, path: Path, flag: str, inputs: Sequence[Path] = ()) -> None:
     """Save a figure through the one safe writer (temporary file, then rename)."""
     import io
 
@@ -39,7 +43,7 @@ def save_figure(fig: Any, path: Path, flag: str) -> None:
 
     buf = io.BytesIO()
     fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", dpi=120)
-    write_output(Path(path), buf.getvalue(), flag)
+    write_output(Path(path), buf.getvalue(), flag, inputs)
 
 
 def check_available() -> None:
@@ -50,10 +54,15 @@ def check_available() -> None:
         _pyplot()  # raises the error with its hint
 
 
-def write_plots(result: HitrateResult, directory: Path) -> list[Path]:
+def write_plots(result: HitrateResult, directory: Path,
+                inputs: Sequence[Path] = ()) -> list[Path]:
     """Write the charts that the result has data for; returns their paths."""
+    from xmemplan.jsonio import check_not_input
+
     plt = _pyplot()
     directory = Path(directory)
+    check_not_input(directory, "--plot", inputs)
+    _INPUTS[:] = list(inputs)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -111,7 +120,7 @@ def _by_round(plt: Any, result: HitrateResult, path: Path) -> Path:
     ax.set_title(f"Prefix-cache hit ratio by round ({result.scope} scope)")
     ax.legend(loc="lower right")
     fig.tight_layout()
-    save_figure(fig, path, "--plot")
+    save_figure(fig, path, "--plot", _INPUTS)
     plt.close(fig)
     return path
 
@@ -141,7 +150,7 @@ def _curve(plt: Any, cap: CapacityResult, path: Path) -> Path:
                                                    lambda b: b * 1e9 / bpt))
         top.set_xlabel(f"GB of KV ({cap.model})")
     fig.tight_layout()
-    save_figure(fig, path, "--plot")
+    save_figure(fig, path, "--plot", _INPUTS)
     plt.close(fig)
     return path
 
@@ -174,7 +183,7 @@ def _working_set(plt: Any, cap: CapacityResult, path: Path) -> Path:
     ax.set_title("Working set over time" + (f" (idle timeout {idle:g} s)" if idle else ""))
     ax.legend(loc="lower right", fontsize=8, framealpha=0.8)
     fig.tight_layout()
-    save_figure(fig, path, "--plot")
+    save_figure(fig, path, "--plot", _INPUTS)
     plt.close(fig)
     return path
 
