@@ -351,6 +351,7 @@ class Planner:
             and req.load.kind == "trace"
         self._draws: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
         self.cache: dict[tuple[str, int, int, float], list[_Rep]] = {}
+        self._agg: dict[tuple[str, int, int, float], tuple[int, Point]] = {}
         self.sims = 0
         self.budget = budget or Budget(req.extend_budget_s)
         self.searches: dict[tuple[str, int, float, bool], tuple[str, Point | None]] = {}
@@ -588,11 +589,14 @@ class Planner:
         while len(reps) < req.reps_min:
             reps.append(self._rep(option, gpus, nodes, scale, instant_loads, len(reps)))
         slo = req.slo_s * 1e3 if slo_ms is None else slo_ms
-        pt = self._aggregate(option, gpus, nodes, scale, reps)
+        got = self._agg.get(key)
+        pt = got[1] if got is not None and got[0] == len(reps) else \
+            self._aggregate(option, gpus, nodes, scale, reps)
         while (extend and len(reps) < req.reps_max and pt.verdict(slo) == "marginal"
                and self.budget.left()):
             reps.append(self._rep(option, gpus, nodes, scale, instant_loads, len(reps)))
             pt = self._aggregate(option, gpus, nodes, scale, reps)
+        self._agg[key] = (len(reps), pt)
         return pt
 
     def _rep(self, option: str, gpus: int, nodes: int, scale: float, instant_loads: bool,
