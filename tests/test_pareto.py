@@ -110,8 +110,16 @@ def test_post_setup_answer_first_table_and_speed(capsys, monkeypatch):
     xmem = [ln for ln in rows if ln.startswith("│ X-Mem")]
     assert len(host) == 6 and len(xmem) == 6  # the six loads, two options
     assert all(len(ln) <= 80 for ln in lines if ln[:1] in "┏┃┡│└")
-    assert "Assumption: GPU prefix caching off" in err
+    assert "assumptions behind this answer: -v lists them" in err
+    assert out.count(lines[0]) == 2  # the answer again, last: the table has scrolled it
     assert elapsed < 5.0, f"the sweep of six loads for two options took {elapsed:.1f} s"
+
+
+def test_verbose_lists_the_assumptions(capsys, monkeypatch):
+    code, _, err = cli(["-v", *POST_ARGS, "--user-centric-rate", "3"], capsys, monkeypatch)
+    assert code == ExitCode.OK
+    assert "Assumption: GPU prefix caching off" in err
+    assert "Assumption: KV tier of 64GB for host DRAM and for X-Mem [flag]" in err
 
 
 def test_json_and_csv_carry_the_same_points(capsys, monkeypatch):

@@ -165,7 +165,7 @@ def report(r: SweepResult, fmt: str) -> None:
     if fmt == "csv":
         render.emit_csv(cols, rows)
         return
-    render.line(r.answer)
+    render.answer(r.answer)
     kind = r.points[0].load_kind if r.points else "qps"
     render.line(f"Workload: {r.workload}.")
     render.line(f"{r.model} on {r.gpus} x {r.gpu}, engine {r.engine}.")
@@ -204,8 +204,16 @@ def report(r: SweepResult, fmt: str) -> None:
     import sys
 
     sys.stdout.flush()  # the answer stays above the assumptions on a shared screen
-    for a in r.assumptions:
-        render.info(f"Assumption: {a['assumption']} [{a['source']}]")
+    if render.verbose():
+        for a in r.assumptions:
+            render.info(f"Assumption: {a['assumption']} [{a['source']}]")
+    elif r.assumptions:
+        render.info(f"{len(r.assumptions)} assumptions behind this answer: -v lists them "
+                    "with their sources (xmemplan -v size ...; --format json carries them)")
+    from xmemplan.cli.size import ANSWER_AGAIN_AFTER
+
+    if render.lines_written() > ANSWER_AGAIN_AFTER:  # the answer has scrolled: again, last
+        render.answer(r.answer)
 
 
 def r_gap(r: SweepResult, p: Any) -> float:
