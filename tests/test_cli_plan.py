@@ -90,3 +90,29 @@ def test_refuses_a_folder_of_other_files(tmp_path: Path, capsys: pytest.CaptureF
     assert code == 2
     assert "not an earlier run" in capsys.readouterr().err
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_size_warns_on_a_per_session_profile(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import unwrap
+
+    prof = tmp_path / "p.json"
+    assert run(["-q", "hitrate", str(EXAMPLES), "--capacity-curve", "auto", "--profile-out",
+                str(prof)]) == 0  # hitrate's default scope: per session here
+    assert json.loads(prof.read_text())["source"]["scope"] == "session"
+    assert any("session scope" in a for a in json.loads(prof.read_text())["assumptions"])
+    capsys.readouterr()
+    assert run(["size", "--ttft-slo", "500ms", "--workload", str(prof), "--requests",
+                "500"]) == 0
+    err = unwrap(capsys.readouterr().err)
+    assert "was made per session" in err and "--scope global" in err and "xmemplan plan" in err
+
+
+def test_no_warning_on_plans_own_profile(made: tuple[Path, str],
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import unwrap
+
+    out, _ = made
+    assert run(["size", "--ttft-slo", "500ms", "--workload", str(out / "profile.json"),
+                "--requests", "500"]) == 0
+    assert "was made per session" not in unwrap(capsys.readouterr().err)

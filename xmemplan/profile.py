@@ -391,4 +391,27 @@ def build_profile(result: HitrateResult, paths: Sequence[Path | str]) -> dict[st
         "reuse": cap.reuse if cap is not None else None,
         "cache_per_session": cap.per_session_cache if cap is not None else None,
         "distinct_tokens": cap.distinct_tokens if cap is not None else None,
+        "assumptions": _assumptions(result),
     }
+
+
+def _assumptions(result: HitrateResult) -> list[str]:
+    """What the profile's hit ratios assume, in words (`size` shows the scope's warning)."""
+    cap = result.capacity
+    scope = {"global": "global scope: one cache shared by every session, requests in time "
+                       "order (as one server's cache)",
+             "session": "session scope: one cache per session, no hit shared across sessions "
+                        "(size warns: make sizing profiles at --scope global)"}
+    out = [scope.get(result.scope, f"scope {result.scope}")]
+    if cap is None or not cap.curve:
+        out.append("no capacity curve: every capacity gets the infinite cache's hit ratio")
+    else:
+        lo, hi = cap.curve[0]["capacity_tokens"], cap.curve[-1]["capacity_tokens"]
+        out.append(f"capacity curve: {cap.cache_model} cache"
+                   f"{' per session' if cap.per_session_cache else ''} at {len(cap.curve)} "
+                   f"capacities, {lo:,.0f} to {hi:,.0f} tokens"
+                   + (f", KV bytes of {cap.model}" if cap.model else ", no model (tokens only)"))
+    if result.page_size > 1:
+        out.append(f"hits counted in whole pages of {result.page_size} tokens")
+    out += [n for n in result.notes if "not included" in n]  # e.g. sub-agents left out
+    return out

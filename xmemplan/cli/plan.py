@@ -62,6 +62,9 @@ def plan_cmd(
     requests: int = typer.Option(4000, "--requests", help="Requests simulated per run."),
     seed: int = typer.Option(0, "--seed", help="Seed of the simulated arrivals."),
     max_gpus: int = typer.Option(1024, "--max-gpus", help="Largest GPU count searched."),
+    cost: str | None = typer.Option(
+        None, "--cost", help="Prices, as size takes them: gpu=2.5/h,xmem-node=40/h (the "
+        "report then shows costs)."),
     scope: str = typer.Option(
         "global", "--scope", help="Cache scope of the replay: global (one cache, as a "
         "server has; the default here) or session."
@@ -120,6 +123,7 @@ def plan_cmd(
         ttft_slo=ttft_slo, workload=run_dir / "profile.json", model=model, gpu=gpu,
         rate=rate, users=users, think=think, engine=engine, tp=tp, kv_dtype=kv_dtype,
         slo_at=slo_at, catalog=catalog, requests=requests, seed=seed, max_gpus=max_gpus,
+        cost=cost,
     )
     with render.spinner("Sizing (simulated serving)"):
         res = plan(req, with_curve=True)

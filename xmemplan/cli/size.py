@@ -177,6 +177,8 @@ def size(
         router=router, prefix_groups=prefix_groups, tier_scope=tier_scope,
         cost=cost,
     )
+    if workload is not None:
+        notes += profile_warnings(workload)
     result = plan(req, with_curve=plot is not None or fmt == "json")
     _report(result, fmt, notes)
     if plot is not None:
@@ -213,6 +215,28 @@ def _sweep(*, gpus: int, plot: Path | None, fmt: str, workload: Path | None,
     if plot is not None:
         pareto.plot(res, plot)
         render.info(f"Wrote {plot}")
+
+
+def profile_warnings(path: Path) -> list[str]:
+    """What a profile made with hitrate's defaults leaves out of a sizing, and what to run
+    instead: a per-session profile counts no hit shared across sessions (the system prompt
+    and tools every session sends), which a server's one cache serves."""
+    from xmemplan.profile import load_profile
+
+    prof = load_profile(path)
+    out = []
+    if prof.scope == "session":
+        out.append(
+            f"the profile {path} was made per session (--scope session, hitrate's default "
+            "for traces with sessions): each session had its own cache, so hits shared "
+            "across sessions, which a server's one cache serves, are not counted. For "
+            "sizing, make it at global scope: xmemplan hitrate TRACES --scope global "
+            "--capacity-curve auto --model MODEL --profile-out PROFILE, or run xmemplan plan "
+            "TRACES --ttft-slo SLO -o runs/NAME/, which does")
+    if not prof.capacity_curve:
+        out.append(f"the profile {path} has no capacity curve: hit ratios are the infinite "
+                   "cache's at every capacity. Add --capacity-curve auto when making it")
+    return out
 
 
 def _n(v: Any) -> str:

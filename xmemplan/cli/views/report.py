@@ -181,7 +181,8 @@ def costs_rows(plan: dict[str, Any]) -> list[list[str]]:
     if plan.get("cost") is not None:
         rows.append(["the answer", money(plan["cost"])])
     if plan.get("saving") is not None:
-        rows.append(["saving", money(plan["saving"])])
+        rows.append(["saving (vs the cheapest answer with the other X-Mem choice)",
+                     money(plan["saving"])])
     for o in plan.get("options", []):
         if o.get("cost") is not None:
             rows.append([o["option"], money(o["cost"])])
@@ -221,6 +222,7 @@ def context(run: Run) -> dict[str, Any]:
             "aiperf": ((hit.get("stats") or {}).get("aiperf_cache_hit_rate") or ""),
         },
         "stats": stats_rows(hit),
+        "profile_assumptions": list(prof.get("assumptions") or []),
         "stat_keys": ["requests", "mean", "p25", "p50", "p75", "p90", "p99", "max"],
         "start_together": bool(ws.get("sessions_start_together")),
         "figures": figures,
