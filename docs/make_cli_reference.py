@@ -12,7 +12,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 OUT = Path(__file__).with_name("cli.md")
-COMMANDS = ["", "hitrate", "size", "validate", "calibrate", "export", "catalog"]
+COMMANDS = ["", "plan", "compare", "hitrate", "size", "validate", "calibrate", "export", "catalog"]
 
 HEADER = """# CLI reference
 
