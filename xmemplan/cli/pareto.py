@@ -220,7 +220,7 @@ def r_gap(r: SweepResult, p: Any) -> float:
     return r.num_users / p.load if p.load else 0.0
 
 
-def plot(r: SweepResult, path: Path) -> None:
+def plot(r: SweepResult, path: Path, inputs: list[Path] | None = None) -> None:
     """Interactivity (x) against throughput per GPU (y) per option, as AIPerf and
     InferenceMAX draw them: Pareto points solid and joined, the rest shaded."""
     from xmemplan.cli.views.plots import _pyplot, save_figure
@@ -251,6 +251,6 @@ def plot(r: SweepResult, path: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     try:
-        save_figure(fig, path, "--plot")
+        save_figure(fig, path, "--plot", inputs or [])
     finally:
         plt.close(fig)

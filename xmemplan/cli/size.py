@@ -206,14 +206,16 @@ def _sweep(*, gpus: int, plot: Path | None, fmt: str, workload: Path | None,
         raise UsageError(f"cannot tell the type of '{plot}'", "end --plot with .png")
     if plot is not None:
         from xmemplan.cli.views.plots import _pyplot
+        from xmemplan.jsonio import check_output
 
         _pyplot()
+        check_output(plot, "--plot", inputs=kw.get("catalog", []))
     req, said = pareto.build(gpus=gpus, workload=synthetic, rates=rates,
                              concurrency=concurrency, **kw)
     res = sweep(req, said)
     pareto.report(res, fmt)
     if plot is not None:
-        pareto.plot(res, plot)
+        pareto.plot(res, plot, inputs=kw.get("catalog", []))
         render.info(f"Wrote {plot}")
 
 

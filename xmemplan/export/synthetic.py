@@ -17,7 +17,6 @@ own user-centric run against a real server) finds them cached.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +61,14 @@ def rows(w: SyntheticWorkload, rate_rps: float, requests: int, block_tokens: int
 def export_synthetic(w: SyntheticWorkload, out: Path, *, rate_rps: float,
                      requests: int = 300, block_tokens: int = 512) -> ExportResult:
     """Write the workload at `rate_rps` as mooncake_trace JSONL to `out`."""
-    from xmemplan.jsonio import write_output
+    from xmemplan.jsonio import check_output, json_line, open_output
 
     w.check()
+    check_output(out, "--out")
     rs, blocks, uniq = rows(w, rate_rps, requests, block_tokens)
-    text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rs)
-    write_output(out, text, "--out")
+    with open_output(out, "--out") as fh:
+        for r in rs:
+            fh.write(json_line(r))
     notes = [f"{w.describe()}; user-centric QPS {rate_rps:g}, sends on schedule "
              "(--fixed-schedule); each row's previous reply is recomputed on replay",
              "the same workload against a real server, AIPerf's own run: "
