@@ -288,6 +288,7 @@ def test_cli_names_the_router_and_shows_the_mechanism(capsys: pytest.CaptureFixt
     ("--router", "magic", "unknown router 'magic'"),
     ("--tier-scope", "host-dram", "is not TIER=SCOPE"),
     ("--tier-scope", "host-dram=moon", "is not TIER=SCOPE"),
+    ("--tier-scope", "hbm=server", "not a tier this plan loads from"),
     ("--prefix-groups", "0", "--prefix-groups"),
 ])
 def test_cli_bad_routing_flags(capsys: pytest.CaptureFixture[str], flag: str, value: str,
@@ -306,3 +307,69 @@ def test_bare_size_says_routing_changes_nothing(capsys: pytest.CaptureFixture[st
     out = " ".join(capsys.readouterr().out.split())
     assert "Router: session (the default)." in out
     assert "Routing does not change these hits" in out
+
+
+# --- prefix groups in a profile -------------------------------------------------------------
+
+def _profile(tmp_path):  # noqa: ANN001, ANN202
+    import json
+
+    from xmemplan.cli.main import run
+    from xmemplan.traces import synth
+
+    synth.write_mooncake(tmp_path / "m.jsonl",
+                         synth.agent_sessions(n_sessions=6, turns=6, seed=3))
+    out = tmp_path / "p.json"
+    assert run(["-q", "hitrate", str(tmp_path / "m.jsonl"), "--profile-out", str(out)]) == 0
+    return out, json.loads(out.read_text())
+
+
+def test_profile_prefix_groups_are_read_and_routed(tmp_path) -> None:  # noqa: ANN001
+    import json
+
+    from xmemplan.profile import load_profile
+    from xmemplan.sizing import workload as wl
+    from xmemplan.sizing.planner import Planner
+    from xmemplan.sizing.request import build_request
+
+    out, doc = _profile(tmp_path)
+    s = doc["requests_sample"]
+    n = len(s["prompt_tokens"])
+    s["prefix_group"] = [k % 2 for k in s["session"]]
+    s["prefix_group_tokens"] = [min(p, 500) for p in s["prompt_tokens"]]
+    out.write_text(json.dumps(doc))
+    w = wl.from_profile(load_profile(out))
+    assert w.group is not None and w.group.size == n and w.group_tokens is not None
+    req, _ = build_request(ttft_slo="2s", workload=out, router="round-robin")
+    p = Planner(req)
+    st = p.stream(1.0)
+    assert st.group.max() == 1 and np.all(st.group_tokens <= st.prompt)
+    pt = p.run("host-dram", 2)
+    assert pt.split is not None
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    ({"prefix_group": [0]}, "requests_sample.prefix_group"),  # wrong length
+    ({"prefix_group_tokens": "all"}, "requests_sample.prefix_group"),  # one of the two
+    ("tokens-above-prompt", "requests_sample.prefix_group_tokens"),
+])
+def test_profile_bad_prefix_groups(tmp_path, edit, field: str) -> None:  # noqa: ANN001
+    import json
+
+    from xmemplan.errors import InputError
+    from xmemplan.profile import load_profile
+
+    out, doc = _profile(tmp_path)
+    s = doc["requests_sample"]
+    n = len(s["prompt_tokens"])
+    if edit == "tokens-above-prompt":
+        s["prefix_group"] = [0] * n
+        s["prefix_group_tokens"] = [p + 1 for p in s["prompt_tokens"]]
+    elif "prefix_group" in edit:
+        s.update(edit)
+        s["prefix_group_tokens"] = [0] * n
+    else:
+        s["prefix_group_tokens"] = [0] * n  # prefix_group missing
+    out.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=field.replace(".", r"\.")):
+        load_profile(out)

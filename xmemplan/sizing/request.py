@@ -271,6 +271,12 @@ def build_request(
                      "priced at its BF16 peak")
     xmem_t = cat.tier(xmem_tier)
     host, xmem_t = (_scoped(t, scopes, said) for t in (host, xmem_t))
+    known = {n for t in (host, xmem_t) for n in (t.name, *t.aliases, t.kind)}
+    for name in scopes:
+        if name not in known:
+            raise UsageError(f"--tier-scope {name}: not a tier this plan loads from",
+                             f"name {host.name} (host DRAM) or {xmem_t.name} (X-Mem), or "
+                             "an alias of them; HBM is always its replica's")
     for t in (host, xmem_t):
         for n in M.notes(g, t):
             said.append((n, f"catalog ({Path(t.origin).name or 'catalog'}, tier {t.name}: "
