@@ -1034,18 +1034,6 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True,
 def _routing(req: SizeRequest, res: SizeResult, *, compare: bool) -> None:
     name = RT.canonical(req.router)
     res.router = name
-    if req.load.kind == "trace" and req.load.rate_rps:
-        arr = Planner(req).stream(1.0).arrival
-        span = float(arr.max() - arr.min()) if len(arr) > 1 else 0.0
-        offered = (len(arr) - 1) / span if span > 0 else 0.0
-        if offered < 0.5 * req.load.rate_rps:
-            res.extra["offered_rps"] = offered
-            res.reasons.append(
-                f"The trace's sessions arrive at {offered:,.3g} requests/s, not the "
-                f"{req.load.rate_rps:,.3g} named: compressing session starts adds little "
-                "load when the trace's sessions already overlap (their own gaps are "
-                "kept), so the simulated traffic is that of the trace's sessions; the "
-                "per-replica caches hold what those sessions send.")
     default = " (the default)" if name == RT.DEFAULT_ROUTER else ""
     res.answer = res.answer.rstrip() + f" Router: {name}{default}."
     placed = any(o.point is not None and o.point.split is not None for o in res.options)
