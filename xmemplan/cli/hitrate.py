@@ -243,6 +243,26 @@ def hitrate(
         finish_cli(result, fmt, list(traces), profile_out, plot)
 
 
+def _transcript_hint(result: HitrateResult, calls: CallsReport | None) -> str | None:
+    """Claude Code transcripts read bare miss what the API cached: the system prompt and
+    tools (not in the files: --hidden-prefix) and the sub-agents' calls (files beside the
+    session: --subagents). Say what to add, with the API's own figure, on the first screen."""
+    if "claude-transcript" not in result.files_by_format:
+        return None
+    add = []
+    if any("add --subagents" in n for n in result.notes):
+        add.append("--subagents")
+    if calls is None:
+        add.append("--hidden-prefix auto")
+    if not add:
+        return None
+    rep = (result.reported or {}).get("reported_token_hit_ratio")
+    api = f" (the API reported {rep:.4f} for these calls)" if isinstance(rep, float) else ""
+    return (f"these Claude Code transcripts are read without what the API cached{api}: add "
+            f"{' '.join(add)} to count the system prompt and tools the files leave out and "
+            "the sub-agents' calls (docs/text-traces.md)")
+
+
 def _has_sessions(result: HitrateResult) -> bool:
     """Whether any input format carries session ids (Mooncake's do not: each request is
     counted as its own session, which is no session count to show)."""
@@ -338,6 +358,12 @@ def _report(
         else:
             render.line(f"Token hit ratio {_ratio(s['token_hit_ratio'])} ({counts}, "
                         "infinite cache)")
+        hint = _transcript_hint(result, calls)
+        if hint:  # on the first screen, before the notes and tables
+            import sys
+
+            sys.stdout.flush()
+            render.warn(hint)
     _warn_skips(result)
     if fmt == "json":
         render.emit_json(json_payload(result, calls, cache_model))
