@@ -75,8 +75,12 @@ def calibrate(
             f"({', '.join((*plan.load, *plan.compute))})", path=files[0],
             hint=f"add at least {n_const + 1 - len(points)} more points (leave-one-out "
             "needs one more than the constants)")
-    params = cal.fit_points(points, cat, plan)
-    loo = cal.leave_one_out(points, cat, plan)
+    from xmemplan.cli.views import render as _render
+
+    with _render.spinner(f"Fitting {n_const} constants on {len(points)} points, then "
+                         f"{len(points)} leave-one-out fits"):
+        params = cal.fit_points(points, cat, plan)
+        loo = cal.leave_one_out(points, cat, plan)
     rows = [(p, cal.predict(p, params, cat), lo) for p, lo in zip(points, loo, strict=True)]
     errs = [abs(pr - p.value) / p.value for p, pr, _ in rows]
     loo_errs = [abs(lo - p.value) / p.value for p, _, lo in rows if math.isfinite(lo)]

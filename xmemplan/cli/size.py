@@ -179,7 +179,8 @@ def size(
     )
     if workload is not None:
         notes += profile_warnings(workload)
-    result = plan(req, with_curve=plot is not None or fmt == "json")
+    with render.spinner("Sizing: simulating each option's serving"):
+        result = plan(req, with_curve=plot is not None or fmt == "json")
     _report(result, fmt, notes)
     if plot is not None:
         _plot(result, plot)  # checked against the inputs above
