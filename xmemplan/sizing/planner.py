@@ -130,6 +130,7 @@ class SizeRequest:
     mem_fraction: float = HBM_USABLE  # --mem-fraction: HBM share for weights + KV
     router: str = RT.DEFAULT_ROUTER  # --router (xmemplan.sizing.routing)
     prefix_groups: int = 0  # --prefix-groups: each hit prefix is one of N shared prefixes
+    router_params: RT.RouterParams = RT.RouterParams()  # the routers' published defaults
     prices: Prices | None = None
     reps_min: int = REPS_MIN
     reps_max: int = REPS_MAX
@@ -574,7 +575,7 @@ class Planner:
         if key not in self.placements:
             self.placements[key] = RT.place(self.stream(scale, k),
                                             self.deployment(option, gpus, nodes),
-                                            self.router)
+                                            self.router, self.req.router_params)
         return self.placements[key]
 
     def run(self, option: str, gpus: int, nodes: int = 0, scale: float = 1.0,
