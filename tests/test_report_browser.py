@@ -42,8 +42,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("matplotlib")
     out = tmp_path_factory.mktemp("runs") / "examples"
     code = run(["-q", "plan", str(ROOT / "examples" / "traces"), "--ttft-slo", "500ms",
-                "--rate", "2", "-o", str(out)])
+                "--rate", "2", "--validate", "-o", str(out)])
     assert code == 0
+    assert (out / "validation.json").is_file()
     return out
 
 
@@ -60,6 +61,11 @@ def test_report_opens_with_answer_and_every_figure(browser: bc.Browser, run_dir:
     assert len(ids) == len(FIGURES)  # the examples have data for every chart
     page = bc.load(browser, run_dir / "report.html")
     assert bc.problems(page, _answer(run_dir), ids) == []
+    text = page["dom"]["text"]
+    for heading in ("Hit ratio", "TTFT against load", "GPUs and X-Mem nodes by SLO",
+                    "Assumptions and their sources", "Validated range and measured errors",
+                    "Validation in emulation", "Reproduce"):
+        assert heading in text, heading
     assert page["requests"] == [page["url"]] + [u for u in page["requests"][1:]
                                                 if u.startswith("data:")]
 

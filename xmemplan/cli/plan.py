@@ -83,6 +83,10 @@ def plan_cmd(
     subagents: bool = typer.Option(
         False, "--subagents", help="Include sub-agent requests, merged into their session."
     ),
+    validate: bool = typer.Option(
+        False, "--validate", help="Also replay the plan's KV pages through an emulated X-Mem "
+        "node (validate --emulate --plan; ~30 s): validation.json, and its verdict in the "
+        "report."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json (the plan)."),
 ) -> None:
     """From traces to a decision: hitrate, then size, into a run folder with a report."""
@@ -130,6 +134,7 @@ def plan_cmd(
     plan_doc = {**res.to_dict(), "warnings": notes}
     write_file(run_dir / "plan.json", render.to_json(plan_doc) + "\n")
 
+    check = _validate(run_dir) if validate else None
     figures = _charts(result, plan_doc, run_dir)
     command = _command_text(argv, traces)
     write_file(run_dir / "command.txt", command)
@@ -152,9 +157,38 @@ def plan_cmd(
     if not figures:
         render.warn("no charts: matplotlib is missing (pip install 'xmemplan[plot]'); the "
                     "report has tables only")
+    if check is not None:
+        verdict = "PASS" if check.get("passed") else "FAIL"
+        render.line(f"{verdict}: emulated validation, largest error {check['error']:.1%} "
+                    f"(tolerance {check['tolerance']:.0%}; {check['verdict_on']})")
     render.info(f"Wrote the run folder {run_dir}: report.html, summary.md, plan.json, "
                 f"profile.json, hitrate.json, command.txt"
+                + (", validation.json" if check is not None else "")
                 + (f" and {len(figures)} charts" if figures else ""))
+
+
+def _validate(run_dir: Path) -> dict[str, Any]:
+    """`validate --emulate --plan run_dir/plan.json --format json`, run as the command runs
+    it (exit 5, a failed check, is a result here: the report says FAIL)."""
+    import contextlib
+    import io
+    import json
+
+    from xmemplan.cli.main import run
+    from xmemplan.cli.views import render
+    quiet = render.is_quiet()
+    buf, err = io.StringIO(), io.StringIO()
+    with render.spinner("Validating in emulation (replaying the plan's KV pages)"), \
+            contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+        code = run(["-q", "validate", "--emulate", "--plan", str(run_dir / "plan.json"),
+                    "--format", "json"])
+    render.set_quiet(quiet)
+    if code not in (0, 5):
+        raise RuntimeError(f"validate in emulation exited {code}: "
+                            f"{err.getvalue().strip()[-500:]}")
+    doc: dict[str, Any] = json.loads(buf.getvalue())
+    write_file(run_dir / "validation.json", render.to_json(doc) + "\n")
+    return doc
 
 
 def prepare_run_dir(out: Path, inputs: list[Path]) -> Path:

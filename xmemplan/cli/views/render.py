@@ -42,6 +42,10 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
+def is_quiet() -> bool:
+    return _quiet
+
+
 def set_verbose(verbose: bool) -> None:
     """Show what a command keeps short by default (size: every assumption, the full table
     by SLO)."""

@@ -44,6 +44,7 @@ class Run:
     plan: dict[str, Any]
     profile: dict[str, Any] | None = None
     hitrate: dict[str, Any] | None = None
+    validation: dict[str, Any] | None = None  # plan --validate: validate --emulate's JSON
     command: str = ""
     figures: dict[str, bytes] = field(default_factory=dict)
 
@@ -69,7 +70,8 @@ def load_run(path: Path) -> Run:
         plan = read_json(plan_path)
         plan_from_doc(plan, plan_path)
         run = Run(path=p, plan=plan)
-        for name, attr in (("profile.json", "profile"), ("hitrate.json", "hitrate")):
+        for name, attr in (("profile.json", "profile"), ("hitrate.json", "hitrate"),
+                           ("validation.json", "validation")):
             if (p / name).is_file():
                 setattr(run, attr, read_json(p / name))
         if (p / "command.txt").is_file():
@@ -163,6 +165,27 @@ def validation(plan: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _emulated(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    """plan --validate's verdict: PASS/FAIL, the largest error, what it covers, per class."""
+    if not doc:
+        return None
+
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{v:+.1%}"
+
+    return {
+        "verdict": "PASS" if doc.get("passed") else "FAIL",
+        "error": f"{doc.get('error', float('nan')):.1%}",
+        "tolerance": f"{doc.get('tolerance', float('nan')):.0%}",
+        "verdict_on": doc.get("verdict_on", ""),
+        "lines": [doc.get("note", ""), *doc.get("preamble", [])],
+        "rows": [[c["name"], _n(c.get("requests")), _n(c.get("load_p50_ms"), 2),
+                  _n(c.get("predicted_load_p50_ms"), 2), pct(c.get("load_error_p50")),
+                  _n(c.get("load_p90_ms"), 2), _n(c.get("predicted_load_p90_ms"), 2),
+                  pct(c.get("load_error_p90"))] for c in doc.get("classes", [])],
+    }
+
+
 def _fmt_q(quantity: str, v: float) -> str:
     if quantity.startswith("ratio"):
         return f"{v:.2f}x"
@@ -228,6 +251,7 @@ def context(run: Run) -> dict[str, Any]:
         "figures": figures,
         "missing_figures": [f for f, _, _ in FIGURES if f not in run.figures],
         "validation": validation(plan),
+        "emulated": _emulated(run.validation),
         "command": run.command,
         "version": _version(),
     }
@@ -294,6 +318,11 @@ def summary_markdown(run: Run) -> str:
         lines += ["## Trace statistics (per request)", "",
                   *_md_table(["", *c["stat_keys"]], c["stats"]), "", c["hit"]["aiperf"] + ".",
                   ""]
+    if c["emulated"]:
+        e = c["emulated"]
+        lines += ["## Validation in emulation", "",
+                  f"{e['verdict']}: largest error {e['error']} (tolerance {e['tolerance']}; "
+                  f"{e['verdict_on']}).", ""]
     if c["reasons"] or c["warnings"]:
         lines += ["## Reasons and warnings", "", *(f"- {r}" for r in c["reasons"]),
                   *(f"- Warning: {w}" for w in c["warnings"]), ""]
