@@ -102,7 +102,8 @@ def plan_cmd(
     from xmemplan.cli import invocation
 
     argv = ["xmemplan", *invocation.ARGV]
-    run_dir = prepare_run_dir(out, traces)
+    _INPUTS[:] = [*traces, *catalog]
+    run_dir = prepare_run_dir(out, _INPUTS)
     options = HitrateOptions(scope=scope, page_size=1, format_name=trace_format,
                              subagents=subagents)
     options.capacity = build_spec(None, capacity_curve, tiers, model, None, 1,
@@ -116,7 +117,7 @@ def plan_cmd(
     from xmemplan.cli.hitrate import json_payload
     from xmemplan.profile import build_profile, save_profile
 
-    save_profile(run_dir / "profile.json", build_profile(result, traces))
+    save_profile(run_dir / "profile.json", build_profile(result, traces), _INPUTS)
     hit_doc = json_payload(result)
     write_file(run_dir / "hitrate.json", render.to_json(hit_doc) + "\n")
 
@@ -195,8 +196,10 @@ def prepare_run_dir(out: Path, inputs: list[Path]) -> Path:
     """Create `out`, or check that it is empty or an earlier run folder (its files are
     replaced one by one). Fails before any work."""
     from xmemplan.errors import UsageError
+    from xmemplan.jsonio import check_not_input
 
     p = Path(out)
+    check_not_input(p, "--out", inputs)
     if p.exists() and not p.is_dir():
         raise UsageError(f"--out '{out}' is a file", "pass --out a folder (created if missing)")
     if p.is_dir():
@@ -219,11 +222,14 @@ def prepare_run_dir(out: Path, inputs: list[Path]) -> Path:
     return p
 
 
+_INPUTS: list[Path] = []  # the run's inputs: no output may be one of them, or inside one
+
+
 def write_file(path: Path, data: str | bytes) -> None:
     """Every file of the run folder goes through here: the project's one safe writer."""
     from xmemplan.jsonio import write_output
 
-    write_output(path, data, "--out")
+    write_output(path, data, "--out", _INPUTS)
 
 
 def _charts(result: Any, plan_doc: dict[str, Any], run_dir: Path) -> list[Path]:
@@ -236,12 +242,13 @@ def _charts(result: Any, plan_doc: dict[str, Any], run_dir: Path) -> list[Path]:
     from xmemplan.cli.views.sizeplots import ttft_vs_load
     from xmemplan.profile import build_profile
 
-    written = write_plots(result, run_dir)
+    written = write_plots(result, run_dir, _INPUTS)
     hist = (build_profile(result, []).get("hit_ratio") or {}).get("histogram_all")
     if hist:
-        written.append(hit_histogram(hist, run_dir / "hit_ratio_histogram.png"))
+        written.append(hit_histogram(hist, run_dir / "hit_ratio_histogram.png", "--out",
+                                     _INPUTS))
     if plan_doc.get("load_curve"):
-        written.append(ttft_vs_load(plan_doc, run_dir / "ttft_vs_load.png"))
+        written.append(ttft_vs_load(plan_doc, run_dir / "ttft_vs_load.png", "--out", _INPUTS))
     return written
 
 

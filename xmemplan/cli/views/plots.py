@@ -79,7 +79,8 @@ def write_plots(result: HitrateResult, directory: Path,
     return written
 
 
-def hit_histogram(hist: dict[str, Any], path: Path, flag: str = "--out") -> Path:
+def hit_histogram(hist: dict[str, Any], path: Path, flag: str = "--out",
+                  inputs: Sequence[Path] = ()) -> Path:
     """Requests by hit ratio (the profile's 20 bins of 0.05, every request)."""
     plt = _pyplot()
     edges, counts = hist["edges"], hist["counts"]
@@ -92,7 +93,7 @@ def hit_histogram(hist: dict[str, Any], path: Path, flag: str = "--out") -> Path
     ax.set_title("Distribution of the per-request hit ratio")
     fig.tight_layout()
     try:
-        save_figure(fig, path, flag)
+        save_figure(fig, path, flag, inputs)
     finally:
         plt.close(fig)
     return path

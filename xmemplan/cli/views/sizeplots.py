@@ -11,6 +11,7 @@ the run, whose percentile depends on the run's length.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ OPTION_LABELS = {"hbm-only": "HBM only", "host-dram": "+ host DRAM", "xmem": "+ 
 OFFERED_SCALE = 1.0  # load_rps[i] is the offered load times LOAD_SCALES[i]; 1.0 is offered
 
 
-def ttft_vs_load(doc: dict[str, Any], path: Path, flag: str = "--out") -> Path:
+def ttft_vs_load(doc: dict[str, Any], path: Path, flag: str = "--out",
+                 inputs: Sequence[Path] = ()) -> Path:
     """Write the chart of `doc` (a plan document with a load curve) to `path` (PNG)."""
     plt = _pyplot()
     c = doc.get("load_curve") or {}
@@ -69,7 +71,7 @@ def ttft_vs_load(doc: dict[str, Any], path: Path, flag: str = "--out") -> Path:
               frameon=False)
     fig.tight_layout()
     try:
-        save_figure(fig, path, flag)
+        save_figure(fig, path, flag, inputs)
     finally:
         plt.close(fig)
     return path
