@@ -373,3 +373,38 @@ def test_profile_bad_prefix_groups(tmp_path, edit, field: str) -> None:  # noqa:
     out.write_text(json.dumps(doc))
     with pytest.raises(InputError, match=field.replace(".", r"\.")):
         load_profile(out)
+
+
+# --- into the engine's block pool (issue 19) -------------------------------------------------
+
+def test_engine_block_pool_agrees_with_the_placement() -> None:
+    """The same routed requests through the engine's own per-replica block pool (vLLM
+    policy, the replica's KV room in 16-token blocks): its HBM hits are the pool's
+    outcome, not ours, and agree with the placement model's (8 replicas, no overload)."""
+    from xmemplan.sizing.engine import Config, run
+
+    s = stream(1000, 64, 16_000, rate=20, hold=2.0)
+    got = {}
+    for r in ("round-robin", "sglang-cache-aware"):
+        pl = RT.place(s, separate(8), r)
+        cfg = Config(policy="vllm", replicas=8, block_tokens=16, blocks=200_000 // 16,
+                     lin_s_per_token=1e-6, fixed_s=0.002, max_batched_tokens=8192)
+        res, *_ = run(RT.engine_requests(s, pl, 16), cfg)
+        assert np.array_equal(res.replica, pl.replica)
+        engine = float(res.hbm_hit.sum() / s.prompt.sum())
+        assert abs(engine - pl.split()[0]) < 0.03, (r, engine, pl.split())
+        got[r] = engine
+    assert got["sglang-cache-aware"] > got["round-robin"] + 0.4
+
+
+def test_block_keys_share_groups_and_sessions() -> None:
+    rows = [(0.0, 1.0, 64.0, 0), (1.0, 1.0, 96.0, 0), (2.0, 1.0, 80.0, 1)]
+    arr, hold, prompt, grp = (np.array(c, dtype=float) for c in zip(*rows, strict=True))
+    s = RT.Stream(arr, hold, prompt, np.full(3, 16.0), np.array([0.0, 80.0, 0.0]),
+                  grp.astype(np.int64), np.full(3, 32.0), np.array([0, 0, 1]))
+    keys, koff, kn = RT.block_keys(s, 16)
+    k = [keys[koff[i]:koff[i] + kn[i]] for i in range(3)]
+    assert kn.tolist() == [5, 7, 6]
+    assert np.array_equal(k[0], k[1][:5])  # same group, same session: 80 tokens shared
+    assert not np.array_equal(k[0][:2], k[2][:2])  # another group
+    assert not set(k[2][2:]) & set(k[0])

@@ -568,3 +568,56 @@ def cells(replicas: int, stream: Stream) -> int:
     """The kernel's table size (replicas x keys): what `place` allocates three times."""
     _, _, _, n_keys = keys_of(stream)
     return replicas * max(1, n_keys)
+
+
+# --- into the engine (issue 19's per-replica block pool) -----------------------------------
+
+def block_keys(stream: Stream, block_tokens: int) -> tuple[np.ndarray, np.ndarray,
+                                                           np.ndarray]:
+    """(keys, koff, kn) of the stream's requests (prompt then output, full blocks), in
+    the prefix model's terms: a group's prefix blocks are the group's, the rest the
+    session's, so that requests sharing a group or a session share those blocks. A
+    session whose reusable part shrinks (a compaction: its hit is below the context it
+    had) starts a new epoch: its later blocks no longer match the old ones."""
+    bs = int(block_tokens)
+    g, s, _, _ = keys_of(stream)
+    n = len(stream.prompt)
+    last: dict[int, tuple[float, int]] = {}  # session -> (context after it, epoch)
+    parts: list[np.ndarray] = []
+    koff = np.zeros(n, np.int64)
+    kn = np.zeros(n, np.int64)
+    pos = 0
+    for i in range(n):
+        S, O = float(stream.prompt[i]), float(stream.output[i])
+        G = float(stream.group_tokens[i]) if g[i] >= 0 else 0.0
+        nb = int((S + O) // bs)
+        gb = min(nb, int(G // bs)) if g[i] >= 0 else 0
+        ctx, epoch = last.get(int(s[i]), (0.0, 0))
+        if ctx > 0 and float(stream.hit[i]) < ctx - bs:
+            epoch += 1
+        last[int(s[i])] = (S + O, epoch)
+        j = np.arange(nb, dtype=np.int64)
+        k = np.where(j < gb, (1 << 61) | (int(g[i]) << 24) | j,
+                     (2 << 61) | (int(s[i]) << 28) | (epoch << 20) | (j - gb))
+        parts.append(k)
+        koff[i], kn[i] = pos, nb
+        pos += nb
+    keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return keys, koff, kn
+
+
+def engine_requests(stream: Stream, placement: Placement, block_tokens: int,
+                    tier: int = -1) -> object:
+    """The engine's `Requests` for this stream as routed: each request pinned to its
+    replica, its tier (0 host DRAM, 1 X-Mem, -1 none) holding the prefix `placement` found
+    there (the replica's HBM hit is then the engine's own pool's outcome)."""
+    from xmemplan.sizing.engine import Requests
+
+    keys, koff, kn = block_keys(stream, block_tokens)
+    n = len(stream.prompt)
+    held = (placement.hit_hbm + placement.hit_tier).astype(np.int64)
+    return Requests(arrival=np.asarray(stream.arrival, np.float64),
+                    prompt=np.asarray(stream.prompt, np.int64),
+                    output=np.maximum(1, np.asarray(stream.output, np.int64)),
+                    keys=keys, koff=koff, kn=kn, tier_tokens=held,
+                    tier=np.full(n, tier, np.int64), route=placement.replica.copy())
