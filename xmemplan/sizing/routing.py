@@ -588,14 +588,14 @@ def block_keys(stream: Stream, block_tokens: int) -> tuple[np.ndarray, np.ndarra
     kn = np.zeros(n, np.int64)
     pos = 0
     for i in range(n):
-        S, O = float(stream.prompt[i]), float(stream.output[i])
+        S, out = float(stream.prompt[i]), float(stream.output[i])
         G = float(stream.group_tokens[i]) if g[i] >= 0 else 0.0
-        nb = int((S + O) // bs)
+        nb = int((S + out) // bs)
         gb = min(nb, int(G // bs)) if g[i] >= 0 else 0
         ctx, epoch = last.get(int(s[i]), (0.0, 0))
         if ctx > 0 and float(stream.hit[i]) < ctx - bs:
             epoch += 1
-        last[int(s[i])] = (S + O, epoch)
+        last[int(s[i])] = (S + out, epoch)
         j = np.arange(nb, dtype=np.int64)
         k = np.where(j < gb, (1 << 61) | (int(g[i]) << 24) | j,
                      (2 << 61) | (int(s[i]) << 28) | (epoch << 20) | (j - gb))
