@@ -58,7 +58,7 @@ def test_command_txt_reproduces_and_hashes_inputs(made: tuple[Path, str]) -> Non
 
 def test_sizing_defaults_recorded(made: tuple[Path, str]) -> None:
     """Global scope, a capacity curve and the model: what size needs (not hitrate's
-    per-session default, which answered 80 GPUs against 32 on the Claude Code traces)."""
+    per-session default, which counts no hit shared across sessions)."""
     out, _ = made
     prof = json.loads((out / "profile.json").read_text())
     assert prof["source"]["scope"] == "global"

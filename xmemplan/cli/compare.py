@@ -132,6 +132,8 @@ def comparison_rows(runs: list[Any]) -> list[dict[str, Any]]:
                                     f"p{r.plan.get('slo_percentile', 99):g}" for r in runs]),
         ("load", "load", plan_field("load")),
         ("cheapest", "cheapest option", plan_field("cheapest")),
+        ("answer.gpus", "GPUs (answer)", [_n(_option(r.plan, str(r.plan.get("cheapest")))
+                                             .get("gpus")) for r in runs]),
         ("recommended_nodes", "X-Mem nodes (answer)", plan_field("recommended_nodes")),
     ]
     for name in OPTIONS:
@@ -175,11 +177,12 @@ def _goodput(o: dict[str, Any]) -> str:
 
 
 # Rows the table always shows: the decision itself.
-DECISION_KEYS = ("cheapest", "recommended_nodes", "xmem.gpus", "host-dram.gpus", "cost")
+DECISION_KEYS = ("cheapest", "answer.gpus", "recommended_nodes", "xmem.gpus",
+                 "host-dram.gpus", "cost")
 
 # The rows the first line names, in this order, when they differ.
-HEADLINE_KEYS = ("recommended_nodes", "xmem.gpus", "host-dram.gpus", "cheapest", "cost",
-                 "xmem.warm_p99_ms", "token_hit_ratio")
+HEADLINE_KEYS = ("answer.gpus", "recommended_nodes", "cheapest", "xmem.gpus",
+                 "host-dram.gpus", "cost", "xmem.warm_p99_ms", "token_hit_ratio")
 
 
 def headline(names: list[str], differ: list[dict[str, Any]]) -> str:
