@@ -43,40 +43,39 @@ def kv_page_keys(
     keys: np.ndarray, offsets: np.ndarray, prompt: np.ndarray, kv: np.ndarray, page: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """One key per full page of each request's KV: the first min(keys, L // page) keys as
-    given, chained (a key names its whole prefix, as the engines' block hashes do), then a
-    negative key seen nowhere else for each page past them (pages holding output tokens, or
-    prompt pages the trace has no key for: they can never hit)."""
-    from xmemplan.prefix.engine_kernels import chain_keys
+    given, then a negative key seen nowhere else for each page past them (pages holding
+    output tokens, or prompt pages the trace has no key for: they can never hit). A page's
+    identity is its whole prefix (the tree of `canonical_pages`), as the engines' chained
+    block hashes make it."""
+    from xmemplan.prefix.engine_kernels import kv_keys
 
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     prompt = np.asarray(prompt, dtype=np.int64)
     kv = np.asarray(kv, dtype=np.int64)
-    have = np.minimum(np.diff(offsets), prompt // page)
+    have = np.ascontiguousarray(np.minimum(np.diff(offsets), prompt // page))
     total = np.maximum(kv // page, have)
     out_off = np.zeros(len(total) + 1, dtype=np.int64)
     np.cumsum(total, out=out_off[1:])
-    out = -(np.arange(out_off[-1], dtype=np.int64) + 1)  # unique negatives
-    # the kept keys: positions 0 .. have[r] - 1 of each request
-    src = np.repeat(offsets[:-1] - out_off[:-1], have) + _ranks(have, out_off)
-    dst = _ranks(have, out_off)
-    kept = keys[src]
-    kept_off = np.zeros(len(have) + 1, dtype=np.int64)
-    np.cumsum(have, out=kept_off[1:])
-    chained = np.empty_like(kept)
-    if kept.size:
-        chain_keys(kept, kept_off, chained)
-    out[dst] = chained
+    out = np.empty(int(out_off[-1]), dtype=np.int64)
+    if len(total):
+        kv_keys(keys, offsets, have, out_off, out)
     return out, out_off
 
 
-def _ranks(lengths: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """starts[r] + 0 .. lengths[r] - 1 for every r, flat."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    n = int(lengths.sum())
-    base = np.repeat(starts[:-1], lengths)
-    firsts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return base + (np.arange(n, dtype=np.int64) - firsts)
+def page_ids(keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray) -> np.ndarray:
+    """`engine_kernels.canonical_pages`: one id per distinct prefix page (per cache)."""
+    from xmemplan.prefix.engine_kernels import canonical_pages
+    from xmemplan.prefix.matcher import tree_sizes
+
+    canon = np.empty(keys.shape[0], dtype=np.int64)
+    if offsets.shape[0] > 1:
+        resets, nodes, table = tree_sizes(resets)
+        canonical_pages(keys, offsets, resets, canon, np.empty(nodes, dtype=np.int64),
+                        np.empty(nodes, dtype=np.int64), np.empty(table, dtype=np.int64),
+                        np.empty(table, dtype=np.int64), np.empty(table, dtype=np.int64),
+                        np.full(table, -1, dtype=np.int64))
+    return canon
 
 
 def engine_replay(
@@ -121,21 +120,21 @@ def engine_replay(
     out_r = np.empty(n, dtype=bool)
     if engine == "vllm":
         blocks_used = int(np.add.reduceat(need, starts).max())
-        n_keys = int(np.add.reduceat(np.diff(offsets), starts).max()) if keys.size else 0
-        table = 1 << max(4, int(2 * n_keys + 1).bit_length())
-        t_epoch = np.full(table, -1, dtype=np.int64)
+        canon = page_ids(keys, offsets, resets)
+        n_ids = max(1, keys.shape[0])
+        p_epoch = np.full(n_ids, -1, dtype=np.int64)
+        p_first = np.empty(n_ids, dtype=np.int64)
+        p_last = np.empty(n_ids, dtype=np.int64)
         for j, c in enumerate(caps):
             n_blocks = int(c) // page
             b = max(1, min(n_blocks, blocks_used))
-            t_epoch.fill(-1)
+            p_epoch.fill(-1)
             ek.vllm_replay(
-                keys, offsets, resets, prompt, kv, page, n_blocks, inflight, out_h, out_r,
+                canon, offsets, resets, prompt, kv, page, n_blocks, inflight, out_h, out_r,
                 np.empty(b + 3, dtype=np.int64), np.empty(b + 3, dtype=np.int64),
                 np.zeros(b, dtype=np.int64), np.empty(b, dtype=np.int64),
                 np.empty(b, dtype=np.int64), np.empty(b, dtype=np.int64),
-                np.empty(b, dtype=np.int64),
-                np.empty(table, dtype=np.int64), np.empty(table, dtype=np.int64),
-                np.empty(table, dtype=np.int64), t_epoch,
+                p_first, p_last, p_epoch,
                 np.empty((inflight, most), dtype=np.int64), np.zeros(inflight, np.int64),
                 np.zeros(inflight, np.int64), np.empty(most, dtype=np.int64),
             )
@@ -146,10 +145,11 @@ def engine_replay(
         table = 1 << max(4, int(2 * nodes - 1).bit_length())
         heap = 12 * per_universe_requests + nodes + 16
         t_epoch = np.full(table, -1, dtype=np.int64)
+        canon = page_ids(keys, offsets, resets)
         for j, c in enumerate(caps):
             t_epoch.fill(-1)
             ek.sglang_replay(
-                keys, offsets, resets, prompt, kv, page, int(c) // page, inflight, out_h,
+                canon, offsets, resets, prompt, kv, page, int(c) // page, inflight, out_h,
                 out_r,
                 np.empty(nodes, dtype=np.int64), np.empty(nodes, dtype=np.int64),
                 np.empty(nodes, dtype=np.int64), np.empty(nodes, dtype=np.int64),

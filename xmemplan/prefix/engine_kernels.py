@@ -19,21 +19,112 @@ from numba import njit
 from xmemplan.prefix.kernels import _common, _slot
 
 EMPTY = -1
-UNIQUE = -2  # a vLLM block hashed with a key no request looks up (it holds an output token)
 
 
 @njit(cache=True)
-def chain_keys(keys: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
-    """out[j] = a non-negative hash of (out[j-1], keys[j]) within each request."""
+def kv_keys(keys: np.ndarray, offsets: np.ndarray, have: np.ndarray, out_off: np.ndarray,
+            out: np.ndarray) -> None:
+    """Request r's first have[r] keys, then a negative key seen nowhere else per page left."""
+    u = np.int64(0)
     for r in range(offsets.shape[0] - 1):
-        h = np.uint64(0x243F6A8885A308D3)
-        for j in range(offsets[r], offsets[r + 1]):
-            x = h ^ (np.uint64(keys[j]) * np.uint64(0x9E3779B97F4A7C15))
-            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-            x = x ^ (x >> np.uint64(31))
-            h = x
-            out[j] = np.int64(x >> np.uint64(1))
+        s = offsets[r]
+        o = out_off[r]
+        h = have[r]
+        for j in range(h):
+            out[o + j] = keys[s + j]
+        for j in range(o + h, out_off[r + 1]):
+            u += 1
+            out[j] = -u
+
+
+@njit(cache=True)
+def canonical_pages(
+    keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray, canon: np.ndarray,
+    e_start: np.ndarray, e_len: np.ndarray, t_node: np.ndarray, t_key: np.ndarray,
+    t_child: np.ndarray, t_epoch: np.ndarray,
+) -> None:
+    """canon[j] = where the page at j (with every page before it in its request) first
+    appears in `keys`: one id per distinct prefix, like the engines' chained block hashes.
+
+    The radix tree of `kernels.match_insert` (edges are slices of the input, so an edge's
+    start IS the first appearance of its pages); a page costs a sequential compare, not a
+    hash probe.
+    """
+    mask = np.int64(t_node.shape[0] - 1)
+    epoch = np.int64(-1)
+    n_nodes = np.int64(1)
+    for r in range(offsets.shape[0] - 1):
+        if resets[r] or r == 0:
+            epoch += 1
+            n_nodes = np.int64(1)
+        s = offsets[r]
+        n = offsets[r + 1] - s
+        node = np.int64(0)
+        pos = np.int64(0)
+        split_child = np.int64(EMPTY)
+        split_at = np.int64(0)
+        while pos < n:
+            k = keys[s + pos]
+            slot = _slot(node, k, mask)
+            child = np.int64(EMPTY)
+            while t_epoch[slot] == epoch:
+                if t_node[slot] == node and t_key[slot] == k:
+                    child = t_child[slot]
+                    break
+                slot = (slot + 1) & mask
+            if child == EMPTY:
+                break
+            length = e_len[child]
+            lim = min(length, n - pos)
+            m = _common(keys, e_start[child], keys, s + pos, lim)
+            e0 = e_start[child]
+            for i in range(m):
+                canon[s + pos + i] = e0 + i
+            pos += m
+            if m < length:
+                if m < lim:
+                    split_child = child
+                    split_at = m
+                break
+            node = child
+        for i in range(pos, n):
+            canon[s + i] = s + i
+        if pos == n:
+            continue
+        if split_child != EMPTY:
+            c = split_child
+            mid = n_nodes
+            n_nodes += 1
+            e_start[mid] = e_start[c]
+            e_len[mid] = split_at
+            k0 = keys[e_start[c]]
+            slot = _slot(node, k0, mask)
+            while not (t_node[slot] == node and t_key[slot] == k0 and t_epoch[slot] == epoch):
+                slot = (slot + 1) & mask
+            t_child[slot] = mid
+            e_start[c] += split_at
+            e_len[c] -= split_at
+            k1 = keys[e_start[c]]
+            slot = _slot(mid, k1, mask)
+            while t_epoch[slot] == epoch:
+                slot = (slot + 1) & mask
+            t_node[slot] = mid
+            t_key[slot] = k1
+            t_child[slot] = c
+            t_epoch[slot] = epoch
+            node = mid
+        leaf = n_nodes
+        n_nodes += 1
+        e_start[leaf] = s + pos
+        e_len[leaf] = n - pos
+        k = keys[s + pos]
+        slot = _slot(node, k, mask)
+        while t_epoch[slot] == epoch:
+            slot = (slot + 1) & mask
+        t_node[slot] = node
+        t_key[slot] = k
+        t_child[slot] = leaf
+        t_epoch[slot] = epoch
 
 
 # --- vLLM ------------------------------------------------------------------------------------
@@ -57,7 +148,7 @@ def _q_after(nxt: np.ndarray, prv: np.ndarray, at: int, b: int) -> None:
 
 @njit(cache=True)
 def vllm_replay(
-    keys: np.ndarray,  # int64: chained prompt-page keys (>= 0), output pages negative
+    canon: np.ndarray,  # int64: page ids (canonical_pages), one per full page of the KV
     offsets: np.ndarray,  # int64, n + 1
     resets: np.ndarray,  # bool, n: a new, empty pool before request r
     prompt: np.ndarray,  # int64, n: L
@@ -70,14 +161,12 @@ def vllm_replay(
     nxt: np.ndarray,  # int64, B + 3 (B = the most blocks ever used; 3 sentinels)
     prv: np.ndarray,  # int64, B + 3
     ref: np.ndarray,  # int64, B
-    bkey: np.ndarray,  # int64, B: EMPTY, UNIQUE or the block's key
-    bslot: np.ndarray,  # int64, B: table slot of the key
-    dnext: np.ndarray,  # int64, B: next block with the same key (insertion order)
+    bkey: np.ndarray,  # int64, B: EMPTY or the page id the block holds (its hash)
+    dnext: np.ndarray,  # int64, B: next block with the same page id (insertion order)
     dprev: np.ndarray,  # int64, B
-    t_key: np.ndarray,  # int64, T (a power of two)
-    t_first: np.ndarray,  # int64, T: first block with the key, EMPTY if none
-    t_last: np.ndarray,  # int64, T
-    t_epoch: np.ndarray,  # int64, T, starts all -1
+    p_first: np.ndarray,  # int64, pages: first block holding the page id, EMPTY if none
+    p_last: np.ndarray,  # int64, pages
+    p_epoch: np.ndarray,  # int64, pages, starts all -1
     held: np.ndarray,  # int64, inflight x (most pages of one request)
     held_n: np.ndarray,  # int64, inflight
     held_r: np.ndarray,  # int64, inflight
@@ -87,7 +176,6 @@ def vllm_replay(
     head = cap_b  # sentinels: head, tail, and FRESH (the blocks never used yet, as one run)
     tail = cap_b + 1
     fresh_node = cap_b + 2
-    mask = np.int64(t_key.shape[0] - 1)
     epoch = np.int64(-1)
     fresh = np.int64(0)  # blocks never used, still in the FRESH run
     next_id = np.int64(0)
@@ -140,14 +228,10 @@ def vllm_replay(
         # lookup: leading cached full blocks, at most (L - 1) // page
         lim = (L - 1) // page
         for j in range(lim):
-            k = keys[s + j]
-            sl = _slot(0, k, mask)
-            b = np.int64(EMPTY)
-            while t_epoch[sl] == epoch:
-                if t_key[sl] == k:
-                    b = t_first[sl]
-                    break
-                sl = (sl + 1) & mask
+            k = canon[s + j]
+            if p_epoch[k] != epoch:
+                break
+            b = p_first[k]
             if b == EMPTY:
                 break
             if ref[b] == 0:  # touch
@@ -171,14 +255,14 @@ def vllm_replay(
             else:
                 b = f
                 _q_unlink(nxt, prv, b)
-                if bkey[b] >= 0:  # the block leaves the cache now
-                    sl = bslot[b]
+                k = bkey[b]
+                if k != EMPTY:  # the block leaves the cache now
                     if dprev[b] == EMPTY:
-                        t_first[sl] = dnext[b]
+                        p_first[k] = dnext[b]
                     else:
                         dnext[dprev[b]] = dnext[b]
                     if dnext[b] == EMPTY:
-                        t_last[sl] = dprev[b]
+                        p_last[k] = dprev[b]
                     else:
                         dprev[dnext[b]] = dprev[b]
                 bkey[b] = EMPTY
@@ -189,30 +273,20 @@ def vllm_replay(
         # full blocks are cached: the prompt's, then those that decode fills
         for j in range(nh, K // page):
             b = held[slot_q, j]
-            k = keys[s + j]
-            if k < 0:
-                bkey[b] = UNIQUE
-                continue
-            sl = _slot(0, k, mask)
-            while t_epoch[sl] == epoch:
-                if t_key[sl] == k:
-                    break
-                sl = (sl + 1) & mask
-            if t_epoch[sl] != epoch:
-                t_epoch[sl] = epoch
-                t_key[sl] = k
-                t_first[sl] = EMPTY
-                t_last[sl] = EMPTY
-            last = t_last[sl]
+            k = canon[s + j]
+            if p_epoch[k] != epoch:
+                p_epoch[k] = epoch
+                p_first[k] = EMPTY
+                p_last[k] = EMPTY
+            last = p_last[k]
             dprev[b] = last
             dnext[b] = EMPTY
             if last == EMPTY:
-                t_first[sl] = b
+                p_first[k] = b
             else:
                 dnext[last] = b
-            t_last[sl] = b
+            p_last[k] = b
             bkey[b] = k
-            bslot[b] = sl
         if r + 1 == offsets.shape[0] - 1 or resets[r + 1]:
             qn = 0  # the pool ends with this universe: no release can change a hit
 
@@ -271,6 +345,25 @@ def _put(t_node: np.ndarray, t_key: np.ndarray, t_child: np.ndarray, t_epoch: np
     t_epoch[sl] = epoch
 
 
+@njit(cache=True, inline="always")
+def _match_len(ids: np.ndarray, a: int, b: int, lim: int) -> int:
+    """Length of the common run of ids[a:] and ids[b:] (at most lim), by bisection: page
+    ids name whole prefixes (canonical_pages), so once two pages differ all later ones do."""
+    if lim <= 0 or ids[a] != ids[b]:
+        return 0
+    if ids[a + lim - 1] == ids[b + lim - 1]:
+        return lim
+    lo = 1  # ids[a + lo - 1] equal
+    hi = lim - 1  # ids[a + hi] differ
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if ids[a + mid - 1] == ids[b + mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 @njit(cache=True)
 def _walk(
     keys: np.ndarray, s: int, n_walk: int, e_start: np.ndarray, e_len: np.ndarray,
@@ -305,7 +398,7 @@ def _walk(
         if nchild[child] == 0 and lock[child] == 0:
             hsize = _heap_push(h_time, h_node, hsize, t, child)
         length = e_len[child]
-        m = _common(keys, e_start[child], keys, s + pos, min(length, n_walk - pos))
+        m = _match_len(keys, e_start[child], s + pos, min(length, n_walk - pos))
         pos += m
         if m < length:
             mid = n_nodes
@@ -395,7 +488,7 @@ def _checkpoint(
 
 @njit(cache=True)
 def sglang_replay(
-    keys: np.ndarray,  # int64: page keys (prompt pages, then negative output-page keys)
+    keys: np.ndarray,  # int64: page ids (canonical_pages), one per full page of the KV
     offsets: np.ndarray,  # int64, n + 1
     resets: np.ndarray,  # bool, n
     prompt: np.ndarray,  # int64, n: L
