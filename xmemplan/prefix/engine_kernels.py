@@ -587,13 +587,17 @@ def sglang_replay(
                 evictable -= e_len[x]
             lock[x] += 1
             x = parent[x]
-        for phase in range(1 + max(K - L, 0)):
-            if phase == 0:  # prefill: room for the new tokens and a page, their pages
+        # prefill: room for the new tokens and a page, then their pages; then decode. A
+        # decode step changes nothing unless the one before took a page or it takes one,
+        # so only those steps are run (about two per page, not one per token).
+        pos_t = L - 1  # the token whose slot the phase allocates (L - 1: the prefill)
+        while pos_t < K:
+            if pos_t == L - 1:
                 demand = (L - pos * page) + spare
                 take = (L - pos * page + page - 1) // page
-            else:  # decode step: the slot of token L + phase - 1
+            else:
                 demand = decode_room
-                take = 1 if (L + phase - 1) % page == 0 else 0
+                take = 1 if pos_t % page == 0 else 0
             avail = free_pages * page
             if avail < demand:  # RadixCache.evict: whole leaves, least recent first
                 goal = demand - avail
@@ -618,12 +622,16 @@ def sglang_replay(
                     if nchild[p] == 0 and lock[p] == 0 and p != 0:
                         hsize = _heap_push(h_time, h_node, hsize, stamp[p], p)
             free_pages -= take
-            if phase == 0 and K > L:  # unfinished after prefill: checkpoint_kv_cache
+            if pos_t == L - 1 and K > L:  # unfinished after prefill: checkpoint_kv_cache
                 node, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
                     keys, s, L // page, L // page, node, pos, e_start, e_len, parent, lock,
                     stamp, nchild, alive, t_node, t_key, t_child, t_epoch, epoch, mask,
                     h_time, h_node, clock, n_nodes, hsize, free_pages, evictable)
                 pos = L // page
+            if pos_t == L - 1 or take > 0 or pos_t == L:
+                pos_t += 1
+            else:  # nothing changes until the step that takes the next page
+                pos_t = (pos_t // page + 1) * page
         slot_q = (q0 + qn) % inflight
         held_r[slot_q] = r
         held_node[slot_q] = node
