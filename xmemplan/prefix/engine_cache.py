@@ -159,7 +159,7 @@ def engine_replay(
                 np.empty(table, dtype=np.int64), t_epoch,
                 np.empty(heap, dtype=np.int64), np.empty(heap, dtype=np.int64),
                 np.zeros(inflight, np.int64), np.zeros(inflight, np.int64),
-                np.zeros(inflight, np.int64),
+                np.zeros(inflight, np.int64), np.empty(most + 3, dtype=np.int64),
             )
             hits[:, j] = out_h
             rejected[:, j] = out_r

@@ -430,17 +430,63 @@ def _checkpoint(
     stamp: np.ndarray, nchild: np.ndarray, alive: np.ndarray, t_node: np.ndarray,
     t_key: np.ndarray, t_child: np.ndarray, t_epoch: np.ndarray, epoch: int, mask: int,
     h_time: np.ndarray, h_node: np.ndarray, clock: int, n_nodes: int, hsize: int,
-    free_pages: int, evictable: int,
+    free_pages: int, evictable: int, path: np.ndarray,
 ) -> tuple[int, int, int, int, int, int]:
-    """RadixCache.checkpoint: insert the first `key_n` pages of the KV, then the prompt's
-    (split_prompt), free the duplicates the insert exposed past `protected` pages, look the
+    """RadixCache.checkpoint in one walk: insert the first `key_n` pages of the KV, insert
+    the prompt's again (split_prompt), free the duplicates past `protected` pages, look the
     key up again, move the lock from `old` to the new last node.
 
+    The engine walks the path three times (insert t1, prompt insert t2, lookup t3); what is
+    left of it is: every node of the path stamped t3, the part split off where the insert
+    parted from the tree stamped t1, and the splits. One walk does exactly that.
     Returns (new last node, clock, nodes, heap size, free pages, evictable pages).
     """
-    pos, node, clock, n_nodes, hsize = _walk(
-        keys, ss, key_n, e_start, e_len, parent, lock, stamp, nchild, alive,
-        t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock, n_nodes, hsize)
+    t_a = clock  # the insert's time: what the insert split off keeps it
+    t_b = clock + 1  # the final lookup's: the whole path
+    clock += 2
+    stamp[0] = t_b
+    node = 0
+    pos = 0
+    plen = 0
+    while pos < key_n:
+        k = keys[ss + pos]
+        sl = _slot(node, k, mask)
+        child = EMPTY
+        while t_epoch[sl] == epoch:
+            if t_node[sl] == node and t_key[sl] == k:
+                child = t_child[sl]
+                break
+            sl = (sl + 1) & mask
+        if child == EMPTY:
+            break
+        length = e_len[child]
+        m = _match_len(keys, e_start[child], ss + pos, min(length, key_n - pos))
+        pos += m
+        if m < length:  # split: the upper part is on the path, the rest keeps t_a
+            mid = n_nodes
+            n_nodes += 1
+            e_start[mid] = e_start[child]
+            e_len[mid] = m
+            parent[mid] = parent[child]
+            lock[mid] = lock[child]
+            nchild[mid] = 1
+            alive[mid] = True
+            t_child[sl] = mid
+            e_start[child] += m
+            e_len[child] -= m
+            parent[child] = mid
+            _put(t_node, t_key, t_child, t_epoch, epoch, mask, mid, keys[e_start[child]],
+                 child)
+            stamp[child] = t_a
+            if nchild[child] == 0 and lock[child] == 0:
+                hsize = _heap_push(h_time, h_node, hsize, t_a, child)
+            path[plen] = mid
+            plen += 1
+            node = mid
+            break
+        path[plen] = child
+        plen += 1
+        node = child
     if pos < key_n:
         leaf = n_nodes
         n_nodes += 1
@@ -448,27 +494,50 @@ def _checkpoint(
         e_len[leaf] = key_n - pos
         parent[leaf] = node
         lock[leaf] = 0
-        stamp[leaf] = clock
-        clock += 1
         nchild[leaf] = 0
         alive[leaf] = True
         _put(t_node, t_key, t_child, t_epoch, epoch, mask, node, keys[ss + pos], leaf)
         nchild[node] += 1
         evictable += key_n - pos
-        hsize = _heap_push(h_time, h_node, hsize, stamp[leaf], leaf)
+        path[plen] = leaf
+        plen += 1
     if pos > protected:
         free_pages += pos - protected  # duplicates of pages the tree already held
-    if 0 < prompt_n < key_n:  # split_prompt: the prompt's pages again
-        _, _, clock, n_nodes, hsize = _walk(
-            keys, ss, prompt_n, e_start, e_len, parent, lock, stamp, nchild, alive,
-            t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock, n_nodes,
-            hsize)
-    new_last = 0
-    if key_n > 0:  # match_prefix(key): refreshes the path
-        _, new_last, clock, n_nodes, hsize = _walk(
-            keys, ss, key_n, e_start, e_len, parent, lock, stamp, nchild, alive,
-            t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock, n_nodes,
-            hsize)
+    if 0 < prompt_n < key_n:  # split_prompt: a node boundary at the prompt's last page
+        start = 0
+        for i in range(plen):
+            x = path[i]
+            if start < prompt_n < start + e_len[x]:
+                m = prompt_n - start
+                mid = n_nodes
+                n_nodes += 1
+                e_start[mid] = e_start[x]
+                e_len[mid] = m
+                parent[mid] = parent[x]
+                lock[mid] = lock[x]
+                nchild[mid] = 1
+                alive[mid] = True
+                k0 = keys[e_start[x]]
+                sl = _slot(parent[x], k0, mask)
+                while not (t_node[sl] == parent[x] and t_key[sl] == k0
+                           and t_epoch[sl] == epoch):
+                    sl = (sl + 1) & mask
+                t_child[sl] = mid
+                e_start[x] += m
+                e_len[x] -= m
+                parent[x] = mid
+                _put(t_node, t_key, t_child, t_epoch, epoch, mask, mid, keys[e_start[x]], x)
+                for j in range(plen, i, -1):
+                    path[j] = path[j - 1]
+                path[i] = mid
+                plen += 1
+                break
+            start += e_len[x]
+    for i in range(plen):
+        stamp[path[i]] = t_b
+    new_last = path[plen - 1] if plen > 0 else 0
+    if new_last != 0 and nchild[new_last] == 0 and lock[new_last] == 0:
+        hsize = _heap_push(h_time, h_node, hsize, t_b, new_last)
     x = old  # unlock the old node
     while x != 0:
         lock[x] -= 1
@@ -514,6 +583,7 @@ def sglang_replay(
     held_r: np.ndarray,  # int64, inflight: the request
     held_node: np.ndarray,  # int64, inflight: its locked node
     held_h: np.ndarray,  # int64, inflight: its hit pages
+    path: np.ndarray,  # int64, scratch: 3 + pages of the longest KV
 ) -> None:
     mask = np.int64(t_node.shape[0] - 1)
     epoch = np.int64(-1)
@@ -559,7 +629,7 @@ def sglang_replay(
                 keys, offsets[rr], kk // page, prompt[rr] // page, held_node[q], held_h[q],
                 e_start, e_len, parent, lock, stamp, nchild, alive, t_node, t_key, t_child,
                 t_epoch, epoch, mask, h_time, h_node, clock, n_nodes, hsize, free_pages,
-                evictable)
+                evictable, path)
             free_pages += (kk + page - 1) // page - kk // page  # the partial page
             x = last
             while x != 0:  # dec_lock_ref
@@ -626,7 +696,7 @@ def sglang_replay(
                 node, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
                     keys, s, L // page, L // page, node, pos, e_start, e_len, parent, lock,
                     stamp, nchild, alive, t_node, t_key, t_child, t_epoch, epoch, mask,
-                    h_time, h_node, clock, n_nodes, hsize, free_pages, evictable)
+                    h_time, h_node, clock, n_nodes, hsize, free_pages, evictable, path)
                 pos = L // page
             if pos_t == L - 1 or take > 0 or pos_t == L:
                 pos_t += 1
