@@ -222,3 +222,44 @@ def test_docs_quote_the_answer_the_command_gives(capsys, monkeypatch):
     assert quoted == live, ("docs/size.md quotes another answer than "
                             "`xmemplan size --gpus 1 --tier-capacity 64GB` gives: rerun it "
                             "and update the section's answer and table")
+
+
+def test_synthetic_export_replays_against_the_live_server(tmp_path):
+    """The exported workload, streamed to tests/live_server.py row by row, then judged with
+    validate --aiperf's judge on records written as AIPerf writes them (the real AIPerf
+    does the same in .ci/steps/aiperf.sh, step 3)."""
+    import subprocess
+    import sys
+
+    from test_aiperf import SERVER, _stream, write_records
+
+    from xmemplan.export.synthetic import export_synthetic
+    from xmemplan.validate.aiperf import AiperfOptions, judge
+
+    small = SyntheticWorkload(user_context_prompt_length=2000, num_users=2,
+                              session_turns_mean=3)
+    trace = tmp_path / "syn.jsonl"
+    export_synthetic(small, trace, rate_rps=2.0, requests=6, block_tokens=64)
+    rows = [json.loads(x) for x in trace.read_text().splitlines()]
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--trace", str(trace),
+                             "--port-file", str(port_file), "--max-seconds", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    measured = {}
+    try:
+        for _ in range(200):
+            if port_file.exists() and port_file.read_text():
+                break
+            time.sleep(0.05)
+        port = int(port_file.read_text())
+        for i, r in enumerate(rows):
+            got_s, events = _stream(port, i)
+            measured[r["session_id"]] = got_s * 1e3
+            assert events[-2]["usage"]["prompt_tokens"] == r["input_length"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    res = judge(AiperfOptions(directory=write_records(tmp_path / "art", measured, 1.0),
+                              trace=trace, model="qwen3-30b-a3b-fp8", gpu="h100-sxm"))
+    assert res.passed, [(c.name, c.error_p50) for c in res.classes]
+    assert {c.name for c in res.classes} >= {"cold", "warm"}
