@@ -139,6 +139,16 @@ def _curve(plt: Any, cap: CapacityResult, path: Path) -> Path:
                label=f"infinite cache ({cap.infinite_token_hit_ratio:.3f})")
     for c in cap.capacities:
         ax.axvline(c["capacity_tokens"], linestyle=":", color="tab:red", alpha=0.6)
+    # --tiers: each tier's capacity (inclusive tiers: the hit ratio it reaches with the
+    # faster tiers inside it), marked and named on the curve
+    for t in cap.tiers or []:
+        if t.get("capacity_tokens") is None:  # the 'miss (prefill)' row
+            continue
+        x, y = t["capacity_tokens"], _finite(t["cumulative_token_hit_ratio"])
+        ax.axvline(x, linestyle="-.", color="tab:purple", alpha=0.5)
+        ax.plot([x], [y], marker="D", color="tab:purple", linestyle="none")
+        ax.annotate(f"{t['name']} {t['capacity']}: {y:.3f}", (x, y), xytext=(4, -12),
+                    textcoords="offset points", fontsize=7, color="tab:purple")
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("LRU capacity (tokens" + (", per session)" if cap.per_session_cache else ")"))

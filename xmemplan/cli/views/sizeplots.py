@@ -80,6 +80,8 @@ def ttft_vs_load(doc: dict[str, Any], path: Path, flag: str = "--out",
 def _offered(doc: dict[str, Any], loads: list[float]) -> float | None:
     from xmemplan.sizing.planner import LOAD_SCALES
 
+    if isinstance(doc.get("offered_rps"), int | float):  # the plan states it
+        return float(doc["offered_rps"])
     if OFFERED_SCALE in LOAD_SCALES and len(loads) == len(LOAD_SCALES):
         return float(loads[LOAD_SCALES.index(OFFERED_SCALE)])
     return None
