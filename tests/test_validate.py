@@ -431,3 +431,78 @@ def test_gpu_path_with_a_stand_in_gpu(monkeypatch):
     assert all(r.ttft_s >= r.load_s for r in hit)
     pts = points.points_from_validate(res.as_dict())
     assert len(pts) == 3 and pts[0]["gpu"] == res.gpu and pts[0]["tier"] == "host-dram-pcie5"
+
+
+def _xmem_plan(capsys, tmp_path):
+    """A multi-GPU X-Mem plan at tp2 (128Ki-token full hits at 300 ms, 20 requests/s)."""
+    assert run(["size", "--ttft-slo", "300ms", "--prompt-tokens", "128Ki", "--hit-rate", "1",
+                "--rate", "20", "--output-tokens", "1", "--requests", "1000", "--tp", "2",
+                "--format", "json"]) == ExitCode.OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cheapest"] == "xmem" and doc["claims"]["gpus"] >= 2, doc["answer"]
+    return doc
+
+
+def test_plan_replays_its_gpus_per_node_and_shape(capsys, monkeypatch, tmp_path):
+    """validate --plan replays the plan's own decision: its GPUs over its X-Mem nodes are
+    the readers of the emulated node, each loading its tp share of every request's KV, and
+    the plan's per-GPU load bandwidth at that sharing is judged; what cannot be replayed
+    here is named 'not checked'."""
+    doc = _xmem_plan(capsys, tmp_path)
+    c = doc["claims"]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(doc))
+    code, out, err = cli(["--plan", str(plan), "--repeats", "1", "--max-bytes", "1GB", *TOL,
+                          "--format", "json"], capsys, monkeypatch, columns=400)
+    assert code == ExitCode.OK, err
+    res = json.loads(out)
+    per = -(-c["gpus"] // c["nodes"])
+    assert res["readers"] == per
+    p50 = doc["prompt_tokens_p50"]
+    assert res["requests"][0]["prompt_tokens"] <= -(-int(p50) // 2)  # tp2: half each
+    how = {x["claim"]: x["replayed"] for x in res["plan_checks"]}
+    assert any(v.startswith("replayed: each reader loads its GPU's 1/2") for v in how.values())
+    assert any(v.startswith("not checked") for v in how.values())
+    judged = [x for x in res["plan_checks"] if x["replayed"] == "judged"]
+    assert judged and judged[0]["error"] <= 0.3
+
+
+def test_plan_with_a_wrong_node_count_fails(capsys, monkeypatch, tmp_path):
+    """The same plan claiming that one node serves 64 GPUs (the bandwidth it was sized
+    with is 2 GPUs' share): the replay at 64 readers per node is far off, and it fails."""
+    doc = _xmem_plan(capsys, tmp_path)
+    doc["claims"]["gpus"], doc["claims"]["nodes"] = 64, 1
+    plan = tmp_path / "wrong.json"
+    plan.write_text(json.dumps(doc))
+    code, out, err = cli(["--plan", str(plan), "--repeats", "1", *TOL],
+                         capsys, monkeypatch, columns=200)
+    assert code == ExitCode.CHECK_FAILED, out + err
+    assert out.startswith("FAIL: the plan's load bandwidth per GPU at 64 GPUs per node")
+    assert "node count" in err
+
+
+def test_plan_without_claims_says_not_checked(capsys, monkeypatch, tmp_path):
+    doc = {"schema": "xmemplan.plan", "schema_version": 1, "model": "llama-3.1-8b",
+           "gpu": "h100-sxm", "prompt_tokens_p50": 2048, "hit_ratio": 0.9}
+    plan = tmp_path / "old.json"
+    plan.write_text(json.dumps(doc))
+    code, out, err = cli(["--plan", str(plan), "--repeats", "1", *TOL], capsys, monkeypatch,
+                         columns=200)
+    assert code == ExitCode.OK, err
+    assert "not checked: the plan carries no claims" in out
+    bad = dict(doc, claims={"option": "xmem", "gpus": 0, "nodes": 1, "tp": 1})
+    plan.write_text(json.dumps(bad))
+    code, _, err = cli(["--plan", str(plan)], capsys, monkeypatch, columns=200)
+    assert code == ExitCode.INPUT and "field 'claims.gpus'" in err
+
+
+def test_any_row_over_tolerance_fails_the_verdict():
+    """The 'all' row counts too (validate --traces --readers 8 printed PASS with 'all' at
+    16.4 % against a 15 % tolerance)."""
+    from xmemplan.validate.verdict import ClassSummary, worst_figure
+
+    def row(name, e):
+        return ClassSummary(name, 20, 1.0, 1.0, e, 1.0, 1.0, 0.0)
+
+    fig, err = worst_figure([row("cold", 0.05), row("warm", 0.1), row("all", 0.164)])
+    assert fig == "all load p50" and err == 0.164

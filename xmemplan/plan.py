@@ -37,6 +37,24 @@ class Plan:
     recommended_nodes: int | None
     kv_dtype_bytes: int | None = None  # 1: FP8 KV (size --kv-dtype fp8); None: the model's
     shape: str | None = None  # deployment shape label (tp1, tp4 ep4, ...)
+    claims: PlanClaims | None = None  # what validate replays (None: a plan without them)
+
+
+@dataclass(frozen=True)
+class PlanClaims:
+    """The decision a plan makes, as `size` wrote it (`claims` in the document)."""
+
+    option: str  # hbm-only | host-dram | xmem
+    gpus: int
+    nodes: int  # X-Mem nodes bought (0 unless option is xmem)
+    tp: int
+    dp_attention: bool
+    tier: str | None
+    load_bandwidth_per_gpu_bytes_per_s: float | None  # at gpus / nodes GPUs per node
+
+    @property
+    def gpus_per_node(self) -> int | None:
+        return -(-self.gpus // self.nodes) if self.nodes else None
 
 
 def plan_from_doc(doc: Any, path: Path | None = None) -> Plan:
@@ -71,6 +89,7 @@ def plan_from_doc(doc: Any, path: Path | None = None) -> Plan:
         raise InputError(f"{kvb!r} is not a KV element size", path=path,
                          field="kv_dtype_bytes", hint="1 (fp8) or 2 (bf16/fp16)")
     shape = doc.get("shape")
+    claims = _claims(doc.get("claims"), path)
     return Plan(
         path=path,
         model=doc["model"],
@@ -83,7 +102,38 @@ def plan_from_doc(doc: Any, path: Path | None = None) -> Plan:
         else None,
         kv_dtype_bytes=kvb,
         shape=shape if isinstance(shape, str) and shape else None,
+        claims=claims,
     )
+
+
+def _claims(c: Any, path: Path | None) -> PlanClaims | None:
+    """The `claims` object, checked field by field (absent: None, an older plan)."""
+    if c is None:
+        return None
+    if not isinstance(c, dict):
+        raise InputError("not an object", path=path, field="claims")
+
+    def integer(name: str, lo: int) -> int:
+        v = c.get(name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise InputError(f"{v!r} is not a whole number of {lo} or more", path=path,
+                             field=f"claims.{name}")
+        return v
+
+    option = c.get("option")
+    if option not in ("hbm-only", "host-dram", "xmem"):
+        raise InputError(f"{option!r} is not an option", path=path, field="claims.option",
+                         hint="hbm-only, host-dram or xmem")
+    bw = c.get("load_bandwidth_per_gpu_bytes_per_s")
+    if bw is not None and (isinstance(bw, bool) or not isinstance(bw, int | float)
+                           or not math.isfinite(bw) or bw <= 0):
+        raise InputError(f"{bw!r} is not a positive bandwidth", path=path,
+                         field="claims.load_bandwidth_per_gpu_bytes_per_s")
+    tier = c.get("tier")
+    return PlanClaims(option=option, gpus=integer("gpus", 1), nodes=integer("nodes", 0),
+                      tp=integer("tp", 1), dp_attention=bool(c.get("dp_attention")),
+                      tier=tier if isinstance(tier, str) and tier else None,
+                      load_bandwidth_per_gpu_bytes_per_s=None if bw is None else float(bw))
 
 
 def load_plan(path: Path) -> Plan:

@@ -30,9 +30,10 @@ def validate(
         False, "--calibrate",
         help="Measure this machine's copy bandwidth (no shaping) and predict with it.",
     ),
-    readers: int = typer.Option(
-        1, "--readers", min=1, max=64,
-        help="Simulated GPUs loading from one emulated node at once (threads)."),
+    readers: int | None = typer.Option(
+        None, "--readers", min=1, max=64,
+        help="Simulated GPUs loading from one emulated node at once (threads; default 1, "
+        "with --plan the plan's GPUs per X-Mem node)."),
     device: str | None = typer.Option(
         None, "--device", help="Emulated node: a name in data/devices or a TOML file "
         "(default xmem-node)."),
@@ -118,6 +119,13 @@ def validate(
     if not result.passed:
         from xmemplan.validate.verdict import worst_figure
 
+        claim = _failed_claim(result)
+        if claim is not None:
+            raise CheckFailedError(
+                f"the plan's {claim['claim']} is off by {claim['error']:.1%}, more than the "
+                f"tolerance {result.tolerance:.0%}",
+                "the plan's GPUs per X-Mem node (its GPUs over its nodes) do not get the "
+                "load bandwidth it was sized with: size it again, or check the node count")
         figure, _ = worst_figure(result.classes)
         term = ("the compute half of TTFT (the model's efficiencies or fixed overhead) is off "
                 "for this GPU; the load terms are in the table" if "TTFT" in figure else
@@ -150,6 +158,8 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
         raise UsageError("give one of --plan, --workload, --traces")
     pairs: tuple[tuple[int, int], ...] = ()
     kv_dtype: str | None = None
+    claims: tuple[tuple[str, str], ...] = ()
+    claimed: float | None = None
     source = "seed scenario (long prompts, high hit rate, scaled to this machine)"
     model, gpu = f["model"], f["gpu"]
     file_input = f["plan"] if f["plan"] is not None else f["workload"]
@@ -163,11 +173,12 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
         kv_dtype = got.kv_dtype
         if kv_dtype == "fp8":
             source += "; KV pages in fp8, as the plan was sized"
-        if got.shape and got.shape != "tp1":
-            source += (f"; the plan's shape is {got.shape}, validate replays one GPU holding "
-                       "the whole KV of each request (tp1)")
+        if f["plan"] is not None:
+            pairs, f["readers"], claims, claimed = _plan_claims(got, pairs, f)
     elif f["traces"] is not None:
         pairs, source = pairs_from_traces([f["traces"]], f["max_requests"])
+    if f["readers"] is None:
+        f["readers"] = 1
     opts = ValidateOptions(
         backend=f["backend"], emulate=f["emulate"], real=f["real"], calibrate=f["calibrate"],
         model=model or SEED_MODEL, gpu=gpu or SEED_GPU, tier=f["tier"], device=f["device"],
@@ -180,9 +191,73 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
         pairs=pairs, max_requests=f["max_requests"],
         max_bytes=units.parse_bytes(f["max_bytes"], "--max-bytes"), repeats=f["repeats"],
         catalog_files=tuple(str(p) for p in f["catalog"]), source=source, kv_dtype=kv_dtype,
+        plan_claims=claims, claimed_bandwidth_bytes_per_s=claimed,
     )
     _check_built(opts)
     return opts
+
+
+MAX_READERS = 64  # threads sharing one emulated node (--readers' range)
+
+
+def _plan_claims(got: Any, pairs: tuple[tuple[int, int], ...], f: dict[str, Any]
+                 ) -> tuple[tuple[tuple[int, int], ...], int, tuple[tuple[str, str], ...],
+                            float | None]:
+    """What of a plan's decision the replay reproduces: (pairs, readers, claims, the
+    per-GPU load bandwidth judged). The GPUs sharing one X-Mem node are the readers of the
+    emulated node (the plan's GPUs over its nodes: one node replayed, the others carry the
+    same share); at tp N each reader loads its GPU's 1/N of every request's KV (DP
+    attention: each rank its requests' whole KV). What cannot be replayed here is named
+    "not checked"."""
+    c = got.claims
+    readers = f["readers"]
+    if c is None:
+        return pairs, readers or 1, (
+            ("GPU count, replica shape, GPUs per X-Mem node", "not checked: the plan "
+             "carries no claims (written before validate replayed them)"),), None
+    out: list[tuple[str, str]] = []
+    claimed = None
+    if c.tp > 1 and not c.dp_attention:
+        pairs = tuple((-(-p // c.tp), -(-h // c.tp)) for p, h in pairs)
+        out.append((f"replica shape tp{c.tp}", f"replayed: each reader loads its GPU's 1/"
+                    f"{c.tp} of every request's KV"))
+    elif c.tp > 1:
+        out.append((f"replica shape tp{c.tp}, DP attention", "replayed: each reader loads "
+                    "its requests' whole KV (a rank attends alone)"))
+    if c.option == "xmem" and f["backend"] == "xmem":
+        per = c.gpus_per_node or 1
+        if readers is not None and readers != per:
+            out.append((f"{c.gpus:,} GPUs over {c.nodes:,} X-Mem nodes", f"not checked: "
+                        f"--readers {readers} replaces the plan's {per} GPUs per node"))
+        elif per > MAX_READERS:
+            readers = MAX_READERS
+            out.append((f"{c.gpus:,} GPUs over {c.nodes:,} X-Mem nodes", f"not checked: "
+                        f"{per} GPUs per node, more than the {MAX_READERS} readers one "
+                        "emulated node takes"))
+        else:
+            readers = per
+            claimed = c.load_bandwidth_per_gpu_bytes_per_s
+            out.append((f"{c.gpus:,} GPUs over {c.nodes:,} X-Mem nodes",
+                        f"replayed: {per} readers share one emulated node (the other "
+                        f"{c.nodes - 1:,} serve the same share)" if c.nodes > 1 else
+                        f"replayed: {per} readers share the node"))
+    elif c.option == "host-dram":
+        out.append((f"{c.gpus:,} GPUs loading from host DRAM", "not checked: the GPUs "
+                    "sharing a server's host links (validate replays one reader per link; "
+                    "--backend dram replays host-DRAM loads)"))
+    elif c.option == "hbm-only":
+        out.append(("HBM only", "not checked: the plan loads nothing from a tier"))
+    out.append(("TTFT percentile under load", "not checked: the replay runs requests in "
+                "lock-step, not the plan's queueing (size's simulator)"))
+    return pairs, readers or 1, tuple(out), claimed
+
+
+def _failed_claim(result: Any) -> dict[str, Any] | None:
+    """The judged plan claim when it is over the tolerance, else None."""
+    for c in result.plan_checks:
+        if "error" in c and not c["error"] <= result.tolerance:
+            return dict(c)
+    return None
 
 
 def _check_sizes(f: dict[str, Any]) -> None:
@@ -237,14 +312,30 @@ def _report(result: Any, fmt: str, show_requests: bool) -> None:
     figure, _ = worst_figure(result.classes)
     ttft = result.compute_measured
     scope = "KV loads and TTFT" if ttft else "KV loads (no GPU: compute not measured)"
-    how = "within" if result.passed else "off by"
-    render.line(  # the answer first
-        f"{'PASS' if result.passed else 'FAIL'}: {scope} {how} {result.error:.1%} of the "
-        f"planner's prediction (tolerance {result.tolerance:.0%}"
-        + (f"; largest: {figure}" if figure else "") + ")")
+    claim = _failed_claim(result)
+    if claim is not None:
+        render.line(  # the answer first: the plan's own claim did not hold
+            f"FAIL: the plan's {claim['claim']} is off by {claim['error']:.1%} (measured "
+            f"{claim['measured_bytes_per_s'] / 1e9:.3g} GB/s, the plan "
+            f"{claim['claimed_bytes_per_s'] / 1e9:.3g} GB/s; tolerance "
+            f"{result.tolerance:.0%})")
+    else:
+        how = "within" if result.passed else "off by"
+        unchecked = sum(c["replayed"].startswith("not checked") for c in result.plan_checks)
+        render.line(  # the answer first
+            f"{'PASS' if result.passed else 'FAIL'}: {scope} {how} {result.error:.1%} of the "
+            f"planner's prediction (tolerance {result.tolerance:.0%}"
+            + (f"; largest: {figure}" if figure else "") + ")"
+            + (f"; {units.count(unchecked, 'claim')} of the plan not checked (below)"
+               if unchecked else ""))
     render.line(result.note)
     for text in result.preamble:
         render.line(text)
+    for c in result.plan_checks:
+        extra = ("" if "error" not in c else
+                 f" (measured {c['measured_bytes_per_s'] / 1e9:.3g} GB/s, the plan "
+                 f"{c['claimed_bytes_per_s'] / 1e9:.3g} GB/s, error {c['error']:.1%})")
+        render.line(f"plan: {c['claim']}: {c['replayed']}{extra}")
     cols = ["class", "requests", "load p50 ms", "model", "error", "load p90 ms",
             "model", "error"] + (["TTFT p50 ms", "model", "error"] if ttft else [])
     rows = []

@@ -266,6 +266,9 @@ class SizeResult:
     router: str = RT.DEFAULT_ROUTER  # the router the answer was sized with (routing.py)
     # the same deployment under another router: {"router", "gpus": {option: GPUs}, "nodes"}
     other_router: dict[str, Any] | None = None
+    # what `validate --plan` replays: the answer's GPUs, nodes, shape, the GPUs sharing
+    # each X-Mem node and the per-GPU load bandwidth the plan assumes at that sharing
+    claims: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def option(self, name: str) -> OptionResult:
@@ -1361,8 +1364,33 @@ def _result(sr: _ShapeRun, *, with_table: bool, with_curve: bool) -> SizeResult:
         achieved_rps=None if at is None else at.achieved_rps,
         slo_coverage=None if at is None else at.slo_coverage,
         marginal=marg is not None,
+        claims=None if best is None else _claims(p, best),
     )
     return res
+
+
+def _claims(p: Planner, best: OptionResult) -> dict[str, Any]:
+    """The plan's claims `validate --plan` replays: its GPU count and replica shape, the
+    GPUs that share each X-Mem node (the answer's GPUs over its nodes, each loading its
+    share of every request's KV), and the load bandwidth per GPU the model gives at that
+    sharing (the figure behind the plan's load times: `model.effective_bandwidth`)."""
+    req = p.req
+    g = best.gpus or 0
+    nodes = (best.nodes or 0) if best.option == "xmem" else 0
+    tier = req.xmem if best.option == "xmem" else req.host
+    readers = math.ceil(g / nodes) if nodes else 1
+    loaders = min(g, req.gpu.gpus_per_server) if best.option == "host-dram" else readers
+    bw = None
+    if best.option != "hbm-only":
+        bw = float(M.effective_bandwidth(req.model, req.gpu, tier, gpus_loading=readers,
+                                         loaders=loaders, transfer=req.transfer,
+                                         calibration=req.calibration))
+    return {"option": best.option, "gpus": g, "nodes": nodes, "shape": req.shape.label,
+            "tp": req.shape.tp, "dp_attention": req.shape.dp_attention,
+            "tier": None if best.option == "hbm-only" else tier.name,
+            "gpus_per_node": readers if nodes else None,
+            "load_bandwidth_per_gpu_bytes_per_s": bw,
+            "slo_value_ms": None if best.point is None else best.point.slo_value_ms}
 
 
 def _table(p: Planner, n_cap: int) -> list[dict[str, Any]]:

@@ -87,6 +87,9 @@ class ValidateResult:
     classes: list[ClassSummary]
     requests: list[RequestRow]
     notes: list[str] = field(default_factory=list)
+    # validate --plan: each of the plan's claims, how it was replayed (or "not checked"),
+    # and for the judged one the measured and claimed figures and the error
+    plan_checks: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -331,7 +334,8 @@ def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResu
     achieved = (sum(r.hit_pages for r in hit_rows) * page_bytes / load_sum
                 if hit_rows and load_sum > 0 else 0.0)
     lines = preamble(opts, mode, device, basis, time_scale, tier, measure_compute)
-    return ValidateResult(
+    checks, claim_error = plan_checks(opts, achieved, measure_compute)
+    return ValidateResult(plan_checks=checks,
         note=f"validate: backend {opts.backend} on {mode.medium}; workload: {opts.source}",
         preamble=lines, backend=opts.backend, backend_mode=mode.mode, tier=tier.name,
         model=model.name, gpu=gpu.name, device=device.name if device is not None else None,
@@ -344,4 +348,27 @@ def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResu
         tolerance=opts.tolerance, error=error,
         verdict_on="load p50, p90 of classes of 10 or more" + (
             " and TTFT p50" if measure_compute else ""),
-        passed=error <= opts.tolerance, classes=classes, requests=rows, notes=notes)
+        passed=error <= opts.tolerance and claim_error <= opts.tolerance, classes=classes,
+        requests=rows, notes=notes)
+
+
+def plan_checks(opts: ValidateOptions, achieved: float, compute_measured: bool
+                ) -> tuple[list[dict[str, Any]], float]:
+    """validate --plan: its claims as rows (claim, how replayed), the judged one (the
+    plan's per-GPU load bandwidth at its GPUs per node against the bandwidth achieved per
+    reader) with its error; (rows, that error, 0 when nothing was judged)."""
+    from xmemplan.validate.verdict import rel_error
+
+    rows: list[dict[str, Any]] = [{"claim": c, "replayed": how} for c, how in opts.plan_claims]
+    if opts.plan_claims:
+        rows.append({"claim": "prefill compute behind the plan's TTFT",
+                     "replayed": "measured on this GPU" if compute_measured else
+                     "not checked: no GPU here (compute not measured)"})
+    claimed = opts.claimed_bandwidth_bytes_per_s
+    if claimed is None:
+        return rows, 0.0
+    err = rel_error(achieved, claimed) if achieved > 0 else math.inf
+    rows.append({"claim": f"load bandwidth per GPU at {units.count(opts.readers, 'GPU')} "
+                 "per node", "replayed": "judged", "claimed_bytes_per_s": claimed,
+                 "measured_bytes_per_s": achieved, "error": err})
+    return rows, err

@@ -37,6 +37,10 @@ class ValidateOptions:
     kv_dtype: str | None = None  # KV element type of the replayed pages (a plan's; None: model's)
     seed: int = 0
     source: str = "seed scenario"
+    # a plan's claims (validate --plan): (claim, how it was replayed or "not checked: why"),
+    # and the per-GPU load bandwidth the plan assumes at the sharing replayed (judged)
+    plan_claims: tuple[tuple[str, str], ...] = ()
+    claimed_bandwidth_bytes_per_s: float | None = None
 
 
 # Limits of the flags that size the replay (inclusive), checked by the CLI with

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -97,6 +98,7 @@ class FileWorkload:
     concurrency: int | None = None
     kv_dtype: str | None = None  # a plan sized with --kv-dtype fp8: "fp8"
     shape: str | None = None  # a plan's deployment shape label
+    claims: Any = None  # a plan's decision (xmemplan.plan.PlanClaims), None for a profile
 
 
 def pairs_from_file(path: Path, limit: int = 12) -> FileWorkload:
@@ -136,6 +138,7 @@ def pairs_from_file(path: Path, limit: int = 12) -> FileWorkload:
         ((int(prompt), int(prompt * ratio)),), f"plan {path}",
         model=got.model, gpu=got.gpu, concurrency=got.concurrency,
         kv_dtype={1: "fp8", 2: "bf16"}.get(got.kv_dtype_bytes or 0), shape=got.shape,
+        claims=got.claims,
     )
 
 
