@@ -32,10 +32,15 @@ def ttft_vs_load(doc: dict[str, Any], path: Path, flag: str = "--out",
     values: list[float] = [slo]
     loads = list(c.get("load_rps") or [])
     offered = _offered(doc, loads)
+    ceiling = OFF_SCALE * slo  # an overloaded queue reaches 10^6 ms: drawn at the top
+    clipped = False
     for name, label in OPTION_LABELS.items():
-        ys = c.get(name)
-        if not ys:
+        raw = c.get(name)
+        if not raw:
             continue
+        ys = [None if y is None else min(y, ceiling) for y in raw]
+        off = [(x, ceiling) for x, y in zip(loads, raw) if y is not None and y > ceiling]
+        clipped = clipped or bool(off)
         over = c.get(name + "_overloaded") or [False] * len(ys)
         ok = [(x, y) for x, y, o in zip(loads, ys, over) if y is not None and not o]
         bad = [(x, y) for x, y, o in zip(loads, ys, over) if y is not None and o]
@@ -43,6 +48,9 @@ def ttft_vs_load(doc: dict[str, Any], path: Path, flag: str = "--out",
                        [y for y in ys if y is not None], marker="o", label=label)[0]
         if bad:
             ax.plot([x for x, _ in bad], [y for _, y in bad], linestyle="none", marker="x",
+                    markersize=9, color=line.get_color())
+        if off:
+            ax.plot([x for x, _ in off], [y for _, y in off], linestyle="none", marker="^",
                     markersize=9, color=line.get_color())
         values += [y for _, y in ok + bad]
     ax.axhline(slo, color="black", linewidth=1)
@@ -61,6 +69,10 @@ def ttft_vs_load(doc: dict[str, Any], path: Path, flag: str = "--out",
     finite = [v for v in values if v is not None and math.isfinite(v) and v > 0]
     if finite and max(finite) / min(finite) > 10:
         ax.set_yscale("log")
+    if clipped:
+        ax.annotate(f"^ off scale: above {_ms(ceiling)} ({OFF_SCALE:g}x the SLO)",
+                    (0.99, 0.99), xycoords="axes fraction", ha="right", va="top",
+                    fontsize=7, color="dimgrey")
     ax.set_xlabel("offered load (requests/s)")
     ax.set_ylabel(f"TTFT {pct} of {doc['slo_on']} requests (ms)")
     gpus = c.get("gpus", "-")
@@ -75,6 +87,13 @@ def ttft_vs_load(doc: dict[str, Any], path: Path, flag: str = "--out",
     finally:
         plt.close(fig)
     return path
+
+
+OFF_SCALE = 20.0  # TTFT above this multiple of the SLO is drawn at the top, marked '^'
+
+
+def _ms(v: float) -> str:
+    return f"{v / 1e3:,.0f} s" if v >= 1e4 else f"{v:,.0f} ms"
 
 
 def _offered(doc: dict[str, Any], loads: list[float]) -> float | None:
