@@ -7,6 +7,7 @@ with `--debug`. `ExitCode` is the one table of exit codes: docs/cli.md is genera
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -118,3 +119,22 @@ class Skip:
 
     def where(self) -> str:
         return self.path if self.line is None else f"{self.path}:{self.line}"
+
+
+# Control characters (C0 but newline and tab, DEL, C1) and lone surrogates (file names that
+# are not UTF-8 carry them as surrogateescape \udc80-\udcff) never reach a terminal raw: a
+# trace id holding ESC [ 2 J would clear the screen, ESC ] 0 ; retitle it, and a surrogate
+# cannot be encoded at all.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    if 0xDC80 <= c <= 0xDCFF:  # a byte that was not UTF-8, as os.fsdecode kept it
+        return f"\\x{c - 0xDC00:02x}"
+    return f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}"
+
+
+def printable(text: str) -> str:
+    """`text` with control characters and lone surrogates shown as escapes (\\x1b, \\xff)."""
+    return _UNPRINTABLE.sub(_escape, text) if _UNPRINTABLE.search(text) else text

@@ -86,7 +86,7 @@ def export_aiperf(paths: list[Path], out: Path, *, block_tokens: int = 512,
     `spacing_ms`: timestamps row x spacing instead of the trace's (one request at a time,
     in replay order, when the spacing exceeds every TTFT). `context` (model name, context
     tokens): warn on rows longer than it (an engine rejects them)."""
-    from xmemplan.traces.base import ReadOptions
+    from xmemplan.traces.base import ReadOptions, reader_failed
     from xmemplan.traces.registry import discover
     from xmemplan.traces.schema import NULL_INT, concat_batches
 
@@ -105,7 +105,12 @@ def export_aiperf(paths: list[Path], out: Path, *, block_tokens: int = 512,
     if not found.files:
         raise InputError("no trace files recognized", path=paths[0],
                          hint=skip_text(skips, found) or "name the format with --format")
-    batches = [b for f, reader in found.files for b in reader.read(f, ReadOptions(), skips)]
+    batches = []
+    for path, reader in found.files:
+        try:
+            batches += list(reader.read(path, ReadOptions(), skips))
+        except Exception as exc:  # corrupt data, a record the reader cannot take: a skip
+            reader_failed(path, exc, skips)
     if not batches or not sum(len(b) for b in batches):
         raise InputError("no requests could be read from the traces", path=paths[0],
                          hint=skip_text(skips, found) or None)

@@ -31,7 +31,7 @@ from xmemplan.errors import UsageError
 from xmemplan.hitrate.reported import reported_vs_reconstructed
 from xmemplan.traces import schema as S
 from xmemplan.traces._build import TextBatch, concat_text
-from xmemplan.traces.base import ReadOptions, SkipLog
+from xmemplan.traces.base import ReadOptions, SkipLog, reader_failed
 from xmemplan.traces.registry import Discovery, discover
 
 if TYPE_CHECKING:
@@ -294,13 +294,17 @@ def _read_file(
     done = Replayed()
     pending: list[S.RequestBatch] = []
     extras: dict[str, float] = {}
-    for batch in reader.read(path, options.read_options(), skips):
-        for k, v in batch.extras.items():
-            extras[k] = extras.get(k, 0) + v
-        if scope == "session" and batch.complete_sessions:
-            done.extend(replay(batch, scope, options.page_size, options.capacity))
-        else:
-            pending.append(batch)
+    try:
+        for batch in reader.read(path, options.read_options(), skips):
+            for k, v in batch.extras.items():
+                extras[k] = extras.get(k, 0) + v
+            if scope == "session" and batch.complete_sessions:
+                done.extend(replay(batch, scope, options.page_size, options.capacity))
+            else:
+                pending.append(batch)
+    except Exception as exc:  # corrupt data, a record the reader cannot take: a counted skip
+        reader_failed(path, exc, skips)
+        done, pending, extras = Replayed(), [], {}
     return _FileResult(done, pending, skips, extras, path.stat().st_size)
 
 

@@ -30,6 +30,7 @@ import operator
 import os
 import re
 import resource
+import zlib
 from collections import Counter
 from collections.abc import Iterator, Sequence, Sized
 from dataclasses import dataclass, field
@@ -103,7 +104,7 @@ def _open_compressed(path: Path, kind: str) -> BinaryIO:
     if kind == "gzip":
         return cast(BinaryIO, gzip.open(path, "rb"))
     if kind == "xz":
-        return cast(BinaryIO, lzma.open(path, "rb"))
+        return cast(BinaryIO, io.BufferedReader(_XzStreams(path.open("rb"))))
     if kind == "bzip2":
         return cast(BinaryIO, bz2.open(path, "rb"))
     if kind == "zstd":
@@ -119,6 +120,78 @@ def _open_compressed(path: Path, kind: str) -> BinaryIO:
         f"a {kind} archive (several files in one)", path=path,
         hint=f"unpack it first ({_UNPACK[kind]} {path}) and pass the folder",
     )
+
+
+class _XzStreams(io.RawIOBase):
+    """An .xz file as one stream: concatenated streams and the stream padding between and
+    after them (null bytes, a multiple of four: xz file format 1.2.0 section 2.2), which
+    Python's lzma.open refuses as corrupt."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._dec: Any = lzma.LZMADecompressor(lzma.FORMAT_XZ)
+        self._pending = b""  # compressed bytes not yet given to a decompressor
+        self._started = False  # the current decompressor has had input
+        self._done = False
+        self.chunk = _CHUNK
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        view = memoryview(buf).cast("B")
+        while not self._done:
+            if self._dec.eof:
+                rest = self._dec.unused_data + self._pending
+                self._pending = b""
+                stripped = rest.lstrip(b"\0")
+                if not stripped:  # padding so far: need more input to tell
+                    more = self._raw.read(self.chunk)
+                    if not more:
+                        if len(rest) % 4:
+                            raise lzma.LZMAError("stream padding is not a multiple of 4 bytes")
+                        self._done = True
+                        break
+                    self._dec = _SpentXz(rest + more)
+                    continue
+                if (len(rest) - len(stripped)) % 4:
+                    raise lzma.LZMAError("stream padding is not a multiple of 4 bytes")
+                self._dec = lzma.LZMADecompressor(lzma.FORMAT_XZ)
+                self._pending = stripped
+                self._started = False
+            if self._dec.needs_input:
+                data = self._pending or self._raw.read(self.chunk)
+                self._pending = b""
+                if not data:
+                    if self._started or isinstance(self._dec, _SpentXz):
+                        raise EOFError("compressed file ended before the end-of-stream marker")
+                    self._done = True
+                    break
+                self._started = True
+                out = self._dec.decompress(data, len(view))
+            else:
+                out = self._dec.decompress(b"", len(view))
+            if out:
+                view[:len(out)] = out
+                return len(out)
+        return 0
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _SpentXz:
+    """A finished decompressor whose leftover input is all null bytes so far."""
+
+    eof = True
+    needs_input = False
+
+    def __init__(self, unused: bytes) -> None:
+        self.unused_data = unused
+
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes:
+        return b""
 
 
 def open_input(path: Path) -> BinaryIO:
@@ -159,7 +232,7 @@ def head_bytes(path: Path, minimum: int = SNIFF_BYTES) -> bytes:
                 if not chunk:
                     break
                 buf += chunk
-    except (EOFError, OSError, lzma.LZMAError) as exc:
+    except (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError) as exc:
         if isinstance(exc, PermissionError):
             raise InputError("permission denied", path=path) from exc
         raise _corrupt(path, exc) from exc
@@ -190,7 +263,7 @@ def read_input(path: Path) -> bytes:
                             "memory this process may use", path=path,
                             hint=f"decompress it yourself ({_UNPACK[kind]}) and split it",
                         )
-        except (EOFError, OSError, lzma.LZMAError) as exc:
+        except (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError) as exc:
             raise _corrupt(path, exc) from exc
         data = out.getvalue()
     return data[3:] if data.startswith(BOM) else data
@@ -242,6 +315,7 @@ class SkipLog:
     files: int = 0  # skips of a whole file (no line)
     warned: Counter[str] = field(default_factory=Counter)
     warn_examples: list[Skip] = field(default_factory=list)
+    at: int | None = None  # the line being read (iter_json_lines), for a reader's failure
 
     def skip(
         self, path: str | Path, line: int | None, reason: str, field_name: str | None = None,
@@ -373,7 +447,55 @@ def iter_json_lines(
         if not isinstance(obj, dict):
             skips.skip(path, i + 1, f"expected a JSON object, got {type(obj).__name__}")
             continue
+        # Bounded depth: orjson parses 1,024 levels, but its dumps stops at 255 and the text
+        # readers walk messages. The C-speed bracket count only lets deep candidates through.
+        if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and too_deep(obj):
+            skips.skip(path, i + 1, f"nested deeper than {MAX_DEPTH} levels")
+            continue
+        skips.at = i + 1
         yield i + 1, obj
+    skips.at = None
+
+
+MAX_DEPTH = 64  # JSON nesting a trace record may have (real ones: under 12)
+
+
+def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether `obj` nests lists/dicts more than `limit` levels (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        cur, depth = stack.pop()
+        if depth > limit:
+            return True
+        kids = cur.values() if isinstance(cur, dict) else cur
+        for v in kids:
+            if isinstance(v, dict | list):
+                stack.append((v, depth + 1))
+    return False
+
+
+def reader_failed(path: Path | str, exc: BaseException, skips: SkipLog) -> None:
+    """A reader stopped on `path`: count the file as a whole-file skip naming the line and
+    the cause (an InputError's message, or a record the reader could not take: a list where
+    a string belongs, a number out of range), or raise under --strict. Errors that are not
+    about the input (MemoryError, Ctrl-C) go on unchanged."""
+    line = getattr(exc, "line", None) or skips.at
+    skips.at = None
+    if isinstance(exc, InputError) and skips.strict:
+        raise exc  # --strict's own error (SkipLog), or one naming its field already
+    if isinstance(exc, InputError):
+        why = exc.message.split(": ", 1)[-1] if exc.path is not None else exc.message
+    elif isinstance(exc, Exception) and not isinstance(exc, MemoryError):
+        detail = str(exc).splitlines()[0][:120] if str(exc) else ""
+        why = f"a record its reader cannot take ({type(exc).__name__}" + (
+            f": {detail})" if detail else ")")
+    else:
+        raise exc
+    if skips.strict:
+        raise InputError(why, path=path, line=line,
+                         hint="fix the input, or drop --strict to skip the file and count it"
+                         ) from exc
+    skips.skip(path, line, f"{why}: file skipped", whole_file=True)
 
 
 _first_memo: list[Any] = [None, None]  # (head, parsed): every sniffer asks for the same head

@@ -111,8 +111,13 @@ def sniff(path: Path) -> ModuleType | None:
         return None
     for name in READERS:
         reader = get_reader(name)
-        if reader.sniff(path, head):
-            return reader
+        try:
+            if reader.sniff(path, head):
+                return reader
+        except InputError:
+            raise
+        except Exception:  # a first record of odd types (a list for a string): not this format
+            continue
     return None
 
 

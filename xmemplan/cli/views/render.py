@@ -30,6 +30,7 @@ from rich.progress import (
 from rich.table import Table
 
 from xmemplan import jsonio
+from xmemplan.errors import printable
 
 _quiet = False
 _verbose = False
@@ -134,15 +135,17 @@ def wrapped(text: str) -> str:
 
 def info(message: str) -> None:
     if not _quiet:
-        err_console().print(wrapped(message), markup=False)
+        err_console().print(wrapped(printable(message)), markup=False)
 
 
 def warn(message: str) -> None:
-    err_console().print(wrapped(f"Warning: {message}"), markup=False, style="yellow")
+    err_console().print(wrapped(printable(f"Warning: {message}")), markup=False,
+                        style="yellow")
 
 
 def error(message: str) -> None:
-    err_console().print(wrapped(f"Error: {message}"), markup=False, style="bold red")
+    err_console().print(wrapped(printable(f"Error: {message}")), markup=False,
+                        style="bold red")
 
 
 class _Progress:
@@ -206,7 +209,7 @@ def fmt(value: Any, digits: int = 4) -> str:
         return f"{value:.{digits}f}".rstrip("0").rstrip(".") if "." in f"{value}" else str(value)
     if isinstance(value, int):
         return f"{value:,}"
-    return str(value)
+    return printable(str(value))
 
 
 def _is_value(cell: str) -> bool:
@@ -229,6 +232,7 @@ def table(
     as its own two-column table (field, value), which fits any width a value fits.
     """
     cells = [[fmt(v) for v in row] for row in rows]
+    title, caption = (printable(x) if x else x for x in (title, caption))
     # Values (and the first column, which names the row) keep their full width; other
     # text may wrap, down to 8 characters.
     need = [
@@ -326,6 +330,7 @@ def line(text: str = "", style: str | None = None) -> None:
     """Print a plain line of results to stdout. Styles show only on a terminal (rich drops
     them when stdout is not one; NO_COLOR drops the colours): `style`, else green for a
     line that starts with PASS and red for FAIL."""
+    text = printable(text)
     _print(text, markup=False, highlight=False, style=style or verdict_style(text))
 
 
@@ -371,7 +376,8 @@ def emit_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     writer.writerow(columns)
     for row in rows:
         writer.writerow(["" if v is None else v for v in row])
-    _write(buf.getvalue())
+    text = buf.getvalue()
+    _write(printable(text) if sys.stdout.isatty() else text)
 
 
 _SPARKS = "▁▂▃▄▅▆▇█"
