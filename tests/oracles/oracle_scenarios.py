@@ -1,0 +1,132 @@
+"""Scenario dicts of the oracle contract (docs/oracles.md): small seeded generators that reach
+eviction, KV pressure and preemption, and slices of the shared traces.
+
+Token ids: generated prompts use ids below 1,000,000 (outputs start there); trace prompts use
+ids from 2**40 up, one id per (cache key, position in its block), so two prompts share a
+token prefix exactly where their chained block keys agree; a prompt's tail past its last key
+(Claude Code block traces key full 64-token blocks only) gets fresh ids of its own.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+TRACE_TOKEN_BASE = 1 << 40
+
+
+# -- generated -------------------------------------------------------------------------------
+def agentic_requests(
+    seed: int, n_requests: int, *, sessions: int = 4, system_tokens: int = 40,
+    turn_tokens: tuple[int, int] = (5, 60), output_tokens: tuple[int, int] = (1, 24),
+    max_prompt: int = 400, shared_system: bool = True,
+) -> list[dict[str, Any]]:
+    """Interleaved agent sessions: each turn's prompt is the previous prompt + its output
+    stand-in + new text, sessions share (or not) a system prompt, some sessions restart."""
+    rng = random.Random(seed)
+    next_tok = iter(range(1, 999_999))
+    system = [next(next_tok) for _ in range(system_tokens)]
+    history: list[list[int]] = []
+    for _ in range(sessions):
+        base = list(system) if shared_system else [next(next_tok) for _ in range(system_tokens)]
+        history.append(base)
+    reqs = []
+    for i in range(n_requests):
+        s = rng.randrange(sessions)
+        if len(history[s]) > max_prompt - turn_tokens[1] or rng.random() < 0.05:
+            history[s] = list(system) if shared_system else []
+        turn = [next(next_tok) for _ in range(rng.randint(*turn_tokens))]
+        prompt = history[s] + turn
+        out = rng.randint(*output_tokens)
+        reqs.append({"id": f"g{seed}-{i}", "tokens": prompt, "output_tokens": out})
+        # the next turn re-sends this prompt plus the answer (as text: new ids, not outputs)
+        history[s] = prompt + [next(next_tok) for _ in range(out)]
+    return reqs
+
+
+def cache_scenario(
+    engine: str, requests: list[dict[str, Any]], *, page_size: int, capacity_tokens: int,
+    with_outputs: bool = False, inflight: int = 1,
+) -> dict[str, Any]:
+    return {
+        "engine": engine, "page_size": page_size, "capacity_tokens": capacity_tokens,
+        "with_outputs": with_outputs, "inflight": inflight, "requests": requests,
+    }
+
+
+def sched_scenario(
+    engine: str, seed: int, n_requests: int, *, block_size: int = 4, num_gpu_blocks: int = 64,
+    max_num_seqs: int = 8, max_num_batched_tokens: int = 64, rate: float = 50.0,
+    max_tokens: tuple[int, int] = (2, 30), **agent: Any,
+) -> dict[str, Any]:
+    """Poisson arrivals of agentic prompts into a small KV pool: reaches KV pressure and
+    preemption (the pool holds a few running requests only)."""
+    rng = random.Random(seed + 7919)
+    reqs = agentic_requests(seed, n_requests, **agent)
+    t = 0.0
+    out = []
+    for r in reqs:
+        t += rng.expovariate(rate)
+        out.append({"id": r["id"], "arrival_s": round(t, 6), "tokens": r["tokens"],
+                    "max_tokens": rng.randint(*max_tokens)})
+    return {
+        "engine": engine, "block_size": block_size, "num_gpu_blocks": num_gpu_blocks,
+        "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+        "enable_prefix_caching": True, "long_prefill_token_threshold": 0,
+        "chunked_prefill_size": max_num_batched_tokens, "schedule_conservativeness": 1.0,
+        "step_time": {"base_s": 0.005, "per_token_s": 2e-5, "per_seq_s": 1e-4},
+        "requests": out,
+    }
+
+
+# -- shared traces ---------------------------------------------------------------------------
+def trace_requests(
+    paths: list[Path], *, limit: int | None = None, files: int | None = None
+) -> list[dict[str, Any]]:
+    """Requests of trace files in xmemplan's global-scope replay order (by timestamp, stable;
+    `hitrate.pipeline.replay`), as token lists. `files` keeps the first N files (sorted),
+    `limit` the first N requests after ordering."""
+    import numpy as np
+
+    from xmemplan.hitrate.pipeline import _order_in_sessions
+    from xmemplan.traces.base import ReadOptions, SkipLog
+    from xmemplan.traces.registry import discover
+    from xmemplan.traces.schema import concat_batches
+
+    found = discover(list(paths))
+    chosen = sorted(found.files, key=lambda fr: str(fr[0]))
+    if files is not None:
+        chosen = chosen[:files]
+    batches = []
+    for path, reader in chosen:
+        batches.extend(reader.read(path, ReadOptions(), SkipLog()))
+    batch = concat_batches(batches)
+    order, _, _ = _order_in_sessions(batch)
+    ts = np.nan_to_num(batch.timestamp_s[order], nan=np.inf)
+    n = len(batch)
+    g = np.lexsort((np.arange(n), ts)) if not np.all(np.isinf(ts)) else np.arange(n)
+    order = order[g]
+    if limit is not None:
+        order = order[:limit]
+    key_index: dict[object, int] = {}
+    fresh = 0  # tail blocks of their own, counted down from -1
+    out = []
+    for row in order.tolist():
+        keys = batch.keys[batch.key_offsets[row] : batch.key_offsets[row + 1]].tolist()
+        block = int(batch.block_tokens[row])
+        prompt = int(batch.prompt_tokens[row])
+        tokens: list[int] = []
+        for k in keys:
+            base = TRACE_TOKEN_BASE + key_index.setdefault(k, len(key_index)) * block
+            take = min(block, prompt - len(tokens))
+            tokens.extend(range(base, base + take))
+        while len(tokens) < prompt:  # unkeyed tail: never shared
+            fresh -= 1
+            base = TRACE_TOKEN_BASE + key_index.setdefault(("tail", fresh), len(key_index)) * block
+            take = min(block, prompt - len(tokens))
+            tokens.extend(range(base, base + take))
+        outputs = int(batch.output_tokens[row])
+        out.append({"id": f"{batch.session_id[row]}#{row}", "tokens": tokens,
+                    "output_tokens": max(outputs, 0)})
+    return out
