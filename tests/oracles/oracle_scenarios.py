@@ -63,6 +63,11 @@ def sched_scenario(
     """Poisson arrivals of agentic prompts into a small KV pool: reaches KV pressure and
     preemption (the pool holds a few running requests only)."""
     rng = random.Random(seed + 7919)
+    # each request alone fits the pool (prompt + outputs); together they do not
+    pool = (num_gpu_blocks - 1) * block_size
+    agent.setdefault("max_prompt", max(8, pool // 2 - max_tokens[1]))
+    agent.setdefault("system_tokens", min(40, agent["max_prompt"] // 4))
+    agent.setdefault("turn_tokens", (3, max(4, agent["max_prompt"] // 6)))
     reqs = agentic_requests(seed, n_requests, **agent)
     t = 0.0
     out = []

@@ -225,23 +225,22 @@ class SglangCache:
                 return 0  # cannot be allocated: refused (not reached under the rules above)
         req = _Req(self.next_idx, prompt, hit, lock)
         self.next_idx += 1
-        self.pool.req_to_token.rows[req.kv.req_pool_idx] = torch.cat(
-            [prefix.to(torch.int64), new.to(torch.int64)]
-        )
+        row = torch.empty(kv_tokens, dtype=torch.int64)  # the request's row, filled as it runs
+        row[:hit] = prefix
+        row[hit:n] = new
+        self.pool.req_to_token.rows[req.kv.req_pool_idx] = row
         if outputs >= 2:
             self.tree.checkpoint(req, up_to=n)  # unfinished after its prefill
         for k in range(1, outputs):
             row = self._row(req)
             seq_len = len(req.full_untruncated_fill_ids) + 1
-            while (loc := self._alloc_decode(seq_len, int(row[-1]))) is None:
+            while (loc := self._alloc_decode(seq_len, int(row[seq_len - 2]))) is None:
                 if not self._release_oldest():
                     break
             if loc is None:
                 break  # no room even alone: its outputs end here
             req.full_untruncated_fill_ids.append(output_token(i, k - 1))
-            self.pool.req_to_token.rows[req.kv.req_pool_idx] = torch.cat(
-                [row, loc.to(torch.int64)]
-            )
+            row[seq_len - 1] = loc[0]
         self.held.append(req)
         return hit
 

@@ -1,0 +1,172 @@
+"""Scheduler stepping through vLLM's own V1 `Scheduler` (docs/oracles.md, part B).
+
+The scheduler is built as vLLM's engine core builds it, on CPU: a `VllmConfig` whose
+`ModelConfig` points at a folder holding only a `config.json` (no weights, no tokenizer:
+`skip_tokenizer_init=True`), `SchedulerConfig` (max_num_seqs, max_num_batched_tokens,
+chunked prefill, long_prefill_token_threshold), `CacheConfig` (block size, prefix caching,
+num_gpu_blocks), `DeviceConfig("cpu")`; a `KVCacheConfig` with one `FullAttentionSpec` group;
+a stand-in structured-output manager (no request uses a grammar). Each `Request` gets vLLM's
+block hasher (`get_request_block_hasher`, sha256), as the engine core gives it.
+
+Each step: requests that have arrived are `add_request`ed, `schedule()` runs, and
+`update_from_output()` gets a hand-made `ModelRunnerOutput` that gives one sampled token to
+every scheduled request whose computed tokens reach its length (its prefill completes or it
+decodes). The model runner is the only part replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import output_token
+
+_STATE: dict[str, Any] = {}
+MODEL_CONFIG = {  # architecture fields only: the scheduler never loads a model
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2,
+    "intermediate_size": 128, "vocab_size": 32000, "max_position_embeddings": 1 << 20,
+    "torch_dtype": "float32", "rms_norm_eps": 1e-5,
+}
+MAX_MODEL_LEN = 1 << 17
+
+
+class _NoGrammar:
+    """Stands in for StructuredOutputManager: no request of ours has a grammar."""
+
+    def grammar_bitmask(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def accept_tokens(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    def validate_tokens(self, request: Any, tokens: list[int]) -> list[int]:
+        return tokens
+
+    def should_advance(self, *args: Any, **kwargs: Any) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"structured-output stand-in has no {name!r} (driver needs it)")
+
+
+def _vllm() -> dict[str, Any]:
+    if not _STATE:
+        import torch
+        from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+        from vllm.sampling_params import SamplingParams
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.request import Request
+
+        hash_fn = get_hash_fn_by_name("sha256")
+        init_none_hash(hash_fn)
+        folder = Path(tempfile.mkdtemp(prefix="xmemplan-vllm-model-"))
+        (folder / "config.json").write_text(json.dumps(MODEL_CONFIG))
+        model = ModelConfig(model=str(folder), skip_tokenizer_init=True,
+                            max_model_len=MAX_MODEL_LEN, dtype="float32")
+        _STATE.update(
+            torch=torch, CacheConfig=CacheConfig, DeviceConfig=DeviceConfig, model=model,
+            SchedulerConfig=SchedulerConfig, VllmConfig=VllmConfig, SamplingParams=SamplingParams,
+            get_request_block_hasher=get_request_block_hasher, hash_fn=hash_fn,
+            Scheduler=Scheduler, FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig,
+            KVCacheGroupSpec=KVCacheGroupSpec, ModelRunnerOutput=ModelRunnerOutput,
+            Request=Request,
+        )
+    return _STATE
+
+
+def make_scheduler(scenario: dict[str, Any]) -> Any:
+    v = _vllm()
+    block = int(scenario["block_size"])
+    blocks = int(scenario["num_gpu_blocks"])
+    sched = v["SchedulerConfig"](
+        max_num_seqs=int(scenario["max_num_seqs"]),
+        max_num_batched_tokens=int(scenario["max_num_batched_tokens"]),
+        max_model_len=MAX_MODEL_LEN, enable_chunked_prefill=True, is_encoder_decoder=False,
+        long_prefill_token_threshold=int(scenario.get("long_prefill_token_threshold", 0)),
+    )
+    cache = v["CacheConfig"](block_size=block,
+                             enable_prefix_caching=bool(scenario["enable_prefix_caching"]))
+    cache.num_gpu_blocks = blocks
+    config = v["VllmConfig"](model_config=v["model"], scheduler_config=sched, cache_config=cache,
+                             device_config=v["DeviceConfig"]("cpu"))
+    spec = v["FullAttentionSpec"](block_size=block, num_kv_heads=1, head_size=1,
+                                  dtype=v["torch"].float32)
+    kv = v["KVCacheConfig"](num_blocks=blocks, kv_cache_tensors=[],
+                            kv_cache_groups=[v["KVCacheGroupSpec"](["layer.0"], spec)])
+    return v["Scheduler"](config, kv, _NoGrammar(), block_size=block)
+
+
+def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[dict[str, Any]]:
+    """Per-step records of vLLM's own scheduler on the scenario (contract part B)."""
+    v = _vllm()
+    scheduler = make_scheduler(scenario)
+    hasher = v["get_request_block_hasher"](int(scenario["block_size"]), v["hash_fn"])
+    st = scenario["step_time"]
+    pending = sorted(enumerate(scenario["requests"]), key=lambda ir: (ir[1]["arrival_s"], ir[0]))
+    index = {r["id"]: i for i, r in enumerate(scenario["requests"])}
+    pos = 0
+    live: dict[str, Any] = {}
+    steps: list[dict[str, Any]] = []
+    t = 0.0
+    k = 0
+    while pos < len(pending) or live:
+        while pos < len(pending) and pending[pos][1]["arrival_s"] <= t:
+            _, r = pending[pos]
+            pos += 1
+            req = v["Request"](
+                str(r["id"]), list(r["tokens"]),
+                v["SamplingParams"](max_tokens=int(r["max_tokens"]), ignore_eos=True),
+                None, arrival_time=float(r["arrival_s"]), block_hasher=hasher,
+            )
+            scheduler.add_request(req)
+            live[req.request_id] = req
+        out = scheduler.schedule()
+        if out.total_num_scheduled_tokens == 0:
+            if pos >= len(pending):
+                raise RuntimeError(f"vLLM scheduled nothing at step {k} with "
+                                   f"{len(live)} requests unfinished and no arrivals left")
+            t = max(t, float(pending[pos][1]["arrival_s"]))
+            continue
+        pool = scheduler.kv_cache_manager.block_pool
+        used = int(scenario["num_gpu_blocks"]) - 1 - pool.get_num_free_blocks()  # as scheduled
+        new_hits = {d.req_id: int(d.num_computed_tokens) for d in out.scheduled_new_reqs}
+        cached = out.scheduled_cached_reqs
+        for rid, n in zip(cached.req_ids, cached.num_computed_tokens):
+            if rid in cached.resumed_req_ids:
+                new_hits[rid] = int(n)
+        req_ids, sampled = [], []
+        for rid in out.num_scheduled_tokens:
+            req = live[rid]
+            req_ids.append(rid)
+            if req.num_computed_tokens >= req.num_tokens:
+                sampled.append([output_token(index[rid], len(req.output_token_ids))])
+            else:
+                sampled.append([])
+        mro = v["ModelRunnerOutput"](
+            req_ids=req_ids, req_id_to_index={r: j for j, r in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+        )
+        scheduler.update_from_output(out, mro)
+        finished = [rid for rid in req_ids if rid not in scheduler.requests]
+        for rid in finished:
+            del live[rid]
+        steps.append({
+            "step": k, "t_s": t,
+            "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
+            "preempted": sorted(out.preempted_req_ids or ()),
+            "new_hits": new_hits, "finished": finished,
+            "kv_blocks_used": used,
+        })
+        t += (st["base_s"] + st["per_token_s"] * out.total_num_scheduled_tokens
+              + st["per_seq_s"] * len(out.num_scheduled_tokens))
+        k += 1
+        if k >= max_steps:
+            raise RuntimeError(f"no end after {max_steps} steps")
+    return steps
