@@ -10,6 +10,7 @@ token prefix exactly where their chained block keys agree; a prompt's tail past 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,13 @@ def sched_scenario(
 def trace_requests(
     paths: list[Path], *, limit: int | None = None, files: int | None = None
 ) -> list[dict[str, Any]]:
+    """`iter_trace_requests` as a list."""
+    return list(iter_trace_requests(paths, limit=limit, files=files))
+
+
+def iter_trace_requests(
+    paths: list[Path], *, limit: int | None = None, files: int | None = None
+) -> Iterator[dict[str, Any]]:
     """Requests of trace files in xmemplan's global-scope replay order (by timestamp, stable;
     `hitrate.pipeline.replay`), as token lists. `files` keeps the first N files (sorted),
     `limit` the first N requests after ordering."""
@@ -116,7 +124,6 @@ def trace_requests(
         order = order[:limit]
     key_index: dict[object, int] = {}
     fresh = 0  # tail blocks of their own, counted down from -1
-    out = []
     for row in order.tolist():
         keys = batch.keys[batch.key_offsets[row] : batch.key_offsets[row + 1]].tolist()
         block = int(batch.block_tokens[row])
@@ -132,6 +139,5 @@ def trace_requests(
             take = min(block, prompt - len(tokens))
             tokens.extend(range(base, base + take))
         outputs = int(batch.output_tokens[row])
-        out.append({"id": f"{batch.session_id[row]}#{row}", "tokens": tokens,
-                    "output_tokens": max(outputs, 0)})
-    return out
+        yield {"id": f"{batch.session_id[row]}#{row}", "tokens": tokens,
+               "output_tokens": max(outputs, 0)}
