@@ -223,3 +223,33 @@ def test_search_notes_say_how_each_count_was_found() -> None:
     for o in r.options:
         assert o.search, o
     assert all("shape" in s and "options" in s for s in r.shapes)
+
+
+def test_plan_profile_and_hitrate_carry_provenance(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]
+                                                   ) -> None:
+    """The tool's version, the exact command and a hash of every input file, so that a
+    plan can be traced back to its traffic: hitrate JSON, the profile, the size plan."""
+    import hashlib
+
+    from xmemplan import __version__
+
+    traces = Path(__file__).resolve().parent.parent / "examples" / "traces"
+    files = sorted(q for q in traces.rglob("*") if q.is_file())
+    want = {str(q): hashlib.sha256(q.read_bytes()).hexdigest() for q in files}
+    prof = tmp_path / "p.json"
+    capsys.readouterr()
+    assert run(["hitrate", str(traces), "--format", "json", "--profile-out", str(prof)]) == 0
+    hit = json.loads(capsys.readouterr().out)["provenance"]
+    assert hit["version"] == __version__ and hit["command"].startswith("xmemplan hitrate ")
+    assert {f["path"]: f["sha256"] for f in hit["inputs"]} == want
+    pp = json.loads(prof.read_text())["provenance"]
+    assert {f["path"]: f["sha256"] for f in pp["inputs"]} == want
+    assert str(prof) in pp["command"]
+    assert run(["size", "--ttft-slo", "2s", "--workload", str(prof), "--requests", "500",
+                "-f", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["provenance"]
+    assert plan["command"] == (f"xmemplan size --ttft-slo 2s --workload {prof} --requests 500 "
+                               "-f json")
+    assert plan["inputs"] == [{"path": str(prof), "bytes": prof.stat().st_size,
+                               "sha256": hashlib.sha256(prof.read_bytes()).hexdigest()}]

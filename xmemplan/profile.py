@@ -353,8 +353,11 @@ def build_profile(result: HitrateResult, paths: Sequence[Path | str]) -> dict[st
         arr["concurrency_p99"] = ws["sessions_p99"] if ws else None
         arr["concurrency_peak"] = ws["sessions_peak"] if ws else None
     later_r = ratio[later]
+    from xmemplan.provenance import provenance
+
     return {
         "generator": {"tool": "xmemplan hitrate", "version": __version__},
+        "provenance": provenance(list(paths)),
         "source": {
             "paths": [str(p) for p in paths],
             "formats": result.files_by_format,

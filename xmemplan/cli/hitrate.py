@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -226,7 +227,7 @@ def hitrate(
             frame.write_csv(buf)
         write_output(out, buf.getvalue(), "--out", traces)
         wrote = f"Wrote {len(frame):,} requests to {out}"
-    _report(result, fmt, calls, cache_model)  # the answer first, then what it rests on
+    _report(result, fmt, calls, cache_model, traces)  # the answer first, then its basis
     if calls is not None:
         tv.say_added(calls)  # stderr, whatever the format
         # The per-call pass reads the same paths: show only what the first did not.
@@ -334,7 +335,7 @@ def _ratio(x: float | None) -> str:
 
 def _report(
     result: HitrateResult, fmt: str, calls: CallsReport | None = None,
-    cache_model: str | None = None,
+    cache_model: str | None = None, paths: list[Path] | None = None,
 ) -> None:
     from xmemplan.cli.views import render
     from xmemplan.cli.views import transcripts as tv
@@ -366,7 +367,7 @@ def _report(
             render.warn(hint)
     _warn_skips(result)
     if fmt == "json":
-        render.emit_json(json_payload(result, calls, cache_model))
+        render.emit_json(json_payload(result, calls, cache_model, paths=paths or []))
         return
     from xmemplan.hitrate.stats import DISTRIBUTIONS, STAT_KEYS, trace_stats
 
@@ -438,10 +439,14 @@ def _tokens(x: float | None) -> str:
 
 
 def json_payload(result: HitrateResult, calls: CallsReport | None = None,
-                 cache_model: str | None = None) -> dict[str, Any]:
-    """The document `hitrate --format json` prints (also the run folder's hitrate.json)."""
+                 cache_model: str | None = None, *, paths: Sequence[Path] = ()
+                 ) -> dict[str, Any]:
+    """The document `hitrate --format json` prints (also the run folder's hitrate.json);
+    `provenance` names the tool's version, the command and a hash of each file of
+    `paths`."""
     from xmemplan.cli.views import transcripts as tv
     from xmemplan.hitrate.stats import trace_stats
+    from xmemplan.provenance import provenance
 
     s = result.summary
     payload = {
@@ -461,6 +466,7 @@ def json_payload(result: HitrateResult, calls: CallsReport | None = None,
     if calls is not None:
         payload["transcripts"] = tv.to_json(calls, cache_model)
     payload["stats"] = trace_stats(result)
+    payload["provenance"] = provenance(list(paths))
     return payload
 
 

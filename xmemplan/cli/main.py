@@ -69,6 +69,9 @@ def run(argv: list[str] | None = None) -> int:
     from xmemplan.cli import invocation
 
     invocation.ARGV[:] = args
+    from xmemplan import provenance
+
+    provenance.ARGV[:] = args  # the command recorded in the documents written
     from xmemplan.cli.views import render
 
     render.reset_counts()  # per run (in-process runs share the module)

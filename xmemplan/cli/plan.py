@@ -118,7 +118,7 @@ def plan_cmd(
     from xmemplan.profile import build_profile, save_profile
 
     save_profile(run_dir / "profile.json", build_profile(result, traces), _INPUTS)
-    hit_doc = json_payload(result)
+    hit_doc = json_payload(result, paths=traces)
     write_file(run_dir / "hitrate.json", render.to_json(hit_doc) + "\n")
 
     from xmemplan.sizing.planner import plan

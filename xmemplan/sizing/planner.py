@@ -132,6 +132,7 @@ class SizeRequest:
     prefix_groups: int = 0  # --prefix-groups: each hit prefix is one of N shared prefixes
     router_params: RT.RouterParams = RT.RouterParams()  # the routers' published defaults
     prices: Prices | None = None
+    inputs: tuple[str, ...] = ()  # files the request was built from (provenance)
     reps_min: int = REPS_MIN
     reps_max: int = REPS_MAX
     extend_budget_s: float = EXTEND_BUDGET_S
@@ -1032,6 +1033,9 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True,
     router."""
     res, q = _plan_shapes(req, with_table=with_table, with_curve=with_curve)
     _routing(q, res, compare=with_router)
+    from xmemplan.provenance import provenance
+
+    res.extra.setdefault("json", {})["provenance"] = provenance(list(req.inputs))
     return res
 
 

@@ -306,6 +306,9 @@ def build_request(
         attention_dtype=attention_dtype, dp_attention=dp_attention, mem_fraction=frac,
         router=router_name, prefix_groups=prefix_groups or 0,
         prices=prices,
+        inputs=tuple(str(p) for p in (
+            *([workload] if workload is not None else []), *catalog,
+            *([cost] if cost is not None and cost.endswith(".toml") else []))),
     )
     if prices is not None:
         prices.gpu_price(g.name)  # a price for this GPU, or a clear error now
