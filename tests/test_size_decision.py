@@ -253,3 +253,21 @@ def test_plan_profile_and_hitrate_carry_provenance(tmp_path: Path,
                                "-f json")
     assert plan["inputs"] == [{"path": str(prof), "bytes": prof.stat().st_size,
                                "sha256": hashlib.sha256(prof.read_bytes()).hexdigest()}]
+
+
+def test_gpus_and_engines_compared_in_one_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """--gpu a,b --engine sglang,vllm: every combination at its cheapest configuration,
+    the cheapest first (by price with --cost; a GPU's price by its catalog name or alias)."""
+    capsys.readouterr()
+    assert run(["size", "--ttft-slo", "500ms", "--gpu", "h100-sxm,h200", "--engine",
+                "sglang,vllm", "--requests", "1000", "--cost",
+                "h100-sxm=2.5/h,h200=3.6/h,xmem-node=4/h", "-f", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    rows = d["comparison"]
+    assert {(r["gpu"], r["engine"]) for r in rows} == {
+        (g, e) for g in ("h100-sxm", "h200-sxm") for e in ("sglang", "vllm")}
+    costs = [r["cost"] for r in rows if r["cost"] is not None]
+    assert costs == sorted(costs) and rows[0]["compared"] == "price"
+    assert d["answer"].startswith(f"Cheapest of 4 GPU x engine combinations: {rows[0]['gpu']} "
+                                  f"with {rows[0]['engine']}: ")
+    assert run(["size", "--ttft-slo", "500ms", "--gpu", "h100-sxm,h100-sxm"]) == 2

@@ -6,6 +6,7 @@ reasons, and every assumption with its source (stderr).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,8 @@ def size(
         None, "--hit-rate", help="Share of prompt tokens served from cache, 0 to 1."
     ),
     model: str | None = typer.Option(None, "--model", "-m", help="Model name (see catalog)."),
-    gpu: str = typer.Option(SEED_GPU, "--gpu", help="GPU name (see 'xmemplan catalog')."),
+    gpu: str = typer.Option(SEED_GPU, "--gpu", help="GPU name (see 'xmemplan catalog'); "
+                            "several separated by commas are compared in one table."),
     rate: float | None = typer.Option(
         None, "--rate", help="Offered load: requests/s over the deployment (Poisson, or the "
         "trace's sessions compressed to it)."
@@ -53,7 +55,8 @@ def size(
     ),
     engine: str = typer.Option(
         "sglang", "--engine", help="sglang (HiCache: layer overlap, prefill first) or vllm "
-        "(OffloadingConnector: load then compute, decodes in every batch)."
+        "(OffloadingConnector: load then compute, decodes in every batch); "
+        "sglang,vllm compares both in one table."
     ),
     overlap: str | None = typer.Option(
         None, "--overlap", help="sum, layer or max (default: the engine's)."
@@ -166,6 +169,18 @@ def size(
         from xmemplan.jsonio import check_output
 
         check_output(plot, "--plot", [p for p in (workload, *catalog) if p is not None])
+    if "," in gpu or "," in engine:
+        kw = dict(
+            ttft_slo=ttft_slo, workload=workload, prompt_tokens=prompt_tokens,
+            hit_rate=hit_rate, model=model, rate=rate, users=users, think=think,
+            output_tokens=output_tokens, working_set=working_set, overlap=overlap,
+            page_tokens=page_tokens, slo_at=slo_at, slo_on=slo_on, host_tier=host_tier,
+            xmem_tier=xmem_tier, catalog=catalog, requests=requests, seed=seed,
+            max_gpus=max_gpus, tp=tp, ep=ep, dp_attention=dp_attention, kv_dtype=kv_dtype,
+            attention_dtype=attention_dtype, mem_fraction=mem_fraction, router=router,
+            prefix_groups=prefix_groups, tier_scope=tier_scope, cost=cost)
+        _compare(gpu, engine, kw, fmt, workload)
+        return
     req, notes = build_request(
         ttft_slo=ttft_slo, workload=workload, prompt_tokens=prompt_tokens, hit_rate=hit_rate,
         model=model, gpu=gpu, rate=rate, users=users, think=think,
@@ -185,6 +200,78 @@ def size(
     if plot is not None:
         _plot(result, plot)  # checked against the inputs above
         render.info(f"Wrote {plot}")
+
+
+def _compare(gpus: str, engines: str, kw: dict[str, Any], fmt: str,
+             workload: Path | None) -> None:
+    """`--gpu a,b,c` and/or `--engine sglang,vllm`: each combination sized on its own (the
+    cheapest over its shapes and tiers), then one table, the cheapest first; by price
+    with --cost (each GPU priced: --cost h100-sxm=2.5/h,h200=3.5/h,...), else by GPUs then
+    nodes, which compares counts of different GPUs and says so."""
+    from xmemplan.cli.views import render
+    from xmemplan.errors import UsageError
+    from xmemplan.sizing.planner import plan
+    from xmemplan.sizing.request import build_request
+
+    gl = [g.strip() for g in gpus.split(",") if g.strip()]
+    el = [e.strip() for e in engines.split(",") if e.strip()]
+    if not gl or not el or len(set(gl)) != len(gl) or len(set(el)) != len(el):
+        raise UsageError("--gpu and --engine take names separated by commas, each once",
+                         "write it like --gpu h100-sxm,h200 --engine sglang,vllm")
+    rows: list[tuple[tuple[float, ...], str, str, Any]] = []
+    notes: list[str] = []
+    with render.spinner(f"Sizing {len(gl) * len(el)} GPU x engine combinations"):
+        for g in gl:
+            for e in el:
+                req, n = build_request(gpu=g, engine=e, **kw)
+                notes += [x for x in n if x not in notes]
+                r = plan(req, with_table=False, with_curve=fmt == "json", with_router=False)
+                g_best = None if r.cheapest == "none" else r.option(r.cheapest).gpus
+                key = ((math.inf,) if g_best is None else
+                       ((r.cost,) if r.cost is not None else ())
+                       + (float(g_best), float(r.recommended_nodes or 0)))
+                rows.append((key, req.gpu.name, e, r))
+    rows.sort(key=lambda x: x[0])
+    best = rows[0][3]
+    priced = best.cost is not None
+    head = (f"Cheapest of {len(rows)} GPU x engine combinations: {rows[0][1]} with "
+            f"{rows[0][2]}: {best.answer}")
+    if fmt == "json":
+        doc = best.to_dict()
+        doc["answer"] = head
+        doc["comparison"] = [{"gpu": g, "engine": e, "answer": r.answer, "cheapest": r.cheapest,
+                              "gpus": None if r.cheapest == "none"
+                              else r.option(r.cheapest).gpus,
+                              "nodes": r.recommended_nodes, "shape": r.shape,
+                              "cost": r.cost, "cost_basis": r.cost_basis,
+                              "slo_value_ms": None if r.cheapest == "none" else
+                              r.option(r.cheapest).point.slo_value_ms,
+                              "compared": "price" if priced else "counts"}
+                             for _, g, e, r in rows]
+        render.emit_json({**doc, "warnings": notes})
+        _warn(notes)
+        return
+    render.line(head)
+    _warn(notes)
+    table = []
+    for _, g, e, r in rows:
+        o = None if r.cheapest == "none" else r.option(r.cheapest)
+        p = None if o is None else o.point
+        table.append([g, e, r.cheapest, _n(None if o is None else o.gpus),
+                      _n(r.recommended_nodes), r.shape,
+                      "-" if p is None else f"{p.slo_value_ms:,.0f}",
+                      "-" if p is None or not math.isfinite(p.ci_ms[1]) else
+                      f"{max(0.0, p.ci_ms[0]):,.0f}-{p.ci_ms[1]:,.0f}",
+                      *([] if not priced else ["-" if r.cost is None else f"{r.cost:,.2f}"])])
+    pq = f"p{best.slo_percentile:g}"
+    render.table(["GPU", "engine", "option", "GPUs", "nodes", "shape", f"{pq} ms", "95% CI",
+                  *(["cost"] if priced else [])], table,
+                 title="Each GPU x engine at its cheapest compliant configuration, cheapest "
+                 "first")
+    if not priced:
+        render.line("- Compared in counts (fewer GPUs, then X-Mem nodes) across GPU types: "
+                    "pass --cost with each GPU's price (h100-sxm=2.5/h,...,xmem-node=PRICE) "
+                    "to compare in money.")
 
 
 def _sweep(*, gpus: int, plot: Path | None, fmt: str, workload: Path | None,

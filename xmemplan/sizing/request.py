@@ -123,6 +123,15 @@ def build_request(
 
     prices = parse_cost(cost) if cost is not None else None
     cat = load_catalog(catalog)
+    if prices is not None and prices.gpu_by_name:
+        named = []
+        for k, v in prices.gpu_by_name:  # GPU names or aliases, as the catalog spells them
+            try:
+                named.append((cat.gpu(k).name, v))
+            except UsageError as e:
+                raise UsageError(f"--cost {k}: neither gpu, xmem-node, host-dram nor a GPU "
+                                 f"of the catalog ({e.message})", e.hint) from None
+        prices = replace(prices, gpu_by_name=tuple(named))
     notes: list[str] = []
     said: list[tuple[str, str]] = []
     seed_run = workload is None and prompt is None and hit_rate is None and model is None
