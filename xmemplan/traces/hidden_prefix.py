@@ -140,6 +140,9 @@ def _kind_fit(calls: Sequence[Call], ok: np.ndarray) -> tuple[dict[str, float | 
     return out, totals
 
 
+MIN_API_PER_OURS = 0.1  # see estimate()
+
+
 def estimate(context: str, calls: Sequence[Call]) -> Estimate | None:
     """Fit `api = H + k * ours` over the context's calls with usage; None without usage."""
     ok = np.array([c.reported is not None for c in calls])
@@ -152,7 +155,10 @@ def estimate(context: str, calls: Sequence[Call]) -> Estimate | None:
     k, h = 1.0, float(np.min(api - ours))
     if fitted:
         k, h = (float(v) for v in np.polyfit(ours, api, 1))
-        if k <= 0:
+        # A slope far below one token of the API's per token of ours is no tokenizer ratio:
+        # it is a flat fit (every call reported the same), whose round-off slope (1e-19 with
+        # numpy 2.4) would make hidden / k a stand-in of 10^18 tokens.
+        if k < MIN_API_PER_OURS:
             fitted, k, h = False, 1.0, float(np.min(api - ours))
     resid = api - k * ours
     # The smallest per-call value, not the intercept: the stand-in never makes a prompt
