@@ -76,13 +76,108 @@ def read_text(path: Path | str, what: str = "file", hint: str | None = None) -> 
         raise InputError(f"cannot read it ({exc.strerror or exc})", path=path) from exc
 
 
-def read_json(path: Path) -> Any:
-    """A JSON document from `path`; InputError naming the file if it cannot be read."""
-    text = read_text(path, "JSON file")
+# Bounds of every document read (profiles, plans, measurements, AIPerf artifacts, catalog
+# and device TOML): the nesting a document may have, the digits an integer may have (JSON
+# integers become Python ints: 10^4300 would stop int() and 10^400 overflow a float), and
+# the range an integer may take (int64, what the arrays downstream hold).
+MAX_DOC_DEPTH = 64
+MAX_INT = 2**63 - 1
+
+
+class _BigNumber:
+    """A number literal out of range, kept as text until the walk names its JSON path."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _parse_int(text: str) -> Any:
+    if len(text.lstrip("-")) > 19:  # checked before int() converts it
+        return _BigNumber(text)
+    v = int(text)
+    return v if -MAX_INT - 1 <= v <= MAX_INT else _BigNumber(text)
+
+
+def json_path(parts: Iterable[Any]) -> str:
+    """`$.a.b[3]` for the keys and indexes `parts`."""
+    out = "$"
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return out
+
+
+def check_tree(doc: Any, path: Path | str, max_depth: int = MAX_DOC_DEPTH,
+               line_of: Any = None) -> None:
+    """InputError naming the file and the JSON path of the first value out of bounds:
+    nesting deeper than `max_depth`, an integer outside int64 (non-finite floats are left to
+    each field's range check, which names the allowed range). Iterative (no recursion);
+    `line_of(parts)` may give a line for the message."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(doc, ())]
+    while stack:
+        cur, parts = stack.pop()
+        if len(parts) > max_depth:
+            raise InputError(f"nested deeper than {max_depth} levels", path=path,
+                             line=line_of(parts) if line_of else None,
+                             field=json_path(parts[:max_depth]))
+        if isinstance(cur, dict):
+            stack.extend((v, (*parts, k)) for k, v in cur.items())
+        elif isinstance(cur, list):
+            stack.extend((v, (*parts, i)) for i, v in enumerate(cur))
+        elif isinstance(cur, _BigNumber) or (isinstance(cur, int) and not isinstance(cur, bool)
+                                             and not -MAX_INT - 1 <= cur <= MAX_INT):
+            text = cur.text if isinstance(cur, _BigNumber) else str(cur)
+            shown = text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
+            raise InputError(
+                f"integer {shown} is out of range (64-bit: at most {MAX_INT:,})",
+                path=path, line=line_of(parts) if line_of else None,
+                field=json_path(parts))
+
+
+def parse_json(text: str, path: Path | str) -> Any:
+    """A JSON document from its text, bounded (see MAX_DOC_DEPTH, MAX_INT); InputError
+    naming the file, the line or the JSON path."""
     try:
-        return json.loads(text)
+        doc = json.loads(text, parse_int=_parse_int)
     except json.JSONDecodeError as exc:
         raise InputError(f"not a JSON document ({exc.msg})", path=path, line=exc.lineno) from exc
+    except RecursionError as exc:
+        raise InputError(f"nested deeper than {MAX_DOC_DEPTH} levels", path=path) from exc
+    check_tree(doc, path)
+    return doc
+
+
+def read_json(path: Path | str) -> Any:
+    """A JSON document from `path`, bounded; InputError naming the file, line or JSON path."""
+    return parse_json(read_text(path, "JSON file"), path)
+
+
+def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
+    """A TOML document, bounded as JSON ones are; InputError naming the file and line."""
+    import re
+    import tomllib
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise InputError(f"not valid TOML ({exc})", path=path,
+                         line=int(m.group(1)) if m else None) from exc
+    except (ValueError, RecursionError) as exc:  # 10^4300 digits; arrays nested 1,000 deep
+        why = ("an integer with more than 4,300 digits" if isinstance(exc, ValueError)
+               else f"nested deeper than {MAX_DOC_DEPTH} levels")
+        raise InputError(f"not readable TOML: {why}", path=path) from None
+
+    def line_of(parts: tuple[Any, ...]) -> int | None:
+        key = next((p for p in reversed(parts) if isinstance(p, str)), None)
+        if key is None:
+            return None
+        for n, ln in enumerate(text.splitlines(), 1):
+            if ln.lstrip().startswith((f"{key} ", f"{key}=", f'"{key}"')):
+                return n
+        return None
+
+    check_tree(doc, path, line_of=line_of)
+    return doc
 
 
 # ---------------------------------------------------------------------------------------

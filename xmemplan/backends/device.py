@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,30 +94,70 @@ def devices_dir() -> Path:
                      hint="reinstall xmemplan (the wheel carries data/ as xmemplan/_data)")
 
 
+# Bounds of a device model (docs/reliability.md): the emulator sleeps for what the device
+# would take, so a bandwidth of 1 kB/s would make one replay last for days. A memory tier
+# below 1 GB/s is not one (the slowest in the catalog, host DRAM over PCIe 4, is ~25 GB/s).
+MIN_BANDWIDTH = 1e9
+MAX_OP_LATENCY_S = 1.0
+
+
+def _no_unit(v: Any, key: str) -> float:
+    raise UsageError(f"{key} {v!r} has no unit" if isinstance(v, int | float) and not
+                     isinstance(v, bool) else f"{key} {v!r} is not a quantity",
+                     'write it as a string with its unit, like "396GB/s", "6MiB" or "10us"')
+
+
+def _at_least(got: float, lo: float, key: str, text: Any, unit: str) -> None:
+    if not got >= lo:
+        raise UsageError(f"{key} {text!r} is below {lo / 1e9:g} G{unit}",
+                         "the emulator waits for what the device takes: a memory tier "
+                         f"moves at least {lo / 1e9:g} G{unit}")
+
+
 def _parse(path: Path, text: str) -> dict[str, DeviceModel]:
     from xmemplan import units
+    from xmemplan.jsonio import parse_toml
 
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"not valid TOML ({exc})", path=path) from exc
+    doc = parse_toml(text, path)
+    devices = doc.get("device") or {}
+    if not isinstance(devices, dict):
+        raise InputError(f"'device' must be a table of [device.NAME] tables, not "
+                         f"{type(devices).__name__}", path=path, field="device")
     out: dict[str, DeviceModel] = {}
-    for name, d in (doc.get("device") or {}).items():
+    def num(v: Any, what: str) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
+            raise UsageError(f"{what}: {v!r} is not a share in (0, 1]")
+        return float(v)
+
+    for name, d in devices.items():
+        if not isinstance(d, dict):
+            raise InputError(f"device.{name} must be a table, not {type(d).__name__}",
+                             path=path, field=f"device.{name}")
+
         def get(key: str, conv: Any, d: dict[str, Any] = d, name: str = name) -> Any:
             if key not in d:
                 raise InputError(f"device '{name}' has no '{key}'", path=path,
                                  field=f"device.{name}.{key}")
             try:
                 v = d[key]
-                return [conv(x, key) for x in v] if isinstance(v, list) else conv(v, key)
+                if isinstance(v, list) and not v:
+                    raise UsageError(f"{key} is an empty list", "give at least one value")
+                vals = v if isinstance(v, list) else [v]
+                got = [conv(x, key) if conv is num or isinstance(x, str) else _no_unit(x, key)
+                       for x in vals]
+                if conv is units.parse_bandwidth:
+                    for x, g in zip(vals, got, strict=True):
+                        _at_least(g, MIN_BANDWIDTH, key, x, "B/s")
+                if conv is units.parse_duration:
+                    for x, g in zip(vals, got, strict=True):
+                        if g > MAX_OP_LATENCY_S:
+                            raise UsageError(f"{key} {x!r} is more than {MAX_OP_LATENCY_S:g} s",
+                                             "an operation latency is microseconds")
+                return got if isinstance(v, list) else got[0]
             except UsageError as exc:
                 raise InputError(exc.message, path=path, field=f"device.{name}.{key}",
                                  hint=exc.hint) from None
 
-        def num(v: Any, what: str) -> float:
-            if not isinstance(v, int | float) or not 0 < v <= 1:
-                raise UsageError(f"{what}: {v!r} is not a share in (0, 1]")
-            return float(v)
 
         chunks = tuple(get("transfer_chunk", units.parse_bytes)) if "transfer_chunk" in d \
             else ()
@@ -148,11 +187,9 @@ def load_device(spec: str | Path | None = None) -> DeviceModel:
     spec = spec or DEFAULT_DEVICE
     p = Path(spec)
     if p.suffix == ".toml" or p.exists():
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot read the device file ({exc.strerror})", path=p) from exc
-        found = _parse(p, text)
+        from xmemplan.jsonio import read_text
+
+        found = _parse(p, read_text(p, "device file", hint="pass --device a device TOML file"))
         if not found:
             raise InputError("no [device.NAME] table", path=p, field="device")
         return next(iter(found.values()))

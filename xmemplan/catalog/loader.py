@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,7 +22,7 @@ from typing import Any
 from xmemplan import units
 from xmemplan.catalog.specs import CalibrationSpec, GpuSpec, ModelSpec, TierSpec
 from xmemplan.errors import InputError, UsageError
-from xmemplan.jsonio import read_text
+from xmemplan.jsonio import parse_toml, read_text
 
 KINDS = ("model", "gpu", "tier", "calibration")
 
@@ -252,7 +251,8 @@ class _Raw:
 
 
 def _line_of(text: str, kind: str, name: str, fieldname: str | None) -> int | None:
-    header = re.compile(r"^\s*\[\s*" + kind + r'\s*\.\s*"?' + re.escape(name) + r'"?\s*\]\s*$')
+    header = re.compile(r"^\s*\[\s*" + re.escape(kind) + r'\s*\.\s*"?' + re.escape(name)
+                        + r'"?\s*\]\s*$')
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if header.match(line):
@@ -269,13 +269,7 @@ def _line_of(text: str, kind: str, name: str, fieldname: str | None) -> int | No
 
 def _read_file(path: Path, raws: dict[str, dict[str, _Raw]], override: bool) -> None:
     text = read_text(path, "catalog file", hint="pass a catalog TOML file")
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"line (\d+)", str(exc))
-        raise InputError(
-            f"not valid TOML ({exc})", path=path, line=int(m.group(1)) if m else None
-        ) from exc
+    doc = parse_toml(text, path)
     unknown_top = [k for k in doc if k not in KINDS]
     if unknown_top:
         raise InputError(
@@ -371,6 +365,7 @@ def _build(kind: str, name: str, raw: _Raw) -> Any:
                     f"[model.{name}] ({attention}) is missing a required field",
                     path=first[0], field=f,
                 )
+        _model_rules(name, values, raw)
         return ModelSpec(
             **common,
             attention=attention,
@@ -448,6 +443,24 @@ def _build(kind: str, name: str, raw: _Raw) -> Any:
         share_scope=values.get("share_scope", "replica"),
         share_gpus=values.get("share_gpus"),
     )
+
+
+# Cross-field rules of a model entry: (field, the field it may not exceed). Each names the
+# file, the line and the field of the entry that breaks it (the fields may come from two
+# files: an overlay over the shipped catalog).
+_AT_MOST = (("active_params", "total_params"), ("experts_per_token", "experts"),
+            ("expert_params", "total_params"), ("kv_heads", "q_heads"))
+
+
+def _model_rules(name: str, values: dict[str, Any], raw: _Raw) -> None:
+    for small, big in _AT_MOST:
+        a, b = values.get(small), values.get(big)
+        if not a or not b or a <= b:
+            continue
+        path, line = raw.where.get(small, raw.where.get(big, (Path("?"), None)))
+        raise InputError(
+            f"[model.{name}]: {small} {a:,} is more than {big} {b:,}", path=path, line=line,
+            field=small, hint=f"check both fields: {small} is at most {big}")
 
 
 class Catalog:
