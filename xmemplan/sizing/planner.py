@@ -1299,6 +1299,16 @@ def _result(sr: _ShapeRun, *, with_table: bool, with_curve: bool) -> SizeResult:
                        f"{_num(pt_best.offered_rps)} requests/s offered (sessions wait "
                        "for replies)")
         answer += "."
+    if (req.load.kind == "trace" and pt_best is not None and pt_best.offered_rps
+            and pt_best.achieved_rps < 0.8 * pt_best.offered_rps):
+        n_sess = len(np.unique(req.workload.session)) if req.workload.session is not None \
+            else 0
+        reasons.append(
+            f"The trace's {units.count(n_sess, 'session')} reach only "
+            f"{_num(pt_best.achieved_rps)} of the {_num(pt_best.offered_rps)} requests/s "
+            "asked while each waits for its replies: the GPUs were simulated at the load "
+            "achieved (the working set is scaled to the rate asked); more load needs more "
+            "sessions than the trace has (a longer trace, or --users).")
     if pr is None and best is not None:
         reasons.append("Compared in counts (GPUs, then X-Mem nodes): pass --cost "
                        "gpu=PRICE,xmem-node=PRICE to compare in money.")
