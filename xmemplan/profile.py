@@ -40,6 +40,7 @@ import numpy as np
 
 from xmemplan.errors import InputError
 from xmemplan.jsonio import read_json, to_json, write_output
+from xmemplan.units import MAX_DURATION_S, MAX_PROMPT_TOKENS, MAX_RATE
 
 if TYPE_CHECKING:
     from xmemplan.hitrate.pipeline import HitrateResult
@@ -123,10 +124,23 @@ def _numbers(path: Path | None, doc: dict[str, Any], dotted: str) -> np.ndarray:
     a = np.asarray(v, dtype=np.float64)
     if a.size and (not np.all(np.isfinite(a)) or a.min() < 0):
         raise InputError("a value is negative or not finite", path=path, field=dotted)
+    hi = _SAMPLE_MAX.get(dotted)
+    if hi is not None and a.size and a.max() > hi:
+        k = int(np.argmax(a > hi))
+        raise InputError(f"value {k} ({a[k]:.6g}) is above the allowed {hi:.6g}", path=path,
+                         field=f"{dotted}[{k}]")
     return a
 
 
-MAX_TOKENS = 1e12  # a prompt, working set or capacity beyond this is a broken file
+MAX_TOKENS = 1e12  # a working set or capacity beyond this is a broken file
+# Physical bounds, the same as the flags' (xmemplan.units): one prompt or one reply, the
+# arrival rate of a whole deployment, a trace's time span.
+MAX_PROMPT = float(MAX_PROMPT_TOKENS)
+_SAMPLE_MAX = {"requests_sample.prompt_tokens": MAX_PROMPT,
+               "requests_sample.hit_tokens": MAX_PROMPT,
+               "requests_sample.output_tokens": MAX_PROMPT,
+               "requests_sample.prefix_group_tokens": MAX_PROMPT,
+               "requests_sample.timestamp_s": MAX_DURATION_S * 100}
 
 
 def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
@@ -221,11 +235,11 @@ def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
         token_hit_ratio=_number(path, doc, "hit_ratio.token_hit_ratio", 0, 1),
         rounds_ge1_token_hit_ratio=_number(path, doc, "hit_ratio.rounds_ge1_token_hit_ratio",
                                            0, 1),
-        prompt_mean=_number(path, doc, "prompt_tokens.mean", 0, MAX_TOKENS),
-        prompt_p50=_number(path, doc, "prompt_tokens.p50", 0, MAX_TOKENS),
-        prompt_p90=_number(path, doc, "prompt_tokens.p90", 0, MAX_TOKENS),
-        prompt_p99=_number(path, doc, "prompt_tokens.p99", 0, MAX_TOKENS),
-        prompt_max=_number(path, doc, "prompt_tokens.max", 0, MAX_TOKENS),
+        prompt_mean=_number(path, doc, "prompt_tokens.mean", 0, MAX_PROMPT),
+        prompt_p50=_number(path, doc, "prompt_tokens.p50", 0, MAX_PROMPT),
+        prompt_p90=_number(path, doc, "prompt_tokens.p90", 0, MAX_PROMPT),
+        prompt_p99=_number(path, doc, "prompt_tokens.p99", 0, MAX_PROMPT),
+        prompt_max=_number(path, doc, "prompt_tokens.max", 0, MAX_PROMPT),
         prompt_hist_edges=tuple(edges.tolist()),
         prompt_hist_counts=tuple(counts.tolist()),
         sample_prompt=prompts,
@@ -235,7 +249,7 @@ def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
         sample_output=optional["output_tokens"],
         sample_group=None if pg is None else pg.astype(np.int64),
         sample_group_tokens=pgt,
-        rate_rps=_number(path, doc, "arrival.rate_rps", 0, 1e9),
+        rate_rps=_number(path, doc, "arrival.rate_rps", 0, MAX_RATE),
         working_set_tokens=ws,
         capacity_curve=tuple(sorted(curve)),
         cache_model=cache_model,
@@ -339,8 +353,9 @@ def build_profile(result: HitrateResult, paths: Sequence[Path | str]) -> dict[st
         "session": np.unique(codes[take], return_inverse=True)[1].reshape(-1).tolist(),
     }
     ts = r.column(S.TIMESTAMP_S)[take]
-    if ts.size and np.all(np.isfinite(ts)):
-        sample["timestamp_s"] = (ts - ts.min()).tolist()
+    rel = ts - ts.min() if ts.size and np.all(np.isfinite(ts)) else None
+    if rel is not None and np.all(np.isfinite(rel)):  # 1e308 - (-1e308) is not: none then
+        sample["timestamp_s"] = rel.tolist()
     out_tokens = r.column(S.OUTPUT_TOKENS)[take]
     if out_tokens.size and np.all(out_tokens >= 0):
         sample["output_tokens"] = out_tokens.tolist()

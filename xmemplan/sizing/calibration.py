@@ -21,7 +21,6 @@ apart. A test re-runs `fit()` and fails when `DEFAULT_CALIBRATION` drifts from i
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from xmemplan import units
 from xmemplan.catalog import Catalog, load_catalog
 from xmemplan.catalog.loader import data_dir
 from xmemplan.errors import InputError
@@ -115,14 +115,32 @@ class Measurement:
 
 # --- reading --------------------------------------------------------------------------
 
+# The largest figure a measurement may give (the flags' bounds, xmemplan.units): a prompt or
+# hit of 1e30 tokens, a TTFT of a year, are broken rows, not measurements.
+_MAX = {"prompt_tokens": float(units.MAX_PROMPT_TOKENS),
+        "hit_tokens": float(units.MAX_PROMPT_TOKENS),
+        "concurrency": float(units.MAX_CONCURRENCY), "ttft_ms": 86_400_000.0}
+
+
 def _num(v: Any, what: str, path: Path, line: int | None, integer: bool = False) -> float:
-    try:
-        x = float(str(v).replace("_", "").replace(",", "")) if v is not None else math.nan
-    except ValueError:
+    text = v if isinstance(v, str) else None
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        x = float(v) if abs(v) < 1e300 else math.inf
+    elif text is not None and len(text) <= 40:  # digits counted before any conversion
+        try:
+            x = float(text.replace("_", "").replace(",", ""))
+        except ValueError:
+            x = math.nan
+    else:
         x = math.nan
+    shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:30] + "..."
     if not math.isfinite(x) or x < 0 or (integer and x != int(x)):
-        raise InputError(f"'{v}' is not a valid {what}", path=path, line=line, field=what,
+        raise InputError(f"{shown} is not a valid {what}", path=path, line=line, field=what,
                          hint=f"write {what} as a {'whole ' if integer else ''}number")
+    hi = _MAX.get(what)
+    if hi is not None and x > hi:
+        raise InputError(f"{shown} is more than the allowed {hi:,.0f}", path=path, line=line,
+                         field=what)
     return x
 
 
@@ -171,7 +189,13 @@ def _from_validate(doc: dict[str, Any], path: Path) -> list[Measurement]:
     """Rows of a `xmemplan validate --format json` result (SGLang HiCache, one at a time)."""
     out = []
     unmeasured = 0
-    for i, r in enumerate(doc.get("requests") or []):
+    requests = doc.get("requests") or []
+    if not isinstance(requests, list):
+        raise InputError("expected a list", path=path, field="requests")
+    for i, r in enumerate(requests):
+        if not isinstance(r, dict):
+            raise InputError(f"expected an object, got {type(r).__name__}", path=path,
+                             field=f"requests[{i}]")
         ttft = r.get("ttft_s")
         if not isinstance(ttft, int | float) or isinstance(ttft, bool):
             unmeasured += 1  # a CPU run measures loads only: no TTFT to fit
@@ -194,15 +218,12 @@ def _from_validate(doc: dict[str, Any], path: Path) -> list[Measurement]:
 def read_measurements(path: Path | str) -> list[Measurement]:
     """Points of a CSV (header row with the COLUMNS) or JSON file (a list of objects, an
     object with "points", or a `validate --format json` result)."""
-    from xmemplan.jsonio import read_text
+    from xmemplan.jsonio import parse_json, read_text
 
     p = Path(path)
     text = read_text(p, "measurements file", hint="pass a CSV or JSON file")
     if p.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg})", path=p, line=exc.lineno) from exc
+        doc = parse_json(text, p)
         if isinstance(doc, dict) and "requests" in doc and "classes" in doc:
             return _from_validate(doc, p)
         rows = doc.get("points") if isinstance(doc, dict) else doc
@@ -210,10 +231,16 @@ def read_measurements(path: Path | str) -> list[Measurement]:
             raise InputError("expected a list of point objects (or {\"points\": [...]})",
                              path=p)
         return [_row(r, p, None, i + 1) for i, r in enumerate(rows)]
+    # A field may be as long as the file (csv's own limit, 131,072 characters, raised an
+    # uncaught csv.Error); the file itself is bounded by read_text.
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
     reader = csv.DictReader(text.splitlines())
-    if not reader.fieldnames:
-        raise InputError("empty measurements file", path=p)
-    out = [_row(r, p, i + 2, i + 1) for i, r in enumerate(reader)]
+    try:
+        if not reader.fieldnames:
+            raise InputError("empty measurements file", path=p)
+        out = [_row(r, p, i + 2, i + 1) for i, r in enumerate(reader)]
+    except csv.Error as exc:
+        raise InputError(f"not readable CSV ({exc})", path=p, line=reader.line_num) from None
     if not out:
         raise InputError("no data rows", path=p, line=2)
     return out

@@ -17,7 +17,7 @@ from xmemplan import units
 from xmemplan.catalog import load_catalog
 from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
 from xmemplan.defaults import SEED_GPU
-from xmemplan.errors import UsageError
+from xmemplan.errors import InputError, UsageError
 from xmemplan.sizing import model as M
 from xmemplan.sizing import routing as RT
 from xmemplan.sizing import workload as wl
@@ -241,10 +241,14 @@ def build_request(
     out = output_tokens if output_tokens is not None else SEED_OUTPUT_TOKENS
     if output_tokens is not None:
         _check_output_tokens(output_tokens, requests, m, work)
-    elif work.output_tokens is not None and float(work.output_tokens.sum()) > MAX_DECODE_STEPS:
-        notes.append(f"the profile's sampled requests carry {work.output_tokens.sum():,.0f} "
-                     f"output tokens, more than {MAX_DECODE_STEPS:,} decode steps per "
-                     "simulation: each of the planner's ~50 runs may take seconds")
+    elif work.output_tokens is not None and \
+            float(work.output_tokens.mean()) * requests > MAX_DECODE_STEPS:
+        # The bound the flag has (_check_output_tokens), for the profile's own figures.
+        raise InputError(
+            f"the profile's sampled requests average {work.output_tokens.mean():,.0f} output "
+            f"tokens: x --requests {requests:,} is more than {MAX_DECODE_STEPS:,} decode "
+            "steps per simulated run", path=workload, field="requests_sample.output_tokens",
+            hint="pass --output-tokens N to replace them, or lower --requests")
     if work.output_tokens is None:
         said.append((f"{out} output tokens per request (decode steps interleaved)",
                      "flag" if output_tokens is not None else "default: " + BLOG))
