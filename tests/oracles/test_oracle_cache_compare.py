@@ -60,10 +60,10 @@ def test_generated(engine: str, seed: int, page: int, cap: int, outs: bool,
 
 
 @pytest.mark.parametrize(("trace", "limit", "page", "cap"), [
-    ("claude-code-weka", 120, 64, 200_000),
-    ("claude-code-weka", 120, 16, 60_000),
-    ("mooncake-fast25/conversation_trace.jsonl", 300, 512, 400_000),
-    ("mooncake-fast25/synthetic_trace.jsonl", 200, 32, 300_000),
+    ("claude-code-weka", 50, 64, 200_000),
+    ("claude-code-weka", 50, 16, 60_000),
+    ("mooncake-fast25/conversation_trace.jsonl", 200, 512, 400_000),
+    ("mooncake-fast25/synthetic_trace.jsonl", 120, 32, 300_000),
 ])
 @pytest.mark.parametrize("outs", [False, True])
 def test_shared_trace_slices(engine: str, trace: str, limit: int, page: int, cap: int,

@@ -1,0 +1,78 @@
+"""Issue 19, SGLang: the simulated engine's first prefill batch equals SGLang's own
+`PrefillAdder` (admission under the KV budget with max_new_tokens reserved, chunking at
+`chunked_prefill_size`, `max_running_requests`), all requests waiting at t = 0.
+
+Only the first batch: SGLang's step loop is methods of its `Scheduler`, which cannot be built
+without a model worker on a GPU (oracle_drivers/sched_sglang.py says which calls run)."""
+
+from __future__ import annotations
+
+import pytest
+from oracle_drivers import sched_sglang
+from oracle_scenarios import sched_scenario
+from oracle_support import xmemplan_side
+
+
+def at_once(sc: dict) -> dict:
+    for r in sc["requests"]:
+        r["arrival_s"] = 0.0
+    return sc
+
+
+def test_a_long_prompt_is_chunked(sglang_engine: None) -> None:
+    sc = sched_scenario("sglang", 0, 1, num_gpu_blocks=64, max_num_batched_tokens=32)
+    sc["requests"] = [{"id": "a", "arrival_s": 0.0, "tokens": list(range(1, 71)),
+                       "max_tokens": 4}]
+    assert sched_sglang.first_prefill(sc) == {"a": 32}
+
+
+def test_admission_reserves_the_outputs(sglang_engine: None) -> None:
+    """Four 8-token prompts in a 64-token pool (page 4). With 4 outputs each, SGLang admits
+    three (each reserves prompt + outputs + a page, and the rule keeps room back: recorded
+    from SGLang's code, not derived); with 40 outputs reserved each, only the first."""
+    sc = sched_scenario("sglang", 0, 1, num_gpu_blocks=16, max_num_batched_tokens=256)
+    reqs = [{"id": f"r{i}", "arrival_s": 0.0, "tokens": list(range(100 * i, 100 * i + 8)),
+             "max_tokens": 4} for i in range(4)]
+    sc["requests"] = reqs
+    assert sched_sglang.first_prefill(sc) == {f"r{i}": 8 for i in range(3)}
+    for r in reqs:
+        r["max_tokens"] = 40
+    assert sched_sglang.first_prefill(sc) == {"r0": 8}
+
+
+# Where xmemplan's engine parts from SGLang's first batch today (expected failures that still
+# run and report; one that starts agreeing shows as XPASS). In each, xmemplan admits more
+# requests and counts a prompt shared with a request earlier in the same batch as cached;
+# SGLang matches the tree only, which is empty before the first batch.
+KNOWN = {
+    1: "xmemplan {g1-0: 39, g1-1: 15, g1-2: 8}, SGLang {g1-0: 39, g1-1: 24}",
+    2: "xmemplan {g2-0: 6, g2-1: 5}, SGLang {g2-0: 6}",
+    3: "xmemplan admits 6 requests (8, 4, 5, 4, 5, 4), SGLang 2 (8, 8)",
+    5: "xmemplan {g5-0: 76, g5-1: 18, g5-2: 10, g5-3: 50}, SGLang 76, 58, 50, 68",
+    6: "xmemplan {g6-0: 29, g6-1: 15, g6-2: 5, g6-3: 12}, SGLang {g6-0: 29, g6-1: 32}",
+}
+CASES = [  # seed, blocks, budget, max_num_seqs, max_tokens
+    (1, 64, 64, 8, (2, 30)),
+    (2, 16, 32, 8, (8, 40)),
+    (3, 32, 128, 16, (4, 40)),
+    (4, 24, 16, 4, (2, 10)),
+    (5, 128, 256, 4, (2, 10)),
+    (6, 48, 64, 16, (1, 3)),
+]
+CASES = [  # type: ignore[misc]
+    pytest.param(*case, marks=pytest.mark.xfail(reason=KNOWN[case[0]], strict=False))
+    if case[0] in KNOWN else case
+    for case in CASES
+]
+
+
+@pytest.mark.parametrize(("seed", "blocks", "budget", "seqs", "max_tokens"), CASES)
+def test_first_batch_matches_sglang(sglang_engine: None, seed: int, blocks: int, budget: int,
+                                    seqs: int, max_tokens: tuple[int, int]) -> None:
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = at_once(sched_scenario("sglang", seed, 12, num_gpu_blocks=blocks,
+                                max_num_batched_tokens=budget, max_num_seqs=seqs,
+                                max_tokens=max_tokens))
+    theirs = sched_sglang.first_prefill(sc)
+    ours = replay(sc)[0]["scheduled"]
+    assert ours == theirs, f"step 0, scheduled: xmemplan {ours}, SGLang {theirs}"
