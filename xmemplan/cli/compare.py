@@ -163,6 +163,11 @@ def comparison_rows(runs: list[Any]) -> list[dict[str, Any]]:
                      [_ratio((r.hitrate or {}).get("token_hit_ratio")) for r in runs]))
         rows.append(("mean_request_hit_ratio", "mean request hit (trace)",
                      [_ratio((r.hitrate or {}).get("mean_request_hit_ratio")) for r in runs]))
+    if any(r.validation for r in runs):
+        rows.append(("validation", "emulated validation", [
+            "-" if not r.validation else
+            f"{'PASS' if r.validation.get('passed') else 'FAIL'} "
+            f"{r.validation.get('error', float('nan')):.1%}" for r in runs]))
     if any(r.command for r in runs):
         rows.append(("inputs", "inputs (SHA-256)", [_inputs(r.command) or "-" for r in runs]))
     return [{"key": k, "label": label, "values": v, "differs": len(set(v)) > 1}
