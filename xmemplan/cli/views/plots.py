@@ -180,19 +180,19 @@ def _working_set(plt: Any, cap: CapacityResult, path: Path) -> Path:
     y = s.tokens * bpt / 1e9 if bpt else s.tokens
     ax.step(x, y, where="post", label="working set")
     peak = ws["peak_bytes"] / 1e9 if bpt else ws["peak_tokens"]
-    ax.axhline(peak, linestyle="--", color="tab:red", alpha=0.6, label=f"peak {peak:,.0f}")
+    ax.axhline(peak, linestyle="--", color="tab:red", alpha=0.6, label=f"peak {_short(peak)}")
     if ws["p99_tokens"] is not None:
         p99 = ws["p99_bytes"] / 1e9 if bpt else ws["p99_tokens"]
-        ax.axhline(p99, linestyle=":", color="tab:orange", label=f"p99 {p99:,.0f}")
+        ax.axhline(p99, linestyle=":", color="tab:orange", label=f"p99 {_short(p99)}")
     if _all_start_at_zero(cap):
         ax.annotate("every session starts at t=0 in this trace:\nthe early peak is that "
-                    "artefact, not load", (0.97, 0.7), xycoords="axes fraction", va="top",
+                    "artefact, not load", (0.97, 0.8), xycoords="axes fraction", va="top",
                     ha="right", fontsize=8, color="dimgrey")
     ax.set_xlabel("time since the first request (" + ("h" if hours else "min") + ")")
     ax.set_ylabel(f"KV of live sessions ({'GB, ' + str(cap.model) if bpt else 'tokens'})")
     idle = ws["idle_s"]
     ax.set_title("Working set over time" + (f" (idle timeout {idle:g} s)" if idle else ""))
-    ax.legend(loc="lower right", fontsize=8, framealpha=0.8)
+    ax.legend(loc="best", fontsize=8, framealpha=0.8)  # where it covers the least
     fig.tight_layout()
     save_figure(fig, path, "--plot", _INPUTS)
     plt.close(fig)
@@ -204,3 +204,8 @@ def _all_start_at_zero(cap: CapacityResult) -> bool:
     instant): traces of recorded sessions replayed from 0, whose early peak is an artefact."""
     ws = cap.working_set or {}
     return bool(ws.get("sessions_start_together"))
+
+
+def _short(v: float) -> str:
+    """3 significant figures, whole numbers with separators: 4.87, 589, 13,400."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
