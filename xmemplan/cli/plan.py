@@ -153,6 +153,15 @@ def plan_cmd(
         render.line(f"Token hit ratio {hit_doc['token_hit_ratio']:.4f} ({scope} scope, "
                     f"infinite cache); {model} on {gpu}.")
     sys.stdout.flush()
+    if "claude-transcript" in result.files_by_format:
+        rep = (result.reported or {}).get("reported_token_hit_ratio")
+        render.warn(
+            "Claude Code transcripts leave out the system prompt and tools the API cached"
+            + (f" (the API reported {rep:.4f} for these calls)" if isinstance(rep, float)
+               else "") + ": this plan's hit ratios are the files' own"
+            + ("" if subagents else ", without the sub-agents' calls (add --subagents)")
+            + ". For the calls as the API saw them: xmemplan hitrate TRACES --subagents "
+            "--hidden-prefix auto (docs/text-traces.md)")
     for note in [*result.notes, *notes]:
         render.warn(note) if note in notes else render.info(f"Note: {note}")
     if not figures:
