@@ -312,7 +312,7 @@ def _engine_hits(
     prompt: np.ndarray, outputs: np.ndarray | None, spec: CapacitySpec,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Hit tokens and rejections of the vllm / sglang model at every point, in tokens."""
-    from xmemplan.prefix.engine_cache import engine_replay, kv_page_keys, kv_tokens
+    from xmemplan.prefix.engine_cache import engine_replay, kv_tokens
 
     n = len(prompt)
     if n == 0:
@@ -328,8 +328,7 @@ def _engine_hits(
     p = int(pages[0])
     out = None if outputs is None else np.where(np.asarray(outputs) >= 0, outputs, 0)
     kv = kv_tokens(prompt, out, spec.with_outputs)
-    k2, o2 = kv_page_keys(keys, offsets, prompt, kv, p)
-    rep = engine_replay(spec.cache_model, k2, o2, resets, prompt, kv, p, spec.points)
+    rep = engine_replay(spec.cache_model, keys, offsets, resets, prompt, kv, p, spec.points)
     return rep.hits, rep.rejected
 
 

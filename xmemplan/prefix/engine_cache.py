@@ -39,43 +39,30 @@ def kv_tokens(prompt: np.ndarray, outputs: np.ndarray | None, with_outputs: bool
     return prompt + m - 1
 
 
-def kv_page_keys(
-    keys: np.ndarray, offsets: np.ndarray, prompt: np.ndarray, kv: np.ndarray, page: int
+def kv_page_ids(
+    keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray, prompt: np.ndarray,
+    kv: np.ndarray, page: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One key per full page of each request's KV: the first min(keys, L // page) keys as
-    given, then a negative key seen nowhere else for each page past them (pages holding
-    output tokens, or prompt pages the trace has no key for: they can never hit). A page's
-    identity is its whole prefix (the tree of `canonical_pages`), as the engines' chained
-    block hashes make it."""
-    from xmemplan.prefix.engine_kernels import kv_keys
+    """(ids, offsets): one id per full page of each request's KV (`engine_kernels.
+    kv_page_ids`). The first min(keys, L // page) pages are the trace's (a partial last
+    block's key is dropped); the rest hold output tokens or have no key: they never hit."""
+    from xmemplan.prefix.engine_kernels import kv_page_ids as kernel
+    from xmemplan.prefix.matcher import tree_sizes
 
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    prompt = np.asarray(prompt, dtype=np.int64)
-    kv = np.asarray(kv, dtype=np.int64)
-    have = np.ascontiguousarray(np.minimum(np.diff(offsets), prompt // page))
-    total = np.maximum(kv // page, have)
+    have = np.ascontiguousarray(np.minimum(np.diff(offsets), np.asarray(prompt) // page))
+    total = np.maximum(np.asarray(kv, dtype=np.int64) // page, have)
     out_off = np.zeros(len(total) + 1, dtype=np.int64)
     np.cumsum(total, out=out_off[1:])
-    out = np.empty(int(out_off[-1]), dtype=np.int64)
+    ids = np.empty(int(out_off[-1]), dtype=np.int64)
     if len(total):
-        kv_keys(keys, offsets, have, out_off, out)
-    return out, out_off
-
-
-def page_ids(keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray) -> np.ndarray:
-    """`engine_kernels.canonical_pages`: one id per distinct prefix page (per cache)."""
-    from xmemplan.prefix.engine_kernels import canonical_pages
-    from xmemplan.prefix.matcher import tree_sizes
-
-    canon = np.empty(keys.shape[0], dtype=np.int64)
-    if offsets.shape[0] > 1:
-        resets, nodes, table = tree_sizes(resets)
-        canonical_pages(keys, offsets, resets, canon, np.empty(nodes, dtype=np.int64),
-                        np.empty(nodes, dtype=np.int64), np.empty(table, dtype=np.int64),
-                        np.empty(table, dtype=np.int64), np.empty(table, dtype=np.int64),
-                        np.full(table, -1, dtype=np.int64))
-    return canon
+        r2, nodes, table = tree_sizes(np.asarray(resets, dtype=bool))
+        kernel(keys, offsets, have, out_off, r2, ids, np.empty(nodes, dtype=np.int64),
+               np.empty(nodes, dtype=np.int64), np.empty(nodes, dtype=np.int64),
+               np.empty(table, dtype=np.int64), np.empty(table, dtype=np.int64),
+               np.empty(table, dtype=np.int64), np.full(table, -1, dtype=np.int64))
+    return ids, out_off
 
 
 def engine_replay(
@@ -91,8 +78,9 @@ def engine_replay(
 ) -> EngineReplay:
     """Hit tokens of each request in `engine`'s cache at every capacity (tokens).
 
-    `keys`/`offsets` as made by `kv_page_keys`; `resets[r]` starts an empty cache at r
-    (a new session under --scope session); `prompt` = L and `kv` = K per request.
+    `keys`/`offsets`: the trace's page keys per request (as `prefix.matcher.match` takes
+    them); `resets[r]` starts an empty cache at r (a new session under --scope session);
+    `prompt` = L and `kv` = K tokens per request (`kv_tokens`).
     """
     from xmemplan.prefix import engine_kernels as ek
     from xmemplan.prefix.matcher import check_requests
@@ -104,6 +92,7 @@ def engine_replay(
     keys, offsets, resets = check_requests(keys, offsets, resets)
     prompt = np.ascontiguousarray(prompt, dtype=np.int64)
     kv = np.ascontiguousarray(kv, dtype=np.int64)
+    canon, offsets = kv_page_ids(keys, offsets, resets, prompt, kv, page)
     caps = np.asarray(capacities, dtype=np.int64).reshape(-1)
     n = offsets.shape[0] - 1
     hits = np.zeros((n, caps.size), dtype=np.int64)
@@ -120,8 +109,7 @@ def engine_replay(
     out_r = np.empty(n, dtype=bool)
     if engine == "vllm":
         blocks_used = int(np.add.reduceat(need, starts).max())
-        canon = page_ids(keys, offsets, resets)
-        n_ids = max(1, keys.shape[0])
+        n_ids = max(1, canon.shape[0])
         p_epoch = np.full(n_ids, -1, dtype=np.int64)
         p_first = np.empty(n_ids, dtype=np.int64)
         p_last = np.empty(n_ids, dtype=np.int64)
@@ -145,7 +133,6 @@ def engine_replay(
         table = 1 << max(4, int(2 * nodes - 1).bit_length())
         heap = 12 * per_universe_requests + nodes + 16
         t_epoch = np.full(table, -1, dtype=np.int64)
-        canon = page_ids(keys, offsets, resets)
         for j, c in enumerate(caps):
             t_epoch.fill(-1)
             ek.sglang_replay(
@@ -206,8 +193,7 @@ def replay_detail(scenario: dict[str, Any], reference: bool = False) -> dict[str
     tokens = np.array([t for p in prompts for t in p], dtype=np.int64)
     pk, poff = token_pages(tokens, offsets, page)
     kv = kv_tokens(lengths, np.array(outs, dtype=np.int64), with_outputs)
-    keys, koff = kv_page_keys(pk, poff, lengths, kv, page)
-    res2 = engine_replay(engine, keys, koff, np.zeros(len(prompts), dtype=bool), lengths, kv,
+    res2 = engine_replay(engine, pk, poff, np.zeros(len(prompts), dtype=bool), lengths, kv,
                          page, [cap], inflight)
     return {"hit_tokens": res2.hits[:, 0].tolist(), "rejected": res2.rejected[:, 0].tolist()}
 

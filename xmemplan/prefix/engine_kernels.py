@@ -6,9 +6,9 @@ docstring has the replay rules). One call replays one capacity: neither engine's
 stack algorithm (vLLM allocates a request's blocks before it frees the previous one's,
 SGLang evicts whole leaves and keeps spare room), so a curve is one replay per point.
 
-Input per request r: `keys[offsets[r]:offsets[r+1]]` holds one key per full page of its KV
-(prompt pages first, chained so that a key names its whole prefix; then one negative,
-never-repeated key per page that holds an output token), `prompt[r]` = L, `kv[r]` = K.
+Input per request r: `ids[offsets[r]:offsets[r+1]]` holds one id per full page of its KV
+(`kv_page_ids`: equal ids mean equal prefixes; a page holding an output token has an id of
+its own), `prompt[r]` = L, `kv[r]` = K.
 """
 
 from __future__ import annotations
@@ -22,33 +22,22 @@ EMPTY = -1
 
 
 @njit(cache=True)
-def kv_keys(keys: np.ndarray, offsets: np.ndarray, have: np.ndarray, out_off: np.ndarray,
-            out: np.ndarray) -> None:
-    """Request r's first have[r] keys, then a negative key seen nowhere else per page left."""
-    u = np.int64(0)
-    for r in range(offsets.shape[0] - 1):
-        s = offsets[r]
-        o = out_off[r]
-        h = have[r]
-        for j in range(h):
-            out[o + j] = keys[s + j]
-        for j in range(o + h, out_off[r + 1]):
-            u += 1
-            out[j] = -u
-
-
-@njit(cache=True)
-def canonical_pages(
-    keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray, canon: np.ndarray,
-    e_start: np.ndarray, e_len: np.ndarray, t_node: np.ndarray, t_key: np.ndarray,
-    t_child: np.ndarray, t_epoch: np.ndarray,
+def kv_page_ids(
+    keys: np.ndarray, offsets: np.ndarray, have: np.ndarray, out_off: np.ndarray,
+    resets: np.ndarray, canon: np.ndarray, e_start: np.ndarray, e_out: np.ndarray,
+    e_len: np.ndarray, t_node: np.ndarray, t_key: np.ndarray, t_child: np.ndarray,
+    t_epoch: np.ndarray,
 ) -> None:
-    """canon[j] = where the page at j (with every page before it in its request) first
-    appears in `keys`: one id per distinct prefix, like the engines' chained block hashes.
+    """One id per full page of each request's KV, laid out by `out_off`.
 
-    The radix tree of `kernels.match_insert` (edges are slices of the input, so an edge's
-    start IS the first appearance of its pages); a page costs a sequential compare, not a
-    hash probe.
+    The first have[r] pages of request r are its keys; page i gets the position (in the KV
+    layout) where the same prefix of i + 1 pages first appeared, so equal ids mean equal
+    prefixes, as the engines' chained block hashes do. Every later page (it holds an output
+    token, or the trace has no key for it) gets its own position: it can never hit.
+
+    The radix tree of `kernels.match_insert` over the keys (edges are slices of the input:
+    an edge's start is the first appearance of its pages); a page costs a sequential
+    compare, not a hash probe. `e_out` is an edge's start in the KV layout.
     """
     mask = np.int64(t_node.shape[0] - 1)
     epoch = np.int64(-1)
@@ -58,7 +47,8 @@ def canonical_pages(
             epoch += 1
             n_nodes = np.int64(1)
         s = offsets[r]
-        n = offsets[r + 1] - s
+        o = out_off[r]
+        n = have[r]
         node = np.int64(0)
         pos = np.int64(0)
         split_child = np.int64(EMPTY)
@@ -77,9 +67,9 @@ def canonical_pages(
             length = e_len[child]
             lim = min(length, n - pos)
             m = _common(keys, e_start[child], keys, s + pos, lim)
-            e0 = e_start[child]
+            e0 = e_out[child]
             for i in range(m):
-                canon[s + pos + i] = e0 + i
+                canon[o + pos + i] = e0 + i
             pos += m
             if m < length:
                 if m < lim:
@@ -87,8 +77,8 @@ def canonical_pages(
                     split_at = m
                 break
             node = child
-        for i in range(pos, n):
-            canon[s + i] = s + i
+        for i in range(o + pos, out_off[r + 1]):
+            canon[i] = i
         if pos == n:
             continue
         if split_child != EMPTY:
@@ -96,6 +86,7 @@ def canonical_pages(
             mid = n_nodes
             n_nodes += 1
             e_start[mid] = e_start[c]
+            e_out[mid] = e_out[c]
             e_len[mid] = split_at
             k0 = keys[e_start[c]]
             slot = _slot(node, k0, mask)
@@ -103,6 +94,7 @@ def canonical_pages(
                 slot = (slot + 1) & mask
             t_child[slot] = mid
             e_start[c] += split_at
+            e_out[c] += split_at
             e_len[c] -= split_at
             k1 = keys[e_start[c]]
             slot = _slot(mid, k1, mask)
@@ -116,6 +108,7 @@ def canonical_pages(
         leaf = n_nodes
         n_nodes += 1
         e_start[leaf] = s + pos
+        e_out[leaf] = o + pos
         e_len[leaf] = n - pos
         k = keys[s + pos]
         slot = _slot(node, k, mask)
@@ -148,7 +141,7 @@ def _q_after(nxt: np.ndarray, prv: np.ndarray, at: int, b: int) -> None:
 
 @njit(cache=True)
 def vllm_replay(
-    canon: np.ndarray,  # int64: page ids (canonical_pages), one per full page of the KV
+    canon: np.ndarray,  # int64: page ids (kv_page_ids), one per full page of the KV
     offsets: np.ndarray,  # int64, n + 1
     resets: np.ndarray,  # bool, n: a new, empty pool before request r
     prompt: np.ndarray,  # int64, n: L
@@ -348,7 +341,7 @@ def _put(t_node: np.ndarray, t_key: np.ndarray, t_child: np.ndarray, t_epoch: np
 @njit(cache=True, inline="always")
 def _match_len(ids: np.ndarray, a: int, b: int, lim: int) -> int:
     """Length of the common run of ids[a:] and ids[b:] (at most lim), by bisection: page
-    ids name whole prefixes (canonical_pages), so once two pages differ all later ones do."""
+    ids name whole prefixes (kv_page_ids), so once two pages differ all later ones do."""
     if lim <= 0 or ids[a] != ids[b]:
         return 0
     if ids[a + lim - 1] == ids[b + lim - 1]:
@@ -557,7 +550,7 @@ def _checkpoint(
 
 @njit(cache=True)
 def sglang_replay(
-    keys: np.ndarray,  # int64: page ids (canonical_pages), one per full page of the KV
+    keys: np.ndarray,  # int64: page ids (kv_page_ids), one per full page of the KV
     offsets: np.ndarray,  # int64, n + 1
     resets: np.ndarray,  # bool, n
     prompt: np.ndarray,  # int64, n: L
