@@ -110,19 +110,14 @@ def engine_replay(
     if engine == "vllm":
         blocks_used = int(np.add.reduceat(need, starts).max())
         n_ids = max(1, canon.shape[0])
-        p_epoch = np.full(n_ids, -1, dtype=np.int64)
-        p_first = np.empty(n_ids, dtype=np.int64)
-        p_last = np.empty(n_ids, dtype=np.int64)
+        pg = np.empty((n_ids, 4), dtype=np.int64)
         for j, c in enumerate(caps):
             n_blocks = int(c) // page
             b = max(1, min(n_blocks, blocks_used))
-            p_epoch.fill(-1)
+            pg[:, 2] = -1
             ek.vllm_replay(
                 canon, offsets, resets, prompt, kv, page, n_blocks, inflight, out_h, out_r,
-                np.empty(b + 3, dtype=np.int64), np.empty(b + 3, dtype=np.int64),
-                np.zeros(b, dtype=np.int64), np.empty(b, dtype=np.int64),
-                np.empty(b, dtype=np.int64), np.empty(b, dtype=np.int64),
-                p_first, p_last, p_epoch,
+                np.empty((b + 3, 8), dtype=np.int64), pg,
                 np.empty((inflight, most), dtype=np.int64), np.zeros(inflight, np.int64),
                 np.zeros(inflight, np.int64), np.empty(most, dtype=np.int64),
             )

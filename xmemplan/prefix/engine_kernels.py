@@ -123,20 +123,28 @@ def kv_page_ids(
 # --- vLLM ------------------------------------------------------------------------------------
 
 
-@njit(cache=True, inline="always")
-def _q_unlink(nxt: np.ndarray, prv: np.ndarray, b: int) -> None:
-    nxt[prv[b]] = nxt[b]
-    prv[nxt[b]] = prv[b]
+# One row per block (blk) and per page id (pg), so that one block's or one page's fields
+# share a cache line: the replay is a walk over random blocks, bound by memory latency.
+NXT, PRV, REF, KEY, DN, DP = 0, 1, 2, 3, 4, 5  # blk columns (sentinel rows: NXT, PRV only)
+FIRST, LAST, EPOCH = 0, 1, 2  # pg columns
 
 
 @njit(cache=True, inline="always")
-def _q_after(nxt: np.ndarray, prv: np.ndarray, at: int, b: int) -> None:
+def _q_unlink(blk: np.ndarray, b: int) -> None:
+    nb = blk[b, NXT]
+    pb = blk[b, PRV]
+    blk[pb, NXT] = nb
+    blk[nb, PRV] = pb
+
+
+@njit(cache=True, inline="always")
+def _q_after(blk: np.ndarray, at: int, b: int) -> None:
     """Link b right after `at`."""
-    nb = nxt[at]
-    nxt[at] = b
-    prv[b] = at
-    nxt[b] = nb
-    prv[nb] = b
+    nb = blk[at, NXT]
+    blk[at, NXT] = b
+    blk[b, PRV] = at
+    blk[b, NXT] = nb
+    blk[nb, PRV] = b
 
 
 @njit(cache=True)
@@ -151,21 +159,16 @@ def vllm_replay(
     inflight: int,
     out_hit: np.ndarray,  # int64, n: hit tokens
     out_rejected: np.ndarray,  # bool, n
-    nxt: np.ndarray,  # int64, B + 3 (B = the most blocks ever used; 3 sentinels)
-    prv: np.ndarray,  # int64, B + 3
-    ref: np.ndarray,  # int64, B
-    bkey: np.ndarray,  # int64, B: EMPTY or the page id the block holds (its hash)
-    dnext: np.ndarray,  # int64, B: next block with the same page id (insertion order)
-    dprev: np.ndarray,  # int64, B
-    p_first: np.ndarray,  # int64, pages: first block holding the page id, EMPTY if none
-    p_last: np.ndarray,  # int64, pages
-    p_epoch: np.ndarray,  # int64, pages, starts all -1
+    blk: np.ndarray,  # int64, (B + 3) x 8 (B = the most blocks ever used; 3 sentinel rows)
+    pg: np.ndarray,  # int64, pages x 4: FIRST / LAST block holding the page id, EPOCH
     held: np.ndarray,  # int64, inflight x (most pages of one request)
     held_n: np.ndarray,  # int64, inflight
     held_r: np.ndarray,  # int64, inflight
     tmp: np.ndarray,  # int64, most pages of one request
 ) -> None:
-    cap_b = ref.shape[0]
+    """vLLM's BlockPool: the free-block queue (a doubly linked list through blk), block
+    hashes as page ids, several blocks per id in insertion order (DN / DP links)."""
+    cap_b = blk.shape[0] - 3
     head = cap_b  # sentinels: head, tail, and FRESH (the blocks never used yet, as one run)
     tail = cap_b + 1
     fresh_node = cap_b + 2
@@ -180,10 +183,10 @@ def vllm_replay(
             epoch += 1
             q0 = 0
             qn = 0
-            nxt[head] = fresh_node
-            prv[fresh_node] = head
-            nxt[fresh_node] = tail
-            prv[tail] = fresh_node
+            blk[head, NXT] = fresh_node
+            blk[fresh_node, PRV] = head
+            blk[fresh_node, NXT] = tail
+            blk[tail, PRV] = fresh_node
             fresh = np.int64(n_blocks)
             next_id = 0
             nfree = np.int64(n_blocks)
@@ -202,16 +205,16 @@ def vllm_replay(
             nf = 0
             for j in range(held_n[q] - 1, -1, -1):  # tail first
                 b = held[q, j]
-                ref[b] -= 1
-                if ref[b] == 0:
-                    if bkey[b] == EMPTY:
+                blk[b, REF] -= 1
+                if blk[b, REF] == 0:
+                    if blk[b, KEY] == EMPTY:
                         tmp[nf] = b
                         nf += 1
                     else:
-                        _q_after(nxt, prv, prv[tail], b)
+                        _q_after(blk, blk[tail, PRV], b)
                     nfree += 1
             for j in range(nf - 1, -1, -1):  # the unhashed ones go to the front, in order
-                _q_after(nxt, prv, head, tmp[j])
+                _q_after(blk, head, tmp[j])
             q0 = (q0 + 1) % inflight
             qn -= 1
         slot_q = (q0 + qn) % inflight
@@ -222,64 +225,65 @@ def vllm_replay(
         lim = (L - 1) // page
         for j in range(lim):
             k = canon[s + j]
-            if p_epoch[k] != epoch:
+            if pg[k, EPOCH] != epoch:
                 break
-            b = p_first[k]
+            b = pg[k, FIRST]
             if b == EMPTY:
                 break
-            if ref[b] == 0:  # touch
-                _q_unlink(nxt, prv, b)
+            if blk[b, REF] == 0:  # touch
+                _q_unlink(blk, b)
                 nfree -= 1
-            ref[b] += 1
+            blk[b, REF] += 1
             held[slot_q, nh] = b
             nh += 1
         out_hit[r] = nh * page
         # new blocks for the rest of the prefill and every decode step, from the front
         for j in range(nh, need):
-            f = nxt[head]
+            f = blk[head, NXT]
             if f == fresh_node:
                 b = next_id
                 next_id += 1
                 fresh -= 1
                 if fresh == 0:
-                    _q_unlink(nxt, prv, fresh_node)
-                bkey[b] = EMPTY
-                ref[b] = 0
+                    _q_unlink(blk, fresh_node)
+                blk[b, KEY] = EMPTY
             else:
                 b = f
-                _q_unlink(nxt, prv, b)
-                k = bkey[b]
+                _q_unlink(blk, b)
+                k = blk[b, KEY]
                 if k != EMPTY:  # the block leaves the cache now
-                    if dprev[b] == EMPTY:
-                        p_first[k] = dnext[b]
+                    dp = blk[b, DP]
+                    dn = blk[b, DN]
+                    if dp == EMPTY:
+                        pg[k, FIRST] = dn
                     else:
-                        dnext[dprev[b]] = dnext[b]
-                    if dnext[b] == EMPTY:
-                        p_last[k] = dprev[b]
+                        blk[dp, DN] = dn
+                    if dn == EMPTY:
+                        pg[k, LAST] = dp
                     else:
-                        dprev[dnext[b]] = dprev[b]
-                bkey[b] = EMPTY
+                        blk[dn, DP] = dp
+                blk[b, KEY] = EMPTY
             nfree -= 1
-            ref[b] = 1
+            blk[b, REF] = 1
             held[slot_q, j] = b
         held_n[slot_q] = need
         # full blocks are cached: the prompt's, then those that decode fills
         for j in range(nh, K // page):
             b = held[slot_q, j]
             k = canon[s + j]
-            if p_epoch[k] != epoch:
-                p_epoch[k] = epoch
-                p_first[k] = EMPTY
-                p_last[k] = EMPTY
-            last = p_last[k]
-            dprev[b] = last
-            dnext[b] = EMPTY
+            if pg[k, EPOCH] != epoch:
+                pg[k, EPOCH] = epoch
+                pg[k, FIRST] = EMPTY
+                pg[k, LAST] = EMPTY
+            last = pg[k, LAST]
+            blk[b, DP] = last
+            blk[b, DN] = EMPTY
             if last == EMPTY:
-                p_first[k] = b
+                pg[k, FIRST] = b
             else:
-                dnext[last] = b
-            p_last[k] = b
-            bkey[b] = k
+                blk[last, DN] = b
+            pg[k, LAST] = b
+            blk[b, KEY] = k
         if r + 1 == offsets.shape[0] - 1 or resets[r + 1]:
             qn = 0  # the pool ends with this universe: no release can change a hit
 
