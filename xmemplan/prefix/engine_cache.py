@@ -127,18 +127,13 @@ def engine_replay(
         nodes = 1 + 8 * per_universe_requests
         table = 1 << max(4, int(2 * nodes - 1).bit_length())
         heap = 12 * per_universe_requests + nodes + 16
-        t_epoch = np.full(table, -1, dtype=np.int64)
+        nd = np.empty((nodes, 8), dtype=np.int64)
+        tb = np.empty((table, 4), dtype=np.int64)
         for j, c in enumerate(caps):
-            t_epoch.fill(-1)
+            tb[:, 3] = -1
             ek.sglang_replay(
                 canon, offsets, resets, prompt, kv, page, int(c) // page, inflight, out_h,
-                out_r,
-                np.empty(nodes, dtype=np.int64), np.empty(nodes, dtype=np.int64),
-                np.empty(nodes, dtype=np.int64), np.empty(nodes, dtype=np.int64),
-                np.empty(nodes, dtype=np.int64), np.empty(nodes, dtype=np.int64),
-                np.zeros(nodes, dtype=np.bool_),
-                np.empty(table, dtype=np.int64), np.empty(table, dtype=np.int64),
-                np.empty(table, dtype=np.int64), t_epoch,
+                out_r, nd, tb,
                 np.empty(heap, dtype=np.int64), np.empty(heap, dtype=np.int64),
                 np.zeros(inflight, np.int64), np.zeros(inflight, np.int64),
                 np.zeros(inflight, np.int64), np.empty(most + 3, dtype=np.int64),

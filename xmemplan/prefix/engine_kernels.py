@@ -290,6 +290,9 @@ def vllm_replay(
 
 # --- SGLang ----------------------------------------------------------------------------------
 
+ES, EL, PA, LK, ST, NC, AL = 0, 1, 2, 3, 4, 5, 6  # nd columns: one row per tree node
+TN, TK, TC, TE = 0, 1, 2, 3  # tb columns: one row per slot of the child table
+
 
 @njit(cache=True, inline="always")
 def _heap_push(h_time: np.ndarray, h_node: np.ndarray, size: int, t: int, x: int) -> int:
@@ -330,16 +333,15 @@ def _heap_pop(h_time: np.ndarray, h_node: np.ndarray, size: int) -> int:
 
 
 @njit(cache=True, inline="always")
-def _put(t_node: np.ndarray, t_key: np.ndarray, t_child: np.ndarray, t_epoch: np.ndarray,
-         epoch: int, mask: int, node: int, k: int, child: int) -> None:
+def _put(tb: np.ndarray, epoch: int, mask: int, node: int, k: int, child: int) -> None:
     """Child table: (node, k) -> child, reusing the slot of an evicted (node, k) child."""
     sl = _slot(node, k, mask)
-    while t_epoch[sl] == epoch and not (t_node[sl] == node and t_key[sl] == k):
+    while tb[sl, TE] == epoch and not (tb[sl, TN] == node and tb[sl, TK] == k):
         sl = (sl + 1) & mask
-    t_node[sl] = node
-    t_key[sl] = k
-    t_child[sl] = child
-    t_epoch[sl] = epoch
+    tb[sl, TN] = node
+    tb[sl, TK] = k
+    tb[sl, TC] = child
+    tb[sl, TE] = epoch
 
 
 @njit(cache=True, inline="always")
@@ -363,10 +365,8 @@ def _match_len(ids: np.ndarray, a: int, b: int, lim: int) -> int:
 
 @njit(cache=True)
 def _walk(
-    keys: np.ndarray, s: int, n_walk: int, e_start: np.ndarray, e_len: np.ndarray,
-    parent: np.ndarray, lock: np.ndarray, stamp: np.ndarray, nchild: np.ndarray,
-    alive: np.ndarray, t_node: np.ndarray, t_key: np.ndarray, t_child: np.ndarray,
-    t_epoch: np.ndarray, epoch: int, mask: int, h_time: np.ndarray, h_node: np.ndarray,
+    keys: np.ndarray, s: int, n_walk: int, nd: np.ndarray, tb: np.ndarray, epoch: int,
+    mask: int, h_time: np.ndarray, h_node: np.ndarray,
     clock: int, n_nodes: int, hsize: int,
 ) -> tuple[int, int, int, int, int]:
     """RadixCache._match_prefix_helper / the walk of _insert_helper (the same moves).
@@ -377,42 +377,42 @@ def _walk(
     """
     t = clock
     clock += 1
-    stamp[0] = t
+    nd[0, ST] = t
     node = 0
     pos = 0
     while pos < n_walk:
         k = keys[s + pos]
         sl = _slot(node, k, mask)
         child = EMPTY
-        while t_epoch[sl] == epoch:
-            if t_node[sl] == node and t_key[sl] == k:
-                child = t_child[sl]
+        while tb[sl, TE] == epoch:
+            if tb[sl, TN] == node and tb[sl, TK] == k:
+                child = tb[sl, TC]
                 break
             sl = (sl + 1) & mask
         if child == EMPTY:
             break
-        stamp[child] = t
-        if nchild[child] == 0 and lock[child] == 0:
+        nd[child, ST] = t
+        if nd[child, NC] == 0 and nd[child, LK] == 0:
             hsize = _heap_push(h_time, h_node, hsize, t, child)
-        length = e_len[child]
-        m = _match_len(keys, e_start[child], s + pos, min(length, n_walk - pos))
+        length = nd[child, EL]
+        m = _match_len(keys, nd[child, ES], s + pos, min(length, n_walk - pos))
         pos += m
         if m < length:
             mid = n_nodes
             n_nodes += 1
-            e_start[mid] = e_start[child]
-            e_len[mid] = m
-            parent[mid] = parent[child]
-            lock[mid] = lock[child]
-            stamp[mid] = clock
+            nd[mid, ES] = nd[child, ES]
+            nd[mid, EL] = m
+            nd[mid, PA] = nd[child, PA]
+            nd[mid, LK] = nd[child, LK]
+            nd[mid, ST] = clock
             clock += 1
-            nchild[mid] = 1
-            alive[mid] = True
-            t_child[sl] = mid
-            e_start[child] += m
-            e_len[child] -= m
-            parent[child] = mid
-            _put(t_node, t_key, t_child, t_epoch, epoch, mask, mid, keys[e_start[child]],
+            nd[mid, NC] = 1
+            nd[mid, AL] = 1
+            tb[sl, TC] = mid
+            nd[child, ES] += m
+            nd[child, EL] -= m
+            nd[child, PA] = mid
+            _put(tb, epoch, mask, mid, keys[nd[child, ES]],
                  child)
             node = mid
             break
@@ -423,9 +423,7 @@ def _walk(
 @njit(cache=True)
 def _checkpoint(
     keys: np.ndarray, ss: int, key_n: int, prompt_n: int, old: int, protected: int,
-    e_start: np.ndarray, e_len: np.ndarray, parent: np.ndarray, lock: np.ndarray,
-    stamp: np.ndarray, nchild: np.ndarray, alive: np.ndarray, t_node: np.ndarray,
-    t_key: np.ndarray, t_child: np.ndarray, t_epoch: np.ndarray, epoch: int, mask: int,
+    nd: np.ndarray, tb: np.ndarray, epoch: int, mask: int,
     h_time: np.ndarray, h_node: np.ndarray, clock: int, n_nodes: int, hsize: int,
     free_pages: int, evictable: int, path: np.ndarray,
 ) -> tuple[int, int, int, int, int, int]:
@@ -441,7 +439,7 @@ def _checkpoint(
     t_a = clock  # the insert's time: what the insert split off keeps it
     t_b = clock + 1  # the final lookup's: the whole path
     clock += 2
-    stamp[0] = t_b
+    nd[0, ST] = t_b
     node = 0
     pos = 0
     plen = 0
@@ -449,33 +447,33 @@ def _checkpoint(
         k = keys[ss + pos]
         sl = _slot(node, k, mask)
         child = EMPTY
-        while t_epoch[sl] == epoch:
-            if t_node[sl] == node and t_key[sl] == k:
-                child = t_child[sl]
+        while tb[sl, TE] == epoch:
+            if tb[sl, TN] == node and tb[sl, TK] == k:
+                child = tb[sl, TC]
                 break
             sl = (sl + 1) & mask
         if child == EMPTY:
             break
-        length = e_len[child]
-        m = _match_len(keys, e_start[child], ss + pos, min(length, key_n - pos))
+        length = nd[child, EL]
+        m = _match_len(keys, nd[child, ES], ss + pos, min(length, key_n - pos))
         pos += m
         if m < length:  # split: the upper part is on the path, the rest keeps t_a
             mid = n_nodes
             n_nodes += 1
-            e_start[mid] = e_start[child]
-            e_len[mid] = m
-            parent[mid] = parent[child]
-            lock[mid] = lock[child]
-            nchild[mid] = 1
-            alive[mid] = True
-            t_child[sl] = mid
-            e_start[child] += m
-            e_len[child] -= m
-            parent[child] = mid
-            _put(t_node, t_key, t_child, t_epoch, epoch, mask, mid, keys[e_start[child]],
+            nd[mid, ES] = nd[child, ES]
+            nd[mid, EL] = m
+            nd[mid, PA] = nd[child, PA]
+            nd[mid, LK] = nd[child, LK]
+            nd[mid, NC] = 1
+            nd[mid, AL] = 1
+            tb[sl, TC] = mid
+            nd[child, ES] += m
+            nd[child, EL] -= m
+            nd[child, PA] = mid
+            _put(tb, epoch, mask, mid, keys[nd[child, ES]],
                  child)
-            stamp[child] = t_a
-            if nchild[child] == 0 and lock[child] == 0:
+            nd[child, ST] = t_a
+            if nd[child, NC] == 0 and nd[child, LK] == 0:
                 hsize = _heap_push(h_time, h_node, hsize, t_a, child)
             path[plen] = mid
             plen += 1
@@ -487,14 +485,14 @@ def _checkpoint(
     if pos < key_n:
         leaf = n_nodes
         n_nodes += 1
-        e_start[leaf] = ss + pos
-        e_len[leaf] = key_n - pos
-        parent[leaf] = node
-        lock[leaf] = 0
-        nchild[leaf] = 0
-        alive[leaf] = True
-        _put(t_node, t_key, t_child, t_epoch, epoch, mask, node, keys[ss + pos], leaf)
-        nchild[node] += 1
+        nd[leaf, ES] = ss + pos
+        nd[leaf, EL] = key_n - pos
+        nd[leaf, PA] = node
+        nd[leaf, LK] = 0
+        nd[leaf, NC] = 0
+        nd[leaf, AL] = 1
+        _put(tb, epoch, mask, node, keys[ss + pos], leaf)
+        nd[node, NC] += 1
         evictable += key_n - pos
         path[plen] = leaf
         plen += 1
@@ -504,51 +502,51 @@ def _checkpoint(
         start = 0
         for i in range(plen):
             x = path[i]
-            if start < prompt_n < start + e_len[x]:
+            if start < prompt_n < start + nd[x, EL]:
                 m = prompt_n - start
                 mid = n_nodes
                 n_nodes += 1
-                e_start[mid] = e_start[x]
-                e_len[mid] = m
-                parent[mid] = parent[x]
-                lock[mid] = lock[x]
-                nchild[mid] = 1
-                alive[mid] = True
-                k0 = keys[e_start[x]]
-                sl = _slot(parent[x], k0, mask)
-                while not (t_node[sl] == parent[x] and t_key[sl] == k0
-                           and t_epoch[sl] == epoch):
+                nd[mid, ES] = nd[x, ES]
+                nd[mid, EL] = m
+                nd[mid, PA] = nd[x, PA]
+                nd[mid, LK] = nd[x, LK]
+                nd[mid, NC] = 1
+                nd[mid, AL] = 1
+                k0 = keys[nd[x, ES]]
+                sl = _slot(nd[x, PA], k0, mask)
+                while not (tb[sl, TN] == nd[x, PA] and tb[sl, TK] == k0
+                           and tb[sl, TE] == epoch):
                     sl = (sl + 1) & mask
-                t_child[sl] = mid
-                e_start[x] += m
-                e_len[x] -= m
-                parent[x] = mid
-                _put(t_node, t_key, t_child, t_epoch, epoch, mask, mid, keys[e_start[x]], x)
+                tb[sl, TC] = mid
+                nd[x, ES] += m
+                nd[x, EL] -= m
+                nd[x, PA] = mid
+                _put(tb, epoch, mask, mid, keys[nd[x, ES]], x)
                 for j in range(plen, i, -1):
                     path[j] = path[j - 1]
                 path[i] = mid
                 plen += 1
                 break
-            start += e_len[x]
+            start += nd[x, EL]
     for i in range(plen):
-        stamp[path[i]] = t_b
+        nd[path[i], ST] = t_b
     new_last = path[plen - 1] if plen > 0 else 0
-    if new_last != 0 and nchild[new_last] == 0 and lock[new_last] == 0:
+    if new_last != 0 and nd[new_last, NC] == 0 and nd[new_last, LK] == 0:
         hsize = _heap_push(h_time, h_node, hsize, t_b, new_last)
     x = old  # unlock the old node
     while x != 0:
-        lock[x] -= 1
-        if lock[x] == 0:
-            evictable += e_len[x]
-            if nchild[x] == 0:
-                hsize = _heap_push(h_time, h_node, hsize, stamp[x], x)
-        x = parent[x]
+        nd[x, LK] -= 1
+        if nd[x, LK] == 0:
+            evictable += nd[x, EL]
+            if nd[x, NC] == 0:
+                hsize = _heap_push(h_time, h_node, hsize, nd[x, ST], x)
+        x = nd[x, PA]
     x = new_last  # lock the new one
     while x != 0:
-        if lock[x] == 0:
-            evictable -= e_len[x]
-        lock[x] += 1
-        x = parent[x]
+        if nd[x, LK] == 0:
+            evictable -= nd[x, EL]
+        nd[x, LK] += 1
+        x = nd[x, PA]
     return new_last, clock, n_nodes, hsize, free_pages, evictable
 
 
@@ -564,17 +562,11 @@ def sglang_replay(
     inflight: int,
     out_hit: np.ndarray,  # int64, n
     out_rejected: np.ndarray,  # bool, n
-    e_start: np.ndarray,  # int64, nodes (>= 1 + 8 x requests of one universe)
-    e_len: np.ndarray,  # int64, nodes: pages of the edge
-    parent: np.ndarray,  # int64, nodes
-    lock: np.ndarray,  # int64, nodes
-    stamp: np.ndarray,  # int64, nodes: last access time (a counter)
-    nchild: np.ndarray,  # int64, nodes
-    alive: np.ndarray,  # bool, nodes
-    t_node: np.ndarray,  # int64, T (a power of two, >= 2 x nodes)
-    t_key: np.ndarray,  # int64, T
-    t_child: np.ndarray,  # int64, T: EMPTY once the child is evicted
-    t_epoch: np.ndarray,  # int64, T, starts all -1
+    nd: np.ndarray,  # int64, nodes x 8 (>= 1 + 8 x requests of one universe): ES edge start,
+    #   EL pages of the edge, PA parent, LK lock count, ST last access time (a counter),
+    #   NC live children, AL alive (1/0)
+    tb: np.ndarray,  # int64, T x 4 (T a power of two >= 2 x nodes): child table (TN parent,
+    #   TK first page id, TC child or EMPTY once evicted, TE epoch; TE starts all -1)
     h_time: np.ndarray,  # int64, heap of evictable leaves (lazy: stale entries skipped)
     h_node: np.ndarray,  # int64
     held_r: np.ndarray,  # int64, inflight: the request
@@ -582,7 +574,7 @@ def sglang_replay(
     held_h: np.ndarray,  # int64, inflight: its hit pages
     path: np.ndarray,  # int64, scratch: 3 + pages of the longest KV
 ) -> None:
-    mask = np.int64(t_node.shape[0] - 1)
+    mask = np.int64(tb.shape[0] - 1)
     epoch = np.int64(-1)
     clock = np.int64(1)
     n_nodes = np.int64(1)
@@ -598,11 +590,11 @@ def sglang_replay(
             epoch += 1
             clock = np.int64(1)
             n_nodes = np.int64(1)
-            parent[0] = EMPTY
-            lock[0] = 1
-            stamp[0] = 0
-            nchild[0] = 0
-            alive[0] = True
+            nd[0, PA] = EMPTY
+            nd[0, LK] = 1
+            nd[0, ST] = 0
+            nd[0, NC] = 0
+            nd[0, AL] = 1
             free_pages = np.int64(n_pages)
             evictable = np.int64(0)
             hsize = 0
@@ -624,18 +616,17 @@ def sglang_replay(
             kk = kv[rr]
             last, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
                 keys, offsets[rr], kk // page, prompt[rr] // page, held_node[q], held_h[q],
-                e_start, e_len, parent, lock, stamp, nchild, alive, t_node, t_key, t_child,
-                t_epoch, epoch, mask, h_time, h_node, clock, n_nodes, hsize, free_pages,
+                nd, tb, epoch, mask, h_time, h_node, clock, n_nodes, hsize, free_pages,
                 evictable, path)
             free_pages += (kk + page - 1) // page - kk // page  # the partial page
             x = last
             while x != 0:  # dec_lock_ref
-                lock[x] -= 1
-                if lock[x] == 0:
-                    evictable += e_len[x]
-                    if nchild[x] == 0:
-                        hsize = _heap_push(h_time, h_node, hsize, stamp[x], x)
-                x = parent[x]
+                nd[x, LK] -= 1
+                if nd[x, LK] == 0:
+                    evictable += nd[x, EL]
+                    if nd[x, NC] == 0:
+                        hsize = _heap_push(h_time, h_node, hsize, nd[x, ST], x)
+                x = nd[x, PA]
             q0 = (q0 + 1) % inflight
             qn -= 1
         # admit r: match_prefix(prompt[:L - 1]) page-aligned, lock, prefill, decode
@@ -644,16 +635,15 @@ def sglang_replay(
         pos = 0
         if n_walk > 0:
             pos, node, clock, n_nodes, hsize = _walk(
-                keys, s, n_walk, e_start, e_len, parent, lock, stamp, nchild, alive,
-                t_node, t_key, t_child, t_epoch, epoch, mask, h_time, h_node, clock,
+                keys, s, n_walk, nd, tb, epoch, mask, h_time, h_node, clock,
                 n_nodes, hsize)
         out_hit[r] = pos * page
         x = node
         while x != 0:  # inc_lock_ref
-            if lock[x] == 0:
-                evictable -= e_len[x]
-            lock[x] += 1
-            x = parent[x]
+            if nd[x, LK] == 0:
+                evictable -= nd[x, EL]
+            nd[x, LK] += 1
+            x = nd[x, PA]
         # prefill: room for the new tokens and a page, then their pages; then decode. A
         # decode step changes nothing unless the one before took a page or it takes one,
         # so only those steps are run (about two per page, not one per token).
@@ -673,26 +663,25 @@ def sglang_replay(
                     tx = h_time[0]
                     xx = h_node[0]
                     hsize = _heap_pop(h_time, h_node, hsize)
-                    if not alive[xx] or nchild[xx] != 0 or lock[xx] != 0 or stamp[xx] != tx:
+                    if nd[xx, AL] == 0 or nd[xx, NC] != 0 or nd[xx, LK] != 0 or nd[xx, ST] != tx:
                         continue
-                    free_pages += e_len[xx]
-                    done += e_len[xx] * page
-                    evictable -= e_len[xx]
-                    alive[xx] = False
-                    p = parent[xx]
-                    k = keys[e_start[xx]]
+                    free_pages += nd[xx, EL]
+                    done += nd[xx, EL] * page
+                    evictable -= nd[xx, EL]
+                    nd[xx, AL] = 0
+                    p = nd[xx, PA]
+                    k = keys[nd[xx, ES]]
                     sl = _slot(p, k, mask)
-                    while not (t_node[sl] == p and t_key[sl] == k and t_epoch[sl] == epoch):
+                    while not (tb[sl, TN] == p and tb[sl, TK] == k and tb[sl, TE] == epoch):
                         sl = (sl + 1) & mask
-                    t_child[sl] = EMPTY
-                    nchild[p] -= 1
-                    if nchild[p] == 0 and lock[p] == 0 and p != 0:
-                        hsize = _heap_push(h_time, h_node, hsize, stamp[p], p)
+                    tb[sl, TC] = EMPTY
+                    nd[p, NC] -= 1
+                    if nd[p, NC] == 0 and nd[p, LK] == 0 and p != 0:
+                        hsize = _heap_push(h_time, h_node, hsize, nd[p, ST], p)
             free_pages -= take
             if pos_t == L - 1 and K > L:  # unfinished after prefill: checkpoint_kv_cache
                 node, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
-                    keys, s, L // page, L // page, node, pos, e_start, e_len, parent, lock,
-                    stamp, nchild, alive, t_node, t_key, t_child, t_epoch, epoch, mask,
+                    keys, s, L // page, L // page, node, pos, nd, tb, epoch, mask,
                     h_time, h_node, clock, n_nodes, hsize, free_pages, evictable, path)
                 pos = L // page
             if pos_t == L - 1 or take > 0 or pos_t == L:
