@@ -28,3 +28,14 @@ def test_no_hint_for_other_formats(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert run(["hitrate", str(ROOT / "examples" / "traces")]) == 0
     assert "API cached" not in capsys.readouterr().err
+
+
+def test_plan_on_transcripts_warns_in_terminal_and_report(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+    path = shared_trace("claude-code-transcripts")
+    out = tmp_path / "run"
+    assert run(["plan", str(path), "--ttft-slo", "500ms", "--requests", "500", "-o",
+                str(out)]) == 0
+    err = unwrap(capsys.readouterr().err)
+    assert "the API reported 0.9427 for these calls" in err and "add --subagents" in err
+    assert "the API reported 0.9427" in (out / "report.html").read_text()

@@ -132,6 +132,7 @@ def plan_cmd(
     )
     with render.spinner("Sizing (simulated serving)"):
         res = plan(req, with_curve=True)
+    notes = _input_warnings(result, subagents) + notes
     plan_doc = {**res.to_dict(), "warnings": notes}
     write_file(run_dir / "plan.json", render.to_json(plan_doc) + "\n")
 
@@ -153,15 +154,6 @@ def plan_cmd(
         render.line(f"Token hit ratio {hit_doc['token_hit_ratio']:.4f} ({scope} scope, "
                     f"infinite cache); {model} on {gpu}.")
     sys.stdout.flush()
-    if "claude-transcript" in result.files_by_format:
-        rep = (result.reported or {}).get("reported_token_hit_ratio")
-        render.warn(
-            "Claude Code transcripts leave out the system prompt and tools the API cached"
-            + (f" (the API reported {rep:.4f} for these calls)" if isinstance(rep, float)
-               else "") + ": this plan's hit ratios are the files' own"
-            + ("" if subagents else ", without the sub-agents' calls (add --subagents)")
-            + ". For the calls as the API saw them: xmemplan hitrate TRACES --subagents "
-            "--hidden-prefix auto (docs/text-traces.md)")
     for note in [*result.notes, *notes]:
         render.warn(note) if note in notes else render.info(f"Note: {note}")
     if not figures:
@@ -175,6 +167,21 @@ def plan_cmd(
                 f"profile.json, hitrate.json, command.txt"
                 + (", validation.json" if check is not None else "")
                 + (f" and {len(figures)} charts" if figures else ""))
+
+
+def _input_warnings(result: Any, subagents: bool) -> list[str]:
+    """What the inputs leave out of the plan: Claude Code transcripts lack the system
+    prompt and tools the API cached (and, without --subagents, the sub-agents' calls)."""
+    if "claude-transcript" not in result.files_by_format:
+        return []
+    rep = (result.reported or {}).get("reported_token_hit_ratio")
+    return [
+        "Claude Code transcripts leave out the system prompt and tools the API cached"
+        + (f" (the API reported {rep:.4f} for these calls)" if isinstance(rep, float)
+           else "") + ": this plan's hit ratios are the files' own"
+        + ("" if subagents else ", without the sub-agents' calls (add --subagents)")
+        + ". For the calls as the API saw them: xmemplan hitrate TRACES --subagents "
+        "--hidden-prefix auto (docs/text-traces.md)"]
 
 
 def _validate(run_dir: Path) -> dict[str, Any]:
