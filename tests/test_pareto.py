@@ -165,6 +165,7 @@ def test_plot(tmp_path, capsys, monkeypatch):
     (["--gpus", "1", "--user-centric-rate", "3", "--concurrency", "4"], "not both"),
     (["--gpus", "1", "--osl", "0"], "--osl 0 is out of range"),
     (["--gpus", "0"], "--gpus"),
+    (["--gpus", "1", "--gpu", "h100-sxm,h200-sxm"], "names several"),
     ([], "--ttft-slo is needed"),
 ])
 def test_bad_sweep_flags(args, msg, capsys, monkeypatch):

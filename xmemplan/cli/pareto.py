@@ -65,6 +65,10 @@ def build(*, gpus: int, workload: SyntheticWorkload, rates: str | None,
     workload.check()
     if rates is not None and concurrency is not None:
         raise UsageError("give --user-centric-rate or --concurrency, not both")
+    for flag, v in (("--gpu", gpu), ("--engine", engine)):
+        if "," in v:
+            raise UsageError(f"--gpus sweeps one GPU and one engine; {flag} '{v}' names "
+                             "several", f"give one {flag}, or drop --gpus to compare them")
     if engine not in ENGINES:
         raise UsageError(f"unknown engine '{engine}'", "use sglang or vllm")
     overlap, transfer, mixed = ENGINES[engine]
