@@ -33,7 +33,7 @@ SETTINGS = settings(max_examples=60, deadline=None,
 def _pool_ops(nb, ops, keys):  # noqa: ANN001, ANN202
     """Apply ops to one pool: (0, key0, n) match+touch n keys from key0 then alloc 1 and
     cache it under key0+n; (1, slot) free the slot's blocks. Returns per op (matched, free)."""
-    P = pool_new(1, nb, 4096)
+    P = pool_new(1, nb, 4096, 4096)
     rb = np.zeros(64 * 64, np.int64)
     held = np.zeros(64, np.int64)
     out = np.zeros((ops.shape[0], 2), np.int64)
@@ -42,7 +42,7 @@ def _pool_ops(nb, ops, keys):  # noqa: ANN001, ANN202
             s = ops[k, 3]
             m = pool_match(P, 0, keys, ops[k, 1], ops[k, 2])
             out[k, 0] = m
-            if held[s] == 0 and P[6][0] >= m + 1:
+            if held[s] == 0 and P[1][0, 2] >= m + 1:
                 h = pool_touch(P, 0, keys, ops[k, 1], m, rb, 64 * s, 0)
                 h = pool_alloc(P, 0, 1, rb, 64 * s, h)
                 pool_cache(P, 0, rb[64 * s + h - 1], keys[ops[k, 1] + m])
@@ -51,7 +51,7 @@ def _pool_ops(nb, ops, keys):  # noqa: ANN001, ANN202
             s = ops[k, 3]
             pool_free(P, 0, rb, 64 * s, held[s])
             held[s] = 0
-        out[k, 1] = P[6][0]
+        out[k, 1] = P[1][0, 2]
     return out
 
 

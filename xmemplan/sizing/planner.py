@@ -49,8 +49,17 @@ from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
 from xmemplan.errors import UsageError
 from xmemplan.sizing import model as M
 from xmemplan.sizing import routing as RT
-from xmemplan.sizing.sim import SimResult, Traffic, simulate
-from xmemplan.sizing.simmodel import HBM_USABLE, Setup, engine_for, single_request_ttft
+from xmemplan.sizing.engine import Result as EngineResult
+from xmemplan.sizing.engine import run as run_engine
+from xmemplan.sizing.sim import Traffic
+from xmemplan.sizing.simmodel import (
+    HBM_USABLE,
+    Setup,
+    config_for,
+    engine_for,
+    requests_for,
+    single_request_ttft,
+)
 from xmemplan.sizing.workload import Arrivals, Workload, arrivals
 
 TABLE_SLOS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
@@ -181,8 +190,12 @@ class Point:
     overloaded: bool = False
     capacity_rps: float | None = None  # requests/s these GPUs serve at this run's batching
     requests_per_replica: float = 0.0
-    # time-average share of the replicas' KV room held by started, unfinished requests
+    # time-average share of the replicas' KV blocks held by running requests (vLLM's
+    # KV cache usage: cached free blocks count as free)
     kv_full: float = 0.0
+    preemptions_per_request: float = 0.0  # preemptions (vLLM) or retractions (SGLang)
+    throughput_rps: float = 0.0  # requests finished over the run's span
+    throughput_tok_s: float = 0.0  # prompt + output tokens over the run's span
     ci_ms: tuple[float, float] = (0.0, 0.0)  # 95 % interval of slo_value_ms
     replications: int = 1
     offered_rps: float | None = None  # the load named (rate x scale)
@@ -335,6 +348,11 @@ class _Rep:
     coverage: float
     split: tuple[float, float, float] | None = None
     balance: dict[str, Any] | None = None
+    hit_ratio: float = 0.0  # the run's hit tokens (HBM + tier) over its prompt tokens
+    hbm_share: float = 0.0  # the run's HBM hits over all hits (the pool's outcome)
+    preemptions: float = 0.0  # per request
+    throughput_rps: float = 0.0
+    throughput_tok_s: float = 0.0
 
 
 # --- one simulated configuration, replicated ---------------------------------------------
@@ -480,6 +498,7 @@ class Planner:
             timestamp_s=None if w.timestamp_s is None else w.timestamp_s[idx],
             order=order)
         idx = idx[order]
+        self._order_idx = idx  # the samples in arrival order (the engine's prefixes)
         prompt = w.prompt_tokens[idx]
         warm = np.minimum(prompt, w.hit_tokens[idx]) * 2 >= prompt
         if self.placed:
@@ -608,15 +627,8 @@ class Planner:
              k: int) -> _Rep:
         req = self.req
         replicas = max(1, gpus // req.shape.gpus)
-        e = engine_for(req.setup, replicas=replicas, nodes=max(nodes, 1),
-                       load_tier="host" if option == "host-dram" else "xmem")
-        if option != "xmem":
-            e = e.replace(node_bandwidth=math.inf)
-        if instant_loads:
-            e = e.replace(dram_bandwidth=1e30, xmem_bandwidth=1e30, node_bandwidth=math.inf,
-                          switch_bandwidth=math.inf)
         tr, warm_all = self._traffic(option, gpus, nodes, scale, k)
-        r = simulate(tr, e)
+        r = self.simulate(option, gpus, nodes, tr, instant_loads)
         self.sims += 1
         keep = np.argsort(r.arrival, kind="stable")[int(len(r.arrival) * WARMUP_SHARE):]
         ttft = r.ttft[keep] * 1e3
@@ -629,13 +641,58 @@ class Planner:
         if self.placed:
             pl = self.placement(option, gpus, nodes, scale, k)
             split, bal = pl.split(), balance(pl, replicas, tr.output)
+        prompt = r.requests.prompt.astype(float)
+        hits = float((r.hbm_hit + r.tier_hit).sum())
+        span = r.span
+        tokens = float(prompt.sum()) + float(r.requests.output.sum())
         return _Rep(split=split, balance=bal,
                     value=float(np.percentile(base, req.slo_percentile)), overloaded=over,
                     cap=cap, groups=groups, utilisation=r.utilisation(),
-                    queue_ms=float(np.mean(r.queue_delay[keep]) * 1e3),
-                    kv_full=self._kv_full(r, gpus),
+                    queue_ms=float(np.mean(r.start[keep] - r.ready[keep]) * 1e3),
+                    kv_full=r.kv_usage(),
                     per_replica=len(r.arrival) / len(r.busy), achieved=achieved,
-                    coverage=float(warm.mean()) if on_warm and len(warm) else 1.0)
+                    coverage=float(warm.mean()) if on_warm and len(warm) else 1.0,
+                    hit_ratio=hits / float(prompt.sum()) if prompt.sum() > 0 else 0.0,
+                    hbm_share=r.hbm_share_of_hits(),
+                    preemptions=r.preemptions_per_request(),
+                    throughput_rps=len(r.arrival) / span if span > 0 else 0.0,
+                    throughput_tok_s=tokens / span if span > 0 else 0.0)
+
+    def simulate(self, option: str, gpus: int, nodes: int, tr: Traffic,
+                 instant_loads: bool = False) -> EngineResult:
+        """One run of the iteration-level engine (xmemplan.sizing.engine) on `tr`.
+
+        HBM hits are the run's outcome: a request's prefix (the previous turn of its
+        session or user, `prev`) hits where its blocks survived in the replica's block
+        pool. Requests with no earlier turn in the run keep the traffic's prior HBM hits
+        (hit_split's share); with a router's placement (routing.py) its HBM hits and
+        replicas are kept as they are. The tier (host DRAM or X-Mem) holds each kept hit;
+        what HBM lacks of it is loaded, and each prefill's new KV is written to it."""
+        req = self.req
+        replicas = max(1, gpus // req.shape.gpus)
+        tier = "host" if option == "host-dram" else "xmem"
+        cfg = config_for(req.setup, replicas=replicas, nodes=max(nodes, 1), load_tier=tier,
+                         policy=req.engine, prompt_p50=req.workload.prompt_p50,
+                         tier_write=option != "hbm-only")
+        if option != "xmem":
+            cfg = cfg.replace(node_bandwidth=math.inf)
+        if instant_loads:
+            cfg = cfg.replace(dram_bandwidth=1e30, xmem_bandwidth=1e30,
+                              node_bandwidth=math.inf, switch_bandwidth=math.inf,
+                              tier_write=False)
+        kept = tr.hit_hbm + tr.hit_dram + tr.hit_xmem
+        if self.placed:
+            shared = np.zeros(len(tr))
+            fixed = tr.hit_hbm
+        else:
+            shared = np.minimum(tr.prompt, req.workload.hit_tokens[self._order_idx])
+            fixed = np.where(tr.prev < 0, tr.hit_hbm, 0.0)
+        er = requests_for(tr, shared=shared, block_tokens=cfg.block_tokens,
+                          tier_tokens=kept if option != "hbm-only" else np.zeros(len(kept)),
+                          tier=-1 if option == "hbm-only" else (0 if tier == "host" else 1),
+                          hbm_fixed=fixed)
+        res, *_ = run_engine(er, cfg)
+        return res
 
     def _aggregate(self, option: str, gpus: int, nodes: int, scale: float,
                    reps: list[_Rep]) -> Point:
@@ -654,7 +711,9 @@ class Planner:
                          zip((50, 90, 99), np.percentile(v, (50, 90, 99)), strict=True)}
                         if v.size else {})
         caps = [r.cap for r in reps if r.cap is not None]
-        h, share = self.hit_split(option, gpus, nodes)
+        # the hit split is the runs' outcome (the engine's block pools), not the prior
+        h = float(np.mean([r.hit_ratio for r in reps]))
+        share = float(np.mean([r.hbm_share for r in reps]))
         rate = req.load.load_rps()
         ci = (m - half, m + half)
         return Point(option=option, gpus=gpus, nodes=nodes, hit_ratio=h, hbm_share=share,
@@ -665,6 +724,9 @@ class Planner:
                      capacity_rps=float(np.mean(caps)) if caps else None,
                      requests_per_replica=reps[0].per_replica,
                      kv_full=float(np.mean([r.kv_full for r in reps])),
+                     preemptions_per_request=float(np.mean([r.preemptions for r in reps])),
+                     throughput_rps=float(np.mean([r.throughput_rps for r in reps])),
+                     throughput_tok_s=float(np.mean([r.throughput_tok_s for r in reps])),
                      ci_ms=ci, replications=k,
                      offered_rps=None if rate is None or req.load.kind == "users"
                      else rate * scale,
@@ -672,18 +734,7 @@ class Planner:
                      slo_coverage=float(np.mean([r.coverage for r in reps])),
                      split=reps[0].split, balance=reps[0].balance)
 
-    def _kv_full(self, r: SimResult, gpus: int) -> float:
-        """Little's law over the run: the KV tokens of started, unfinished requests (prompt
-        and output, each from its start to its end), time-averaged, over the replicas'
-        KV room (`hbm_tokens`)."""
-        room, span = self.hbm_tokens(gpus), r.span
-        if room <= 0 or span <= 0:
-            return 0.0
-        t = r.traffic
-        held = float(np.sum((t.prompt + t.output) * (r.done - r.start)))
-        return held / span / room
-
-    def _overload(self, r: SimResult, ttft_ms: np.ndarray, scale: float
+    def _overload(self, r: EngineResult, ttft_ms: np.ndarray, scale: float
                   ) -> tuple[bool, float | None, float]:
         """(overloaded, requests/s the replicas serve, requests/s that arrived).
 

@@ -18,7 +18,9 @@ import numpy as np
 
 from xmemplan.catalog.specs import DTYPE_BYTES, GpuSpec, ModelSpec, TierSpec
 from xmemplan.sizing import model as M
-from xmemplan.sizing.sim import LAYER, MAX, SUM, Engine
+from xmemplan.sizing.engine import Config, Requests
+from xmemplan.sizing.engine.pool import synth_keys
+from xmemplan.sizing.sim import LAYER, MAX, SUM, Engine, Traffic
 
 OVERLAP_CODES = {"sum": SUM, "layer": LAYER, "max": MAX}
 HBM_USABLE = 0.9  # share of HBM for weights + KV (as model.shape_fits' usable_fraction)
@@ -123,3 +125,83 @@ def single_request_ttft(s: Setup, prompt: float, hit: float, tier: str) -> float
                nodes=1e9 if tier == "xmem" else 1, loaders=1,
                attention_dtype=s.attention_dtype)
     return float(np.asarray(b.single_s))
+
+
+# --- the iteration-level engine (xmemplan.sizing.engine) -------------------------------------
+VLLM_BLOCK_TOKENS = 16  # vLLM CacheConfig.DEFAULT_BLOCK_SIZE (serving-sim.md 1.4)
+MAX_BLOCKS_PER_PROMPT = 64  # the simulator's block: a multiple of the engine's, so that
+# a median prompt spans at most this many (pool work per admission stays bounded)
+
+
+def vllm_defaults(gpu: GpuSpec) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of `vllm serve` 0.33 on this GPU
+    (engine/arg_utils.py get_batch_defaults; serving-sim.md 1.4): 8,192 / 1,024 on GPUs of
+    70 GiB or more that are not A100, 16,384 / 1,024 from 160 GiB, else 2,048 / 256."""
+    gib = gpu.hbm_capacity_bytes / 2**30
+    if gib >= 160:
+        return 16384, 1024
+    if gib >= 70 and "a100" not in gpu.name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def sim_block_tokens(engine_block: int, prompt_p50: float) -> int:
+    """The engine's block, doubled until a median prompt spans at most
+    MAX_BLOCKS_PER_PROMPT blocks (docs/size.md: prefix hits and evictions then move in
+    these larger blocks)."""
+    b = max(1, engine_block)
+    while prompt_p50 / b > MAX_BLOCKS_PER_PROMPT:
+        b *= 2
+    return b
+
+
+def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem",
+               policy: str = "sglang", prompt_p50: float = 0.0,
+               overheads: tuple[float, float, float] = (0.0, 0.0, 0.0),
+               tier_write: bool = True) -> Config:
+    """The engine's Config for `replicas` replicas of `s.shape`: the same per-token rates
+    and links as engine_for (the single-request model), the block pool from the KV room,
+    the batch limits as the engine's defaults on this GPU. `overheads`: the engine's own
+    (per step, per scheduled token, per scheduled request) seconds."""
+    e = engine_for(s, replicas=replicas, nodes=nodes, load_tier=load_tier)
+    engine_block = VLLM_BLOCK_TOKENS if policy == "vllm" else 16
+    bs = sim_block_tokens(engine_block, prompt_p50)
+    room = M.kv_room_tokens(s.model, s.gpu, s.shape, s.mem_fraction)
+    budget, seqs = vllm_defaults(s.gpu)
+    chunk = s.chunk_tokens or M.default_chunk_tokens(s.gpu)
+    return Config(
+        policy=policy, replicas=replicas, block_tokens=bs, blocks=max(1, int(room // bs)),
+        max_num_seqs=seqs if policy == "vllm" else s.max_batch,
+        max_batched_tokens=(s.chunk_tokens or budget) if policy == "vllm" else chunk,
+        chunked_prefill_size=chunk,
+        lin_s_per_token=e.lin_s_per_token, attn_s_per_unit=e.attn_s_per_unit,
+        dense_weight_bytes=e.dense_weight_bytes, expert_weight_bytes=e.expert_weight_bytes,
+        expert_miss=e.expert_miss, hbm_bandwidth=e.hbm_bandwidth,
+        kv_bytes_per_token=e.kv_bytes_per_token, fixed_s=e.fixed_s,
+        per_prompt_token_s=e.per_token_s, pass_fixed_s=e.pass_fixed_s,
+        decode_fixed_s=e.decode_fixed_s, base_s=overheads[0], per_token_s=overheads[1],
+        per_seq_s=overheads[2], layers=e.layers, gpus_per_switch=e.gpus_per_switch,
+        dram_bandwidth=e.dram_bandwidth, switch_bandwidth=e.switch_bandwidth,
+        dram_latency_s=e.dram_latency_s, xmem_bandwidth=e.xmem_bandwidth,
+        node_bandwidth=e.node_bandwidth, xmem_latency_s=e.xmem_latency_s,
+        sm_interference=e.sm_interference, tier_write=tier_write)
+
+
+def requests_for(tr: Traffic, *, shared: np.ndarray, tier_tokens: np.ndarray, tier: int,
+                 block_tokens: int, hbm_fixed: np.ndarray | None = None) -> Requests:
+    """The engine's requests from the simulator's traffic arrays: request i shares its
+    first shared[i] tokens with prev[i] (its conversation's previous turn), its tier holds
+    tier_tokens[i] of its prompt (tier 0 host DRAM, 1 X-Mem, -1 none)."""
+    prompt = np.maximum(1, np.round(tr.prompt)).astype(np.int64)
+    output = np.asarray(tr.output, np.int64)
+    keys, koff, kn = synth_keys(prompt, output, np.asarray(tr.prev, np.int64),
+                                np.asarray(shared, np.int64), int(block_tokens))
+    n = len(prompt)
+    prev = np.asarray(tr.prev, np.int64)
+    cacheable = np.zeros(n, np.int64)
+    cacheable[prev[prev >= 0]] = 1  # only a later turn asks for a request's blocks
+    return Requests(arrival=tr.arrival, prompt=prompt, output=output, keys=keys, koff=koff,
+                    kn=kn, tier_tokens=np.asarray(tier_tokens, np.int64),
+                    tier=np.full(n, tier, np.int64), prev=tr.prev, think=tr.think,
+                    route=tr.route, cacheable=cacheable,
+                    hbm_fixed=None if hbm_fixed is None else np.asarray(hbm_fixed, np.int64))

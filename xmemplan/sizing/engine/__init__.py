@@ -213,6 +213,10 @@ class Requests:
     prev: np.ndarray | None = None
     think: np.ndarray | None = None
     route: np.ndarray | None = None
+    hbm_fixed: np.ndarray | None = None  # tokens counted in HBM past the pool's own hit
+    # 0: no later request can ask for this one's blocks (their keys are its own), so they
+    # are not entered in the pool's map: the same run, less work
+    cacheable: np.ndarray | None = None
     ids: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -223,8 +227,11 @@ class Result:
     """Per-request times (s), hits, preemptions; per-replica busy seconds; run totals."""
 
     def __init__(self, req: Requests, cfg: Config, out: tuple[Any, ...]) -> None:
-        ro, self.replica, self.hbm_hit, self.tier_loaded, self.preemptions, self.busy, \
+        ro, self.replica, hits, self.tier_loaded, self.preemptions, self.busy, \
             self.stats = out[:7]
+        # tokens hit in HBM / loaded from the tier at the admission that gave the first
+        # token; tier_loaded: every load, reloads after preemption included
+        self.hbm_hit, self.tier_hit = hits[:, 0], hits[:, 1]
         self.arrival = ro[:, O_ARR]
         self.ready = ro[:, O_READY]
         self.start = ro[:, O_START]
@@ -318,7 +325,9 @@ def run(req: Requests, cfg: Config, *, trace_rows: int = 0, step_rows: int = 0
     out = run_kernel(_f64(req.arrival, n), _i64(req.prev, n, -1), _f64(req.think, n), prompt,
                      output, tier_tok, tier, _i64(req.route, n, -1), _i64(req.koff, n, 0),
                      _i64(req.kn, n, 0), _i64(req.keys, 0, 0) if len(req.keys) else
-                     np.zeros(1, np.int64), pp, tp, lp, ep, float(cfg.conservativeness),
+                     np.zeros(1, np.int64), _i64(req.hbm_fixed, n, 0),
+                     _i64(req.cacheable, n, 1), pp, tp, lp, ep,
+                     float(cfg.conservativeness),
                      trace, steps)
     res = Result(req, cfg, out)
     return res, trace, steps, int(out[7]), int(out[8])

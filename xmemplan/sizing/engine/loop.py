@@ -24,18 +24,23 @@ import numpy as np
 from numba import njit
 
 from xmemplan.sizing.engine.policy import (
+    CLIP_MAX_NEW_TOKENS,
     N_Q,
     N_R,
     P_BS,
+    P_CACHING,
     P_POLICY,
     Q_CHUNKED,
     Q_FLOWS,
     Q_NRUN,
+    Q_PREEMPTED,
     Q_RHEAD,
     Q_STATE,
     Q_WHEAD,
+    R_CACHEABLE,
     R_COMP,
     R_EXT,
+    R_FIXHIT,
     R_FLOWS,
     R_GEN,
     R_HELD,
@@ -60,14 +65,24 @@ from xmemplan.sizing.engine.policy import (
     ST_DONE,
     ST_LOADING,
     ST_WAIT,
+    cache_full,
     release,
     run_remove,
+    sglang_head_need,
     sglang_schedule,
     vllm_schedule,
     w_append,
 )
 from xmemplan.sizing.engine.pool import pool_new
-from xmemplan.sizing.engine.steptime import T_KVB, compute_time, overhead_time
+from xmemplan.sizing.engine.steptime import (
+    T_HBM,
+    T_KVB,
+    T_MISS,
+    T_WDENSE,
+    T_WEXP,
+    compute_time,
+    overhead_time,
+)
 from xmemplan.sizing.sim import (
     _add_flow,
     _advance,
@@ -101,8 +116,24 @@ RETRACT_DECODE_STEPS = 20
 
 
 @njit(cache=True)
+def _lin_w(tok, lin_t, tp):  # noqa: ANN001, ANN202
+    """The linear part of compute_time: max(linear FLOP time, weight byte time)."""
+    wb = tp[T_WDENSE] + tp[T_WEXP] * (1.0 - tp[T_MISS] ** tok) if tok > 0 else 0.0
+    w_t = wb / tp[T_HBM]
+    return lin_t if lin_t >= w_t else w_t
+
+
+@njit(cache=True, inline="always")
+def _attn_j(attn0, kv0, j, da, dk):  # noqa: ANN001, ANN202
+    """The attention part of the j-th decode step of a run (scalars only: cheap)."""
+    a = attn0 + da * j
+    k = kv0 + dk * j
+    return a if a >= k else k
+
+
+@njit(cache=True)
 def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff, kn, keys,  # noqa: ANN001, ANN201, C901
-               pp, tp, lp, ep, cons, trace, steps_out):
+               fixhit, cacheable, pp, tp, lp, ep, cons, trace, steps_out):
     """The loop (module doc). tier[i]: 0 host DRAM, 1 X-Mem, -1 none. Returns per-request
     floats (n x N_O), replica of each, HBM hit tokens (first admission), tier tokens
     loaded, preemptions, busy seconds per replica, stats, trace rows used, steps used."""
@@ -142,11 +173,17 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
         RI[i, R_KN] = kn[i]
         RI[i, R_RBOFF] = rbcap
         RI[i, R_TIER_TOK] = tier_tok[i]
+        RI[i, R_FIXHIT] = fixhit[i]
+        RI[i, R_CACHEABLE] = cacheable[i]
         RI[i, R_NEWHIT] = 1
         RI[i, R_REP] = -1
         rbcap += (prompt[i] + output[i] + bs - 1) // bs + 1
     rb = np.zeros(rbcap, np.int64)
-    P = pool_new(R, nb, min(rbcap, R * nb) + 1)
+    mapped = 0
+    for i in range(n):
+        if cacheable[i] == 1:
+            mapped += kn[i]
+    P = pool_new(R, nb, min(rbcap, R * nb) + 1, min(mapped, R * nb) + 1)
     RO = np.full((n, N_O), INF)
     for i in range(n):
         RO[i, O_ITL_MAX] = 0.0
@@ -158,6 +195,16 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     rload_end = np.zeros(R)
     rend = np.full(R, INF)
     rprefill = np.zeros(R, np.int64)
+    # a run of decode-only steps (macro): steps in it, and what prices its j-th step
+    rK = np.ones(R, np.int64)
+    rA0 = np.zeros(R)
+    rLW = np.zeros(R)
+    rDA = np.zeros(R)
+    rDK = np.zeros(R)
+    rKV0 = np.zeros(R)
+    rtok = np.zeros(R)
+    rlast = np.zeros(R)
+    macro_ok = trace.shape[0] <= 1
     ratio = np.full(R, INIT_RATIO * cons)
     ratio_min = INIT_RATIO * cons * MIN_FACTOR
     ratio_decay = (INIT_RATIO * cons - ratio_min) / DECAY_STEPS
@@ -197,6 +244,8 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     cnt_gpu = np.zeros((R, 2), np.int64)
     cnt_sw = np.zeros(n_switch, np.int64)
     cnt_x = 0
+    wflow = np.full((R, 2), -1, np.int64)  # the write stream of each replica and tier
+    wbytes = np.zeros(2)
 
     now = 0.0
     started = False
@@ -236,6 +285,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             if QI[r, Q_WHEAD] < 0 and QI[r, Q_RHEAD] < 0:
                 continue
             t_step0 = tn
+            npre0 = QI[r, Q_PREEMPTED]
             if policy == SGLANG:
                 tok, ns, tn, nl, pre = sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn,
                                                        ratio[r], loads)
@@ -306,12 +356,13 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             rbstart[r] = now
             rprefill[r] = 1 if pre else 0
             stats[S_STEPS] += 1
+            stats[S_DECODE_STEPS] += 1  # priced steps (a run of decode steps is one)
             if steps_out.shape[0] > 1:
                 if sn < steps_out.shape[0]:
                     steps_out[sn, 0] = now
                     steps_out[sn, 1] = t_step0
                     steps_out[sn, 2] = tn
-                    steps_out[sn, 3] = nb - P[6][r]
+                    steps_out[sn, 3] = nb - P[1][r, 2]
                 sn += 1
             nbl = 0
             if policy == SGLANG and nl > 0:
@@ -335,6 +386,67 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             else:
                 QI[r, Q_STATE] = 1
                 e = now + fixed + comp
+                rK[r] = 1
+                # decode only, no preemption now: steps run back to back until the first
+                # request finishes or needs a new block, until an arrival or a finished
+                # load (the step in progress ends the run), or (SGLang) until the waiting
+                # head fits as new_token_ratio decays: the times of one step per event,
+                # without the events. Waiting requests that did not fit now do not fit
+                # during the run (free blocks and hits stay as they are).
+                allow = macro_ok and not prefill and nl == 0 and QI[r, Q_PREEMPTED] == npre0
+                ext_h = -1
+                left_h = 0
+                if allow and policy == SGLANG and QI[r, Q_WHEAD] >= 0:
+                    ext_h, left_h, fits_h = sglang_head_need(P, RI, QI, keys, r, pp)
+                    if ext_h < 0:
+                        allow = False
+                    elif not fits_h:
+                        ext_h = -1  # its blocks do not fit until a request finishes
+                if allow:
+                    K = 1 << 40
+                    sumleft = 0
+                    x = QI[r, Q_RHEAD]
+                    while x >= 0:
+                        left = RI[x, R_OUT] - RI[x, R_GEN]
+                        sumleft += left
+                        if left > CLIP_MAX_NEW_TOKENS:
+                            allow = False  # the reserve's clip would move: step by step
+                        room = RI[x, R_HELD] * bs - (RI[x, R_PROMPT] + RI[x, R_GEN]) + 1
+                        if room < left:
+                            left = room
+                        if left < K:
+                            K = left
+                        x = RI[x, R_RNEXT]
+                    if not allow:
+                        K = 1
+                    if ext_h >= 0 and K > 1:
+                        free_tok = P[1][r, 2] * bs
+                        nrun = QI[r, Q_NRUN]
+                        for jj in range(1, K):
+                            rj = ratio[r] - ratio_decay * jj
+                            if rj < ratio_min:
+                                rj = ratio_min
+                            if ext_h + left_h * rj < free_tok - (sumleft - jj * nrun) * rj:
+                                K = jj  # the head is admitted at step jj
+                                break
+                    if K > 1:
+                        # step jj of the run: linear and weight time as step 0, attention
+                        # and KV read grow by one token per request and step
+                        lw = _lin_w(float(tok), lin_t, tp)
+                        da = 2.0 * tp[1] * tok
+                        dk = tok * kvb / tp[T_HBM]
+                        rLW[r] = lw
+                        rDA[r] = da
+                        rDK[r] = dk
+                        rA0[r] = attn_t
+                        rKV0[r] = kv_read / tp[T_HBM]
+                        rtok[r] = tok
+                        d = 0.0
+                        for jj in range(1, K):
+                            d = fixed + lw + _attn_j(attn_t, kv_read / tp[T_HBM], jj, da, dk)
+                            e += d
+                        rK[r] = K
+                        rlast[r] = d
                 rend[r] = e
                 rhn = _heap_push(rh_t, rh_i, rhn, e, r)
         if do_kick:
@@ -366,7 +478,9 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                 if RI[ow, R_FLOWS] == 0:
                     stage[ow] = 1
                     hn = _heap_push(ht, hi, hn, load_end[ow], ow)
-            elif ow >= -R:
+            elif ow < -R:
+                wflow[-1 - R - ow, tr] = -1
+            else:
                 rr = -1 - ow
                 if end > rload_end[rr]:
                     rload_end[rr] = end
@@ -411,6 +525,20 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                 RI[i, R_LOADED] = 1
                 RI[i, R_STATUS] = ST_WAIT
             RO[i, O_READY] = now
+            if QI[r, Q_STATE] == 1 and rK[r] > 1:
+                # the replica is in a run of decode steps: it ends with the step in progress
+                e = rbstart[r] + rfixed[r] + rcomp[r]
+                jj = 1
+                d = 0.0
+                while jj < rK[r] and e <= now:
+                    d = rfixed[r] + rLW[r] + _attn_j(rA0[r], rKV0[r], jj, rDA[r], rDK[r])
+                    e += d
+                    jj += 1
+                if jj < rK[r]:
+                    rK[r] = jj
+                    rlast[r] = d
+                    rend[r] = e
+                    rhn = _heap_push(rh_t, rh_i, rhn, e, r)
             if kicked[r] == 0:
                 kicked[r] = 1
                 kick[nkick] = r
@@ -424,11 +552,15 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
         QI[r, Q_STATE] = 0
         rend[r] = INF
         # KV held over the step (blocks of running requests), for the time average
-        stats[S_KV_AREA] += (nb - P[6][r]) * (now - rbstart[r])
-        wbytes = np.zeros(2)
+        stats[S_KV_AREA] += (nb - P[1][r, 2]) * (now - rbstart[r])
+        wbytes[0] = 0.0
+        wbytes[1] = 0.0
+        K = rK[r]
+        rK[r] = 1
+        stats[S_STEPS] += K - 1
         if policy == SGLANG and rprefill[r] == 0:
-            # a decode step: the ratio decays
-            ratio[r] = ratio[r] - ratio_decay
+            # decode steps: the ratio decays
+            ratio[r] = ratio[r] - ratio_decay * K
             if ratio[r] < ratio_min:
                 ratio[r] = ratio_min
         if policy == SGLANG and QI[r, Q_CHUNKED] >= 0:
@@ -445,7 +577,20 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             if k > 0:
                 RI[i, R_STOK] = 0
                 was_prefill = k > 1 or RI[i, R_GEN] == 0
+                if K > 1:
+                    # a run of K decode steps: K tokens, the last K-1 at step gaps
+                    RI[i, R_COMP] += K - 1
+                    RI[i, R_GEN] += K - 1
+                    g = rbstart[r] + rfixed[r] + rcomp[r] - RO[i, O_LAST]
+                    if rlast[r] > g:
+                        g = rlast[r]
+                    if g > RO[i, O_ITL_MAX]:
+                        RO[i, O_ITL_MAX] = g
+                    RO[i, O_LAST] = now - rlast[r]
                 RI[i, R_COMP] += k
+                if K > 1 and pp[P_CACHING] == 1 and RI[i, R_CACHEABLE] == 1:
+                    # the run's full blocks, cached as its steps would have
+                    cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP] + 1, bs)
                 if write and tier[i] >= 0 and was_prefill:
                     wbytes[tier[i]] += k * kvb
                 if RI[i, R_COMP] >= RI[i, R_PROMPT] + RI[i, R_GEN]:
@@ -481,12 +626,17 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                                 ta = arrival[j]
                             hn = _heap_push(ht, hi, hn, ta, j)
             i = nx
-        # write-through of the step's new prompt KV to the tier (same links as loads)
+        # write-through of the step's new prompt KV to the tier (same links as loads):
+        # one write stream per replica and tier, later writes queue behind earlier ones
         for tr in range(2):
             if wbytes[tr] > 0:
                 stats[S_WRITE_BYTES] += wbytes[tr]
                 _advance(active, nact, f_rem, f_rate, now - f_last)
                 f_last = now
+                if wflow[r, tr] >= 0:
+                    f_rem[wflow[r, tr]] += wbytes[tr]
+                    continue
+                wflow[r, tr] = free[nfree_f - 1]
                 nact, nfree_f, cnt_x = _add_flow(
                     active, nact, free, nfree_f, f_rem, f_rate, f_tier, f_rep, f_owner,
                     cnt_gpu, cnt_sw, per_switch, cnt_x, cap, switch_bw, node_bw, wbytes[tr],
@@ -497,12 +647,13 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             nkick += 1
 
     stats[S_SPAN_END] = now
-    hbm = np.zeros(n, np.int64)
+    hbm = np.zeros((n, 2), np.int64)
     loaded = np.zeros(n, np.int64)
     pre = np.zeros(n, np.int64)
     rep = np.zeros(n, np.int64)
     for i in range(n):
-        hbm[i] = RI[i, R_HIT]
+        hbm[i, 0] = RI[i, R_HIT]
+        hbm[i, 1] = RI[i, R_EXT]
         loaded[i] = RI[i, R_LOADED_TOTAL]
         pre[i] = RI[i, R_PREEMPT]
         rep[i] = RI[i, R_REP]

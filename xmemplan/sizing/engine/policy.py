@@ -45,8 +45,9 @@ from xmemplan.sizing.engine.pool import (
 # request int fields
 (R_PROMPT, R_OUT, R_GEN, R_COMP, R_STATUS, R_REP, R_KOFF, R_KN, R_RBOFF, R_HELD, R_NCACHED,
  R_WPREV, R_WNEXT, R_RPREV, R_RNEXT, R_STOK, R_HIT, R_TIER_TOK, R_EXT, R_PREEMPT, R_LOADED,
- R_STARTED, R_NEWHIT, R_FLOWS, R_S0, R_LOADED_TOTAL, R_HIT_TOTAL) = range(27)
-N_R = 27
+ R_STARTED, R_NEWHIT, R_FLOWS, R_S0, R_LOADED_TOTAL, R_HIT_TOTAL, R_FIXHIT, R_CACHEABLE
+ ) = range(29)
+N_R = 29
 # status
 ST_NEW, ST_WAIT, ST_LOADING, ST_RUN, ST_DONE = range(5)
 # replica int fields
@@ -67,7 +68,7 @@ def _cdiv(a, b):  # noqa: ANN001, ANN202
 
 
 # --- linked lists -------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def w_append(RI, QI, r, i):  # noqa: ANN001, ANN201
     t = QI[r, Q_WTAIL]
     RI[i, R_WPREV] = t
@@ -79,7 +80,7 @@ def w_append(RI, QI, r, i):  # noqa: ANN001, ANN201
     QI[r, Q_WTAIL] = i
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def w_prepend(RI, QI, r, i):  # noqa: ANN001, ANN201
     h = QI[r, Q_WHEAD]
     RI[i, R_WNEXT] = h
@@ -91,7 +92,7 @@ def w_prepend(RI, QI, r, i):  # noqa: ANN001, ANN201
     QI[r, Q_WHEAD] = i
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def w_remove(RI, QI, r, i):  # noqa: ANN001, ANN201
     p, n = RI[i, R_WPREV], RI[i, R_WNEXT]
     if p >= 0:
@@ -104,7 +105,7 @@ def w_remove(RI, QI, r, i):  # noqa: ANN001, ANN201
         QI[r, Q_WTAIL] = p
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def run_append(RI, QI, r, i):  # noqa: ANN001, ANN201
     t = QI[r, Q_RTAIL]
     RI[i, R_RPREV] = t
@@ -117,7 +118,7 @@ def run_append(RI, QI, r, i):  # noqa: ANN001, ANN201
     QI[r, Q_NRUN] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def run_remove(RI, QI, r, i):  # noqa: ANN001, ANN201
     p, n = RI[i, R_RPREV], RI[i, R_RNEXT]
     if p >= 0:
@@ -132,12 +133,12 @@ def run_remove(RI, QI, r, i):  # noqa: ANN001, ANN201
 
 
 # --- blocks of one request ----------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ntokens(RI, i):  # noqa: ANN001, ANN201
     return RI[i, R_PROMPT] + RI[i, R_GEN]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def allocate(P, RI, keys, rb, r, i, new_tokens, nhit, bs, caching):  # noqa: ANN001, ANN201
     """vLLM `allocate_slots`: blocks for `nhit` cached blocks (taken as hits) and
     `new_tokens` more tokens; False (nothing changed) when the free queue is short. The
@@ -147,7 +148,7 @@ def allocate(P, RI, keys, rb, r, i, new_tokens, nhit, bs, caching):  # noqa: ANN
     if need < 0:
         need = 0
     ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
-    if need + ev > P[6][r]:
+    if need + ev > P[1][r, 2]:
         return False
     held = RI[i, R_HELD]
     if nhit > 0:
@@ -156,28 +157,52 @@ def allocate(P, RI, keys, rb, r, i, new_tokens, nhit, bs, caching):  # noqa: ANN
     if need > 0:
         held = pool_alloc(P, r, need, rb, RI[i, R_RBOFF], held)
     RI[i, R_HELD] = held
-    if caching:
-        full = (comp + new_tokens) // bs
-        nt = ntokens(RI, i) // bs
-        if full > nt:
-            full = nt
-        if full > RI[i, R_KN]:
-            full = RI[i, R_KN]
-        for j in range(RI[i, R_NCACHED], full):
-            pool_cache(P, r, rb[RI[i, R_RBOFF] + j], keys[RI[i, R_KOFF] + j])
-        if full > RI[i, R_NCACHED]:
-            RI[i, R_NCACHED] = full
+    if caching and RI[i, R_CACHEABLE] == 1:
+        cache_full(P, RI, keys, rb, r, i, comp + new_tokens, bs)
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def cache_full(P, RI, keys, rb, r, i, computed, bs):  # noqa: ANN001, ANN201
+    """Make request i's full blocks up to `computed` tokens findable."""
+    full = computed // bs
+    nt = ntokens(RI, i) // bs
+    if full > nt:
+        full = nt
+    if full > RI[i, R_KN]:
+        full = RI[i, R_KN]
+    for j in range(RI[i, R_NCACHED], full):
+        pool_cache(P, r, rb[RI[i, R_RBOFF] + j], keys[RI[i, R_KOFF] + j])
+    if full > RI[i, R_NCACHED]:
+        RI[i, R_NCACHED] = full
+
+
+@njit(cache=True, inline="always")
+def _no_alloc(RI, i, new, bs, caching):  # noqa: ANN001, ANN202
+    """True when allocate() would change nothing: the request's blocks hold `new` more
+    tokens and no block of it becomes full and findable (a cheap test before the call)."""
+    c = RI[i, R_COMP] + new
+    if _cdiv(c, bs) > RI[i, R_HELD]:
+        return False
+    if not caching or RI[i, R_CACHEABLE] == 0:
+        return True
+    full = c // bs
+    nt = ntokens(RI, i) // bs
+    if full > nt:
+        full = nt
+    if full > RI[i, R_KN]:
+        full = RI[i, R_KN]
+    return full <= RI[i, R_NCACHED]
+
+
+@njit(cache=True, inline="always")
 def release(P, RI, rb, r, i):  # noqa: ANN001, ANN201
     pool_free(P, r, rb, RI[i, R_RBOFF], RI[i, R_HELD])
     RI[i, R_HELD] = 0
     RI[i, R_NCACHED] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def lookup(P, RI, keys, r, i, bs, caching):  # noqa: ANN001, ANN201
     """Cached full blocks of request i's tokens, all but its last token at most."""
     if not caching:
@@ -190,7 +215,7 @@ def lookup(P, RI, keys, r, i, bs, caching):  # noqa: ANN001, ANN201
     return pool_match(P, r, keys, RI[i, R_KOFF], nmax)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def preempt(P, RI, QI, rb, r, p, trace, tn):  # noqa: ANN001, ANN201
     """Request p loses its blocks and goes back to the head of the waiting queue."""
     run_remove(RI, QI, r, p)
@@ -216,7 +241,19 @@ def _trace(trace, tn, kind, i, v):  # noqa: ANN001, ANN202
     return tn
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _fixed_hit(RI, i, hbm):  # noqa: ANN001, ANN202
+    """Tokens past the pool's hit that count as in HBM without a known source (a request
+    whose prefix owner is not in the run: the planner's prior HBM share), all but one."""
+    fx = RI[i, R_FIXHIT]
+    top = RI[i, R_PROMPT] + RI[i, R_GEN] - 1
+    if fx > top:
+        fx = top
+    fx -= hbm
+    return fx if fx > 0 else 0
+
+
+@njit(cache=True, inline="always")
 def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001, ANN201, C901
     """One vLLM step on replica r (module doc). Sets R_STOK of the scheduled requests;
     requests that start a tier load are listed in loads[0:nl]. Returns (tokens,
@@ -240,6 +277,9 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             continue
         ok = False
         while True:
+            if _no_alloc(RI, i, new, bs, caching):
+                ok = True
+                break
             if allocate(P, RI, keys, rb, r, i, new, 0, bs, caching):
                 ok = True
                 break
@@ -269,44 +309,45 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             continue
         nhit = 0
         ext = 0
+        fx = 0
         if RI[i, R_COMP] == 0 and RI[i, R_LOADED] == 0:
             nhit = lookup(P, RI, keys, r, i, bs, caching)
+            fx = _fixed_hit(RI, i, nhit * bs)
             # a tier load: the prefix the tier holds past the HBM hit (all but one token)
             top = RI[i, R_TIER_TOK]
             if top > ntokens(RI, i) - 1:
                 top = ntokens(RI, i) - 1
-            ext = top - nhit * bs
+            ext = top - nhit * bs - fx
             if ext < bs:  # the connector loads whole blocks, at least one
                 ext = 0
             ext = ext // bs * bs
             RI[i, R_EXT] = ext
         if ext > 0:
-            if not allocate(P, RI, keys, rb, r, i, ext, nhit, bs, caching):
+            if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, caching):
                 break
-            RI[i, R_HIT] = nhit * bs
-            RI[i, R_HIT_TOTAL] += nhit * bs
-            RI[i, R_COMP] += nhit * bs
-            RI[i, R_EXT] = ext
+            RI[i, R_HIT] = nhit * bs + fx
+            RI[i, R_HIT_TOTAL] += nhit * bs + fx
+            RI[i, R_COMP] += nhit * bs + fx
             RI[i, R_STATUS] = ST_LOADING
             loads[nl] = i
             nl += 1
             i = nx
             continue
-        new = ntokens(RI, i) - RI[i, R_COMP] - nhit * bs
+        new = ntokens(RI, i) - RI[i, R_COMP] - nhit * bs - fx
         if 0 < thr < new:
             new = thr
         if new > budget:
             new = budget
-        if not allocate(P, RI, keys, rb, r, i, new, nhit, bs, caching):
+        if not allocate(P, RI, keys, rb, r, i, new + fx, nhit, bs, caching):
             break
         w_remove(RI, QI, r, i)
         run_append(RI, QI, r, i)
         RI[i, R_STATUS] = ST_RUN
         if RI[i, R_LOADED] == 0:
-            RI[i, R_HIT] = nhit * bs
-            RI[i, R_HIT_TOTAL] += nhit * bs
+            RI[i, R_HIT] = nhit * bs + fx
+            RI[i, R_HIT_TOTAL] += nhit * bs + fx
         RI[i, R_LOADED] = 0
-        RI[i, R_COMP] += nhit * bs
+        RI[i, R_COMP] += nhit * bs + fx
         RI[i, R_STOK] = new
         RI[i, R_S0] = RI[i, R_COMP]
         if RI[i, R_NEWHIT] == 1:
@@ -320,7 +361,7 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
     return tokens, nsched, tn, nl
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _reserve(RI, QI, r, ratio):  # noqa: ANN001, ANN202
     """SGLang's decode reserve of the running requests, in tokens."""
     s = 0.0
@@ -334,7 +375,41 @@ def _reserve(RI, QI, r, ratio):  # noqa: ANN001, ANN202
     return s
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def sglang_head_need(P, RI, QI, keys, r, pp):  # noqa: ANN001, ANN201
+    """(tokens it needs room for: new and loaded, clipped remaining output, whether its
+    blocks fit now) of the waiting queue's head as the prefill admission prices it;
+    (-1, 0, False) when the head is the chunked request or none."""
+    bs, caching = pp[P_BS], pp[P_CACHING] == 1
+    i = QI[r, Q_WHEAD]
+    if i < 0 or RI[i, R_COMP] > 0:
+        return -1, 0, False
+    nhit = lookup(P, RI, keys, r, i, bs, caching)
+    fx = _fixed_hit(RI, i, nhit * bs)
+    top = RI[i, R_TIER_TOK]
+    if top > ntokens(RI, i) - 1:
+        top = ntokens(RI, i) - 1
+    ext = top - nhit * bs - fx
+    if ext < 10:
+        ext = 0
+    left = RI[i, R_OUT] - RI[i, R_GEN]
+    if left > CLIP_MAX_NEW_TOKENS:
+        left = CLIP_MAX_NEW_TOKENS
+    extend = ntokens(RI, i) - nhit * bs - fx - ext
+    take = extend
+    chunk = pp[P_CHUNK] if pp[P_CHUNK] > 0 else 1 << 40
+    if take > chunk:
+        take = chunk // bs * bs
+        if take <= 0:
+            take = chunk
+    # its blocks: as allocate() counts them (hits it takes from the free queue count)
+    need = _cdiv(nhit * bs + take + ext + fx, bs) - nhit
+    ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
+    fits = need + ev <= P[1][r, 2]
+    return extend + ext, left, fits
+
+
+@njit(cache=True, inline="always")
 def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noqa: ANN001, ANN201, C901
     """One SGLang step on replica r (module doc). Returns (tokens, scheduled, trace rows,
     loads (requests whose tier prefix rides this batch), prefill?)."""
@@ -344,7 +419,7 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
     nsched = 0
     # 1. prefill: the chunked request first, then the waiting queue
     if QI[r, Q_WHEAD] >= 0 and QI[r, Q_NRUN] < pp[P_MAXSEQ]:
-        rem_total = P[6][r] * bs - _reserve(RI, QI, r, ratio)
+        rem_total = P[1][r, 2] * bs - _reserve(RI, QI, r, ratio)
         rem_chunk = pp[P_CHUNK] if pp[P_CHUNK] > 0 else 1 << 40
         rem_input = pp[P_MAXPREFILL]
         i = QI[r, Q_WHEAD]
@@ -355,19 +430,21 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
             cont = RI[i, R_COMP] > 0  # the chunked request (holds its blocks)
             nhit = 0
             ext = 0
+            fx = 0
             if not cont:
                 nhit = lookup(P, RI, keys, r, i, bs, caching)
+                fx = _fixed_hit(RI, i, nhit * bs)
                 top = RI[i, R_TIER_TOK]
                 if top > ntokens(RI, i) - 1:
                     top = ntokens(RI, i) - 1
-                ext = top - nhit * bs
+                ext = top - nhit * bs - fx
                 if ext < 10:  # HiCache load_back_threshold
                     ext = 0
-            extend = ntokens(RI, i) - RI[i, R_COMP] - nhit * bs - ext
+            extend = ntokens(RI, i) - RI[i, R_COMP] - nhit * bs - fx - ext
             left = RI[i, R_OUT] - RI[i, R_GEN]
             if left > CLIP_MAX_NEW_TOKENS:
                 left = CLIP_MAX_NEW_TOKENS
-            total = extend + left * ratio
+            total = extend + ext + left * ratio  # loaded tokens take HBM room too
             if not cont and total >= rem_total:
                 break
             if nsched > 0 and extend > rem_input:
@@ -376,20 +453,22 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
             if take > rem_chunk:
                 take = rem_chunk // bs * bs
                 if take <= 0:
-                    break
-            if not allocate(P, RI, keys, rb, r, i, take + ext, nhit, bs, caching):
+                    if nsched > 0:
+                        break
+                    take = rem_chunk  # a chunk below one (simulator) block: no progress else
+            if not allocate(P, RI, keys, rb, r, i, take + ext + fx, nhit, bs, caching):
                 break
             if not cont:
-                RI[i, R_HIT] = nhit * bs
-                RI[i, R_HIT_TOTAL] += nhit * bs
-                RI[i, R_COMP] = nhit * bs
+                RI[i, R_HIT] = nhit * bs + fx
+                RI[i, R_HIT_TOTAL] += nhit * bs + fx
+                RI[i, R_COMP] = nhit * bs + fx
                 RI[i, R_EXT] = ext
                 RI[i, R_LOADED_TOTAL] += ext
                 if ext > 0:
                     loads[nl] = i
                     nl += 1
             if RI[i, R_NEWHIT] == 1:
-                tn = _trace(trace, tn, 2, i, nhit * bs + ext)
+                tn = _trace(trace, tn, 2, i, nhit * bs + fx + ext)
                 RI[i, R_NEWHIT] = 0
             RI[i, R_COMP] += ext
             RI[i, R_S0] = RI[i, R_COMP]
@@ -397,7 +476,7 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
             tokens += take
             nsched += 1
             tn = _trace(trace, tn, 0, i, take)
-            rem_total -= take + left * ratio
+            rem_total -= take + ext + left * ratio
             rem_chunk -= take
             rem_input -= take
             if take < extend:
@@ -421,7 +500,7 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
             if _cdiv(ntokens(RI, i), bs) > RI[i, R_HELD]:
                 need += 1
             i = RI[i, R_RNEXT]
-        if need <= P[6][r] or QI[r, Q_NRUN] <= 1:
+        if need <= P[1][r, 2] or QI[r, Q_NRUN] <= 1:
             break
         # retract: sorted by (output tokens, -prompt) descending, the last one goes
         best = -1
@@ -442,7 +521,7 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
         tn = _trace(trace, tn, 1, best, 0)
     i = QI[r, Q_RHEAD]
     while i >= 0:
-        if allocate(P, RI, keys, rb, r, i, 1, 0, bs, caching):
+        if _no_alloc(RI, i, 1, bs, caching) or allocate(P, RI, keys, rb, r, i, 1, 0, bs, caching):
             RI[i, R_STOK] = 1
             RI[i, R_S0] = RI[i, R_COMP]
             tokens += 1

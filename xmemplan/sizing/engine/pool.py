@@ -26,6 +26,12 @@ from numba import njit
 
 NONE = -1
 OFF = -2  # a block not in the free queue (held by a request)
+# B[b, .] per block; Q[r, .] per replica; H[s, .] per map slot
+B_KEY, B_REF, B_PREV, B_NEXT = range(4)
+Q_HEAD, Q_TAIL, Q_NFREE, Q_VIRGIN = range(4)
+H_KEY, H_REP, H_BLK = range(3)
+# (numba passes every array argument with a reference count: the pool is three 2-D arrays
+# and a counter, and the per-block loops below are written out, not calls, to stay cheap)
 
 
 @njit(cache=True)
@@ -36,112 +42,92 @@ def _hslot(key, r, mask):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def pool_new(R: int, nb: int, arena: int) -> tuple:  # type: ignore[type-arg,unused-ignore]
-    """Arrays of R replicas' pools of `nb` blocks each. The free queue starts with every
-    block in id order (vLLM), so allocations take never-used blocks until none is left,
-    and only then the queue's head: never-used blocks are counted (`virgin`), not stored,
-    and get ids from one arena of `arena` blocks (at most the blocks the run can hold)."""
-    bkey = np.full(arena, NONE, np.int64)
-    bref = np.zeros(arena, np.int64)
-    fprev = np.full(arena, OFF, np.int64)
-    fnext = np.full(arena, OFF, np.int64)
-    fhead = np.full(R, NONE, np.int64)
-    ftail = np.full(R, NONE, np.int64)
-    nfree = np.full(R, nb, np.int64)
-    H = 16
-    while 2 * arena + 16 > H:
-        H *= 2
-    hkey = np.full(H, NONE, np.int64)
-    hrep = np.full(H, NONE, np.int64)
-    hblk = np.full(H, NONE, np.int64)
-    virgin = np.full(R, nb, np.int64)
+def pool_new(R: int, nb: int, arena: int, mapped: int) -> tuple:  # type: ignore[type-arg,unused-ignore]
+    """R replicas' pools of `nb` blocks each. The free queue starts with every block in id
+    order (vLLM), so allocations take never-used blocks until none is left, and only then
+    the queue's head: never-used blocks are counted (Q_VIRGIN), not stored, and get ids
+    from one arena of `arena` blocks (at most the blocks the run can hold); the map has
+    room for `mapped` cached blocks (at most those of requests whose blocks are asked for).
+    """
+    B = np.empty((arena, 4), np.int64)
+    for b in range(arena):
+        B[b, B_KEY] = NONE
+        B[b, B_REF] = 0
+        B[b, B_PREV] = OFF
+        B[b, B_NEXT] = OFF
+    Q = np.empty((R, 4), np.int64)
+    for r in range(R):
+        Q[r, Q_HEAD] = NONE
+        Q[r, Q_TAIL] = NONE
+        Q[r, Q_NFREE] = nb
+        Q[r, Q_VIRGIN] = nb
+    hs = 16
+    while 2 * mapped + 16 > hs:
+        hs *= 2
+    H = np.full((hs, 3), NONE, np.int64)
     ctr = np.zeros(1, np.int64)
-    return bkey, bref, fprev, fnext, fhead, ftail, nfree, hkey, hrep, hblk, virgin, ctr
-
-
-@njit(cache=True, inline="always")
-def _fq_append(fprev, fnext, fhead, ftail, nfree, r, b):  # noqa: ANN001, ANN202
-    t = ftail[r]
-    fprev[b] = t
-    fnext[b] = NONE
-    if t >= 0:
-        fnext[t] = b
-    else:
-        fhead[r] = b
-    ftail[r] = b
-    nfree[r] += 1
-
-
-@njit(cache=True, inline="always")
-def _fq_remove(fprev, fnext, fhead, ftail, nfree, r, b):  # noqa: ANN001, ANN202
-    p = fprev[b]
-    n = fnext[b]
-    if p >= 0:
-        fnext[p] = n
-    else:
-        fhead[r] = n
-    if n >= 0:
-        fprev[n] = p
-    else:
-        ftail[r] = p
-    fprev[b] = OFF
-    fnext[b] = OFF
-    nfree[r] -= 1
+    return B, Q, H, ctr
 
 
 @njit(cache=True)
-def h_find(hkey, hrep, hblk, r, key):  # noqa: ANN001, ANN201
+def pool_nfree(P, r):  # noqa: ANN001, ANN201
+    """Blocks of replica r no request holds (never used, or free and maybe cached)."""
+    return P[1][r, Q_NFREE]
+
+
+@njit(cache=True)
+def h_find(H, r, key):  # noqa: ANN001, ANN201
     """The block of replica r cached under `key`, or -1."""
-    mask = hkey.shape[0] - 1
+    mask = H.shape[0] - 1
     s = _hslot(key, r, mask)
-    while hblk[s] >= 0:
-        if hkey[s] == key and hrep[s] == r:
-            return hblk[s]
+    while H[s, H_BLK] >= 0:
+        if H[s, H_KEY] == key and H[s, H_REP] == r:
+            return H[s, H_BLK]
         s = (s + 1) & mask
     return NONE
 
 
 @njit(cache=True)
-def h_insert(hkey, hrep, hblk, r, key, b):  # noqa: ANN001, ANN201
+def h_insert(H, r, key, b):  # noqa: ANN001, ANN201
     """Map (r, key) -> b unless the key is cached already (then the first block keeps it,
     and b is found by nobody: vLLM keeps both, the first one is the one a lookup returns).
     Returns True when inserted."""
-    mask = hkey.shape[0] - 1
+    mask = H.shape[0] - 1
     s = _hslot(key, r, mask)
-    while hblk[s] >= 0:
-        if hkey[s] == key and hrep[s] == r:
+    while H[s, H_BLK] >= 0:
+        if H[s, H_KEY] == key and H[s, H_REP] == r:
             return False
         s = (s + 1) & mask
-    hkey[s] = key
-    hrep[s] = r
-    hblk[s] = b
+    H[s, H_KEY] = key
+    H[s, H_REP] = r
+    H[s, H_BLK] = b
     return True
 
 
 @njit(cache=True)
-def h_delete(hkey, hrep, hblk, r, key, b):  # noqa: ANN001, ANN201
+def h_delete(H, r, key, b):  # noqa: ANN001, ANN201
     """Drop (r, key) if it maps to block b (backward-shift deletion)."""
-    mask = hkey.shape[0] - 1
+    mask = H.shape[0] - 1
     s = _hslot(key, r, mask)
-    while hblk[s] >= 0:
-        if hkey[s] == key and hrep[s] == r:
+    while H[s, H_BLK] >= 0:
+        if H[s, H_KEY] == key and H[s, H_REP] == r:
             break
         s = (s + 1) & mask
-    if hblk[s] < 0 or hblk[s] != b:
+    if H[s, H_BLK] < 0 or H[s, H_BLK] != b:
         return False
-    hblk[s] = NONE
+    H[s, H_BLK] = NONE
     j = s
     while True:
         j = (j + 1) & mask
-        if hblk[j] < 0:
+        if H[j, H_BLK] < 0:
             break
-        home = _hslot(hkey[j], hrep[j], mask)
+        home = _hslot(H[j, H_KEY], H[j, H_REP], mask)
         # move j back to s if its home is not in (s, j] cyclically
         if (j > s and (home <= s or home > j)) or (j < s and (home <= s and home > j)):
-            hkey[s] = hkey[j]
-            hrep[s] = hrep[j]
-            hblk[s] = hblk[j]
-            hblk[j] = NONE
+            H[s, H_KEY] = H[j, H_KEY]
+            H[s, H_REP] = H[j, H_REP]
+            H[s, H_BLK] = H[j, H_BLK]
+            H[j, H_BLK] = NONE
             s = j
     return True
 
@@ -149,10 +135,19 @@ def h_delete(hkey, hrep, hblk, r, key, b):  # noqa: ANN001, ANN201
 @njit(cache=True)
 def pool_match(P, r, keys, k0, nmax):  # noqa: ANN001, ANN201
     """How many of keys[k0:k0+nmax] replica r has cached, consecutively from the first."""
-    hkey, hrep, hblk = P[7], P[8], P[9]
+    H = P[2]
+    mask = H.shape[0] - 1
     n = 0
     while n < nmax:
-        if h_find(hkey, hrep, hblk, r, keys[k0 + n]) < 0:
+        key = keys[k0 + n]
+        s = _hslot(key, r, mask)
+        found = False
+        while H[s, H_BLK] >= 0:
+            if H[s, H_KEY] == key and H[s, H_REP] == r:
+                found = True
+                break
+            s = (s + 1) & mask
+        if not found:
             break
         n += 1
     return n
@@ -162,11 +157,11 @@ def pool_match(P, r, keys, k0, nmax):  # noqa: ANN001, ANN201
 def pool_evictable(P, r, keys, k0, n):  # noqa: ANN001, ANN201
     """Of the first n cached keys, the blocks no request holds (they sit in the free queue,
     so taking them as hits leaves fewer free blocks to allocate)."""
-    hkey, hrep, hblk, bref = P[7], P[8], P[9], P[1]
+    B, H = P[0], P[2]
     c = 0
     for j in range(n):
-        b = h_find(hkey, hrep, hblk, r, keys[k0 + j])
-        if bref[b] == 0:
+        b = h_find(H, r, keys[k0 + j])
+        if B[b, B_REF] == 0:
             c += 1
     return c
 
@@ -175,12 +170,23 @@ def pool_evictable(P, r, keys, k0, n):  # noqa: ANN001, ANN201
 def pool_touch(P, r, keys, k0, n, rb, rb0, held):  # noqa: ANN001, ANN201
     """A request takes the first n cached keys as hits: their blocks join its table
     rb[rb0 + held:] (reference +1; out of the free queue if it was free). Returns held."""
-    bkey, bref, fprev, fnext, fhead, ftail, nfree, hkey, hrep, hblk = P[:10]
+    B, Q, H = P[0], P[1], P[2]
     for j in range(n):
-        b = h_find(hkey, hrep, hblk, r, keys[k0 + j])
-        if bref[b] == 0:
-            _fq_remove(fprev, fnext, fhead, ftail, nfree, r, b)
-        bref[b] += 1
+        b = h_find(H, r, keys[k0 + j])
+        if B[b, B_REF] == 0:
+            p, nx = B[b, B_PREV], B[b, B_NEXT]
+            if p >= 0:
+                B[p, B_NEXT] = nx
+            else:
+                Q[r, Q_HEAD] = nx
+            if nx >= 0:
+                B[nx, B_PREV] = p
+            else:
+                Q[r, Q_TAIL] = p
+            B[b, B_PREV] = OFF
+            B[b, B_NEXT] = OFF
+            Q[r, Q_NFREE] -= 1
+        B[b, B_REF] += 1
         rb[rb0 + held] = b
         held += 1
     return held
@@ -188,23 +194,29 @@ def pool_touch(P, r, keys, k0, n, rb, rb0, held):  # noqa: ANN001, ANN201
 
 @njit(cache=True)
 def pool_alloc(P, r, n, rb, rb0, held):  # noqa: ANN001, ANN201
-    """n new blocks from the head of replica r's free queue (a cached one loses its key:
-    evicted). The caller checked nfree[r] >= n. Returns held."""
-    bkey, bref, fprev, fnext, fhead, ftail, nfree, hkey, hrep, hblk = P[:10]
-    virgin, ctr = P[10], P[11]
+    """n new blocks: never-used ones first, then from the head of replica r's free queue
+    (a cached one loses its key: evicted). The caller checked nfree >= n. Returns held."""
+    B, Q, H, ctr = P
     for _ in range(n):
-        if virgin[r] > 0:
-            virgin[r] -= 1
-            nfree[r] -= 1
+        if Q[r, Q_VIRGIN] > 0:
+            Q[r, Q_VIRGIN] -= 1
             b = ctr[0]
             ctr[0] += 1
         else:
-            b = fhead[r]
-            _fq_remove(fprev, fnext, fhead, ftail, nfree, r, b)
-        if bkey[b] >= 0:
-            h_delete(hkey, hrep, hblk, r, bkey[b], b)
-            bkey[b] = NONE
-        bref[b] = 1
+            b = Q[r, Q_HEAD]
+            nx = B[b, B_NEXT]
+            Q[r, Q_HEAD] = nx
+            if nx >= 0:
+                B[nx, B_PREV] = NONE
+            else:
+                Q[r, Q_TAIL] = NONE
+            B[b, B_PREV] = OFF
+            B[b, B_NEXT] = OFF
+            if B[b, B_KEY] >= 0:
+                h_delete(H, r, B[b, B_KEY], b)
+                B[b, B_KEY] = NONE
+        Q[r, Q_NFREE] -= 1
+        B[b, B_REF] = 1
         rb[rb0 + held] = b
         held += 1
     return held
@@ -213,21 +225,61 @@ def pool_alloc(P, r, n, rb, rb0, held):  # noqa: ANN001, ANN201
 @njit(cache=True)
 def pool_cache(P, r, b, key):  # noqa: ANN001, ANN201
     """Block b now holds the tokens of `key` (a full block computed): findable."""
-    bkey, hkey, hrep, hblk = P[0], P[7], P[8], P[9]
-    if bkey[b] >= 0:
+    B, H = P[0], P[2]
+    if B[b, B_KEY] >= 0:
         return
-    bkey[b] = key
-    if not h_insert(hkey, hrep, hblk, r, key, b):
-        bkey[b] = NONE  # a duplicate: nobody finds it, it is freed as an empty block
+    if h_insert(H, r, key, b):
+        B[b, B_KEY] = key
+    # else a duplicate: nobody finds it, it is freed as an empty block
 
 
 @njit(cache=True)
 def pool_free(P, r, rb, rb0, held):  # noqa: ANN001, ANN201
     """A request lets go of its `held` blocks, last block first; a block no request holds
     any more goes to the tail of the free queue, keeping its key."""
-    bref, fprev, fnext, fhead, ftail, nfree = P[1], P[2], P[3], P[4], P[5], P[6]
+    B, Q = P[0], P[1]
     for j in range(held - 1, -1, -1):
         b = rb[rb0 + j]
-        bref[b] -= 1
-        if bref[b] == 0:
-            _fq_append(fprev, fnext, fhead, ftail, nfree, r, b)
+        B[b, B_REF] -= 1
+        if B[b, B_REF] == 0:
+            t = Q[r, Q_TAIL]
+            B[b, B_PREV] = t
+            B[b, B_NEXT] = NONE
+            if t >= 0:
+                B[t, B_NEXT] = b
+            else:
+                Q[r, Q_HEAD] = b
+            Q[r, Q_TAIL] = b
+            Q[r, Q_NFREE] += 1
+
+
+@njit(cache=True)
+def synth_keys(prompt, output, src, shared, bs):  # noqa: ANN001, ANN201
+    """Block keys of requests known only by lengths: request i's first shared[i] tokens are
+    the tokens of request src[i] (an earlier one: the previous turn of its conversation,
+    whose prompt and output it extends), the rest its own. Returns (keys, koff, kn)."""
+    n = prompt.shape[0]
+    kn = np.zeros(n, np.int64)
+    koff = np.zeros(n, np.int64)
+    tot = 0
+    for i in range(n):
+        koff[i] = tot
+        kn[i] = (prompt[i] + output[i]) // bs
+        tot += kn[i]
+    keys = np.empty(max(tot, 1), np.int64)
+    fresh = 0
+    for i in range(n):
+        s = src[i]
+        m = 0
+        if s >= 0:
+            m = shared[i] // bs
+            if m > kn[s]:
+                m = kn[s]
+            if m > kn[i]:
+                m = kn[i]
+            for j in range(m):
+                keys[koff[i] + j] = keys[koff[s] + j]
+        for j in range(m, kn[i]):
+            keys[koff[i] + j] = fresh
+            fresh += 1
+    return keys, koff, kn

@@ -243,7 +243,9 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     if take > rem_chunk:
                         take = rem_chunk // bs * bs
                         if take <= 0:
-                            break
+                            if sched:
+                                break
+                            take = rem_chunk
                     if not _allocate(pool, q, take, nhit, bs, caching):
                         break
                     if not cont:
@@ -253,7 +255,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                         rec["new_hits"][q.rid] = nhit * bs
                         q.new_hit = False
                     sched.append((q, take))
-                    rem_total -= take + left * ratio
+                    rem_total -= take + left * ratio  # (no tier here: nothing loaded)
                     rem_chunk -= take
                     rem_input -= take
                     if take < extend:
