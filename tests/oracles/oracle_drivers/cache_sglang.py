@@ -65,6 +65,10 @@ def _sglang() -> dict[str, Any]:
 
         install()
         import torch
+
+        # one thread: the driver's tensors are small, and a thread pool on a busy machine
+        # made SGLang's alloc_extend 10x slower (measured)
+        torch.set_num_threads(1)
         from sglang.srt.mem_cache import radix_cache
         from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
         from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator

@@ -34,6 +34,8 @@ _STATE: dict[str, Any] = {}
 def _vllm() -> dict[str, Any]:
     if not _STATE:
         import torch
+
+        torch.set_num_threads(1)  # small tensors only: a thread pool only costs here
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_manager import KVCacheManager

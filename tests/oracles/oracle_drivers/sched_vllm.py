@@ -55,6 +55,8 @@ class _NoGrammar:
 def _vllm() -> dict[str, Any]:
     if not _STATE:
         import torch
+
+        torch.set_num_threads(1)
         from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
