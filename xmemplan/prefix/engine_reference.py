@@ -179,6 +179,8 @@ class SGLangCache:
     Time is a counter that moves at each `time.monotonic()` call the engine makes: a lookup
     or insert stamps its whole path with one time; a node created (leaf or split) gets the
     next. A split leaves the part past the divergence with the path's time.
+    A request enters the tree by `checkpoint`: after its prefill when it goes on decoding
+    (`checkpoint_kv_cache`, so requests in flight can hit its prompt), and at release.
     """
 
     def __init__(self, capacity_tokens: int, page: int) -> None:
