@@ -98,11 +98,13 @@ def export(
     from xmemplan.catalog import load_catalog
 
     spec = load_catalog().model(model)
-    res = export_aiperf(traces, out, block_tokens=block_tokens, format_name=format_name,
-                        speedup=speedup, limit=limit,
-                        context=(model, spec.max_context) if spec.max_context else None,
-                        spacing_ms=units.parse_duration(spacing, "--spacing", lo_open=True) * 1e3
-                        if spacing is not None else None)
+    spacing_ms = (units.parse_duration(spacing, "--spacing", lo_open=True) * 1e3
+                  if spacing is not None else None)
+    with render.spinner("Exporting"):
+        res = export_aiperf(traces, out, block_tokens=block_tokens, format_name=format_name,
+                            speedup=speedup, limit=limit,
+                            context=(model, spec.max_context) if spec.max_context else None,
+                            spacing_ms=spacing_ms)
     render.line(f"wrote {res.rows:,} requests to {res.path} (mooncake_trace, "
                 f"{res.block_tokens}-token blocks: {res.blocks:,} hash_ids, "
                 f"{res.unique_blocks:,} distinct) from {units.count(res.files, 'file')}")
