@@ -369,6 +369,7 @@ def test_profile_bad_prefix_groups(tmp_path, edit, field: str) -> None:  # noqa:
         s.update(edit)
         s["prefix_group_tokens"] = [0] * n
     else:
+        s.pop("prefix_group", None)
         s["prefix_group_tokens"] = [0] * n  # prefix_group missing
     out.write_text(json.dumps(doc))
     with pytest.raises(InputError, match=field.replace(".", r"\.")):
@@ -408,3 +409,44 @@ def test_block_keys_share_groups_and_sessions() -> None:
     assert np.array_equal(k[0], k[1][:5])  # same group, same session: 80 tokens shared
     assert not np.array_equal(k[0][:2], k[2][:2])  # another group
     assert not set(k[2][2:]) & set(k[0])
+
+
+# --- prefix groups from a trace (xmemplan/prefix/groups.py) ----------------------------------
+
+def test_groups_find_prefixes_shared_across_sessions() -> None:
+    from xmemplan.prefix.groups import fingerprints, groups
+
+    rng = np.random.default_rng(0)
+    system = rng.integers(0, 1 << 30, 300)  # 300 token ids every session of group A starts with
+    other = rng.integers(0, 1 << 30, 300)
+    reqs = [  # (session, tokens)
+        (0, np.concatenate([system, rng.integers(0, 1 << 30, 50)])),
+        (0, np.concatenate([system, rng.integers(0, 1 << 30, 80)])),
+        (1, np.concatenate([system, rng.integers(0, 1 << 30, 40)])),
+        (2, np.concatenate([other, rng.integers(0, 1 << 30, 40)])),  # alone
+        (3, np.concatenate([other[:100], rng.integers(0, 1 << 30, 400)])),  # shares 100
+    ]
+    keys = np.concatenate([t for _, t in reqs]).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum([len(t) for _, t in reqs])]).astype(np.int64)
+    block = np.ones(len(reqs), np.int64)
+    fp = fingerprints(keys, offsets, block)
+    g, tok = groups(fp, np.array([s for s, _ in reqs]), np.array([len(t) for _, t in reqs]),
+                    block)
+    assert g[0] == g[1] == g[2] >= 0 and g[3] == g[4] >= 0 and g[0] != g[3]
+    # the grid rounds down: 300 shared tokens read as 256, 100 as 91 (64 x 2^0.5)
+    assert tok[:3].tolist() == [256, 256, 256] and tok[3] == tok[4] == 91
+    # one session alone: no group
+    g1, t1 = groups(fp[:2], np.array([0, 0]), np.array([350, 380]), block[:2])
+    assert g1.tolist() == [-1, -1] and t1.tolist() == [0, 0]
+
+
+def test_groups_with_blocks_cover_whole_blocks_only() -> None:
+    from xmemplan.prefix.groups import fingerprints, groups
+
+    keys = np.array([1, 2, 3, 9, 1, 2, 3, 7], np.int64)  # chained block ids, 512 tokens each
+    offsets = np.array([0, 4, 8], np.int64)
+    block = np.array([512, 512])
+    g, tok = groups(fingerprints(keys, offsets, block), np.array([0, 1]),
+                    np.array([2048, 2048]), block)
+    assert g[0] == g[1] >= 0
+    assert tok.tolist() == [1024, 1024]  # 3 blocks shared; the grid's 1,448 covers 2 whole

@@ -352,6 +352,17 @@ def build_profile(result: HitrateResult, paths: Sequence[Path | str]) -> dict[st
         "hit_tokens": hit[take].tolist(),
         "session": np.unique(codes[take], return_inverse=True)[1].reshape(-1).tolist(),
     }
+    fpb = r.fingerprint()
+    if fpb is not None and len(fpb[0]) == len(prompt):
+        from xmemplan.prefix.groups import groups
+
+        grp, gtok = groups(fpb[0], codes, prompt, fpb[1])
+        g = grp[take]
+        if (g >= 0).any():  # sessions that start alike: what a router can use
+            dense = np.full(len(g), -1, np.int64)
+            dense[g >= 0] = np.unique(g[g >= 0], return_inverse=True)[1].reshape(-1)
+            sample["prefix_group"] = dense.tolist()
+            sample["prefix_group_tokens"] = np.where(g < 0, 0, gtok[take]).tolist()
     ts = r.column(S.TIMESTAMP_S)[take]
     rel = ts - ts.min() if ts.size and np.all(np.isfinite(ts)) else None
     if rel is not None and np.all(np.isfinite(rel)):  # 1e308 - (-1e308) is not: none then

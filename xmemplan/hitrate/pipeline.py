@@ -80,6 +80,9 @@ class Replayed:
     session_id: list[str] = field(default_factory=list)
     parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
     capacity: list[CapacityPart] = field(default_factory=list)  # one per batch
+    # per batch, (rows, len(prefix.groups.DEPTHS)) prefix fingerprints (zeros: unknown)
+    # and the rows' tokens per key
+    fingerprints: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
     COLUMNS = (
         S.REQUEST_INDEX,
@@ -101,6 +104,16 @@ class Replayed:
         for name, arrays in other.parts.items():
             self.parts.setdefault(name, []).extend(arrays)
         self.capacity.extend(other.capacity)
+        self.fingerprints.extend(other.fingerprints)
+
+    def fingerprint(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every row's prefix fingerprints and tokens per key, or None when a batch did not
+        record them."""
+        n = len(self.session_id)
+        if not self.fingerprints or sum(len(f) for f, _ in self.fingerprints) != n:
+            return None
+        return (np.concatenate([f for f, _ in self.fingerprints]),
+                np.concatenate([b for _, b in self.fingerprints]))
 
     def column(self, name: str) -> np.ndarray:
         arrays = self.parts.get(name, [])
@@ -233,6 +246,9 @@ def replay(
         resets = np.ones(n, dtype=bool)
         resets[1:] = codes[1:] != codes[:-1]
     prompt = batch.prompt_tokens[order]
+    from xmemplan.prefix.groups import DEPTHS, fingerprints
+
+    fp = np.zeros((n, len(DEPTHS)), np.uint64)  # text prompts: not fingerprinted
     if capacity is None and isinstance(batch, TextBatch):
         # text prompts stay interned messages: matched without materialising a prompt
         from xmemplan.prefix.chunks import match_prompts
@@ -247,6 +263,7 @@ def replay(
 
             chained = match(keys, offsets, resets)
         hit = _hits(chained, batch.block_tokens[order], prompt, page_size)
+        fp = fingerprints(keys, offsets, batch.block_tokens[order])
     else:
         # one LRU pass also gives the infinite cache's hits (tests check they agree)
         keys, offsets = _take(batch, order)
@@ -258,10 +275,12 @@ def replay(
         )
         out.capacity.append(part)
         hit = part.infinite_hit_tokens
+        fp = fingerprints(keys, offsets, batch.block_tokens[order])
 
     def opt(a: np.ndarray | None) -> np.ndarray:
         return a[order] if a is not None else S.empty_int(n)
 
+    out.fingerprints.append((fp, batch.block_tokens[order].astype(np.int64)))
     out.add(
         [batch.session_id[i] for i in order],
         **{
