@@ -80,7 +80,7 @@ def calibrate(
     with _render.spinner(f"Fitting {n_const} constants on {len(points)} points, then "
                          f"{len(points)} leave-one-out fits"):
         params = cal.fit_points(points, cat, plan)
-        loo = cal.leave_one_out(points, cat, plan)
+        loo = cal.leave_one_out(points, cat, plan, params=params)
     rows = [(p, cal.predict(p, params, cat), lo) for p, lo in zip(points, loo, strict=True)]
     errs = [abs(pr - p.value) / p.value for p, pr, _ in rows]
     loo_errs = [abs(lo - p.value) / p.value for p, _, lo in rows if math.isfinite(lo)]
