@@ -85,14 +85,21 @@ def _request(run: Run, mem_fraction: float, **kw: object):  # type: ignore[no-un
 
 
 def predict_spread(run: Run, *, think_s: float, mem_fraction: float, requests: int,
-                   seed: int = 0) -> tuple[float, float, float]:
+                   seed: int = 0) -> tuple[float, float, float, float, float, float]:
     """The same deployment with prompt and output lengths drawn per request (lognormal at
     the published p50 and p90), 12 agents each waiting `think_s` after a reply: the
-    simulator's engine driven directly, first tenth of requests left out."""
+    simulator's iteration-level engine driven directly, first tenth of requests left out.
+
+    Each agent's request extends its previous one: the published hit share of its prompt
+    (GPU + external) is the prefix it shares with that request, the external tier holds
+    it, and whether it is still in HBM is the run's outcome (vLLM's block pool, with the
+    other agents' requests competing for the blocks). Returns (TTFT p50, p90, mean queue,
+    KV usage, HBM share of hits, preemptions per request)."""
     import numpy as np
 
-    from xmemplan.sizing.sim import Traffic, simulate
-    from xmemplan.sizing.simmodel import engine_for
+    from xmemplan.sizing.engine import run as run_engine
+    from xmemplan.sizing.sim import Traffic
+    from xmemplan.sizing.simmodel import config_for, requests_for
 
     req = _request(run, mem_fraction)
     ratio, o50, o90 = SPREAD
@@ -102,21 +109,24 @@ def predict_spread(run: Run, *, think_s: float, mem_fraction: float, requests: i
     top = float(req.model.max_context) - 4096
     prompt = np.clip(np.round(_lognormal(rng, run.isl_p50, isl90, requests)), 1024, top)
     output = np.clip(np.round(_lognormal(rng, o50, o90, requests)), 1, 4096).astype(np.int64)
-    hbm = np.floor(prompt * run.gpu_hit)
-    ext = np.floor((prompt - hbm) * run.ext_hit)
+    hit = run.gpu_hit + (1.0 - run.gpu_hit) * run.ext_hit
+    shared = np.floor(prompt * hit)
     prev = np.arange(requests) - AGENTS  # each agent's previous request (-N: none yet)
     prev[prev < 0] = -1
     tier = "host" if run.option == "host-dram" else "xmem"
-    tr = Traffic(np.zeros(requests), prompt, hit_hbm=hbm,
-                 hit_dram=ext if tier == "host" else None,
-                 hit_xmem=ext if tier == "xmem" else None, output=output, prev=prev,
+    tr = Traffic(np.zeros(requests), prompt, output=output, prev=prev,
                  think=np.full(requests, think_s))
-    r = simulate(tr, engine_for(req.setup, replicas=1, nodes=1, load_tier=tier))
+    cfg = config_for(req.setup, replicas=1, nodes=1, load_tier=tier, policy="vllm",
+                     prompt_p50=float(run.isl_p50))
+    er = requests_for(tr, shared=shared, tier_tokens=shared,
+                      tier=0 if tier == "host" else 1, block_tokens=cfg.block_tokens)
+    r, *_ = run_engine(er, cfg)
     keep = np.argsort(r.arrival, kind="stable")[requests // 10:]
     ttft = r.ttft[keep] * 1e3
     queue = (r.start - r.ready)[keep] * 1e3
     return (float(np.percentile(ttft, 50)), float(np.percentile(ttft, 90)),
-            float(np.mean(queue)))
+            float(np.mean(queue)), r.kv_usage(), r.hbm_share_of_hits(),
+            r.preemptions_per_request())
 
 
 def predict(run: Run, *, think: str, output: int, mem_fraction: float,
@@ -147,22 +157,26 @@ def main() -> None:
         if a.fixed:
             p50, p90, queue = predict(r, think=a.think, output=a.output,
                                       mem_fraction=a.mem_fraction, requests=a.requests)
+            kv = share = pre = float("nan")
         else:
-            p50, p90, queue = predict_spread(r, think_s=think_s,
-                                             mem_fraction=a.mem_fraction,
-                                             requests=a.requests)
+            p50, p90, queue, kv, share, pre = predict_spread(
+                r, think_s=think_s, mem_fraction=a.mem_fraction, requests=a.requests)
         e50, e90 = p50 / r.ttft_p50_ms - 1, p90 / r.ttft_p90_ms - 1
         worst = max(worst, abs(e50), abs(e90))
-        rows.append((r, p50, p90, queue, e50, e90))
+        rows.append((r, p50, p90, queue, e50, e90, kv, share, pre))
     verdict = "PASS" if worst <= TOLERANCE else "FAIL"
     print(f"{verdict}: largest TTFT error {worst:.0%} (tolerance {TOLERANCE:.0%}) on "
           f"{len(RUNS)} published loaded runs (12 agents, 1 H100)")
     print(f"{'run':26} {'p50 meas':>9} {'pred':>7} {'err':>6} {'p90 meas':>9} {'pred':>7} "
           f"{'err':>6} {'queue p50 / sim mean':>21}")
-    for r, p50, p90, queue, e50, e90 in rows:
+    for r, p50, p90, queue, e50, e90, *_ in rows:
         q = "-" if r.queue_p50_ms is None else f"{r.queue_p50_ms:,.0f}"
         print(f"{r.name:26} {r.ttft_p50_ms:9,.0f} {p50:7,.0f} {e50:+6.0%} {r.ttft_p90_ms:9,.0f} "
               f"{p90:7,.0f} {e90:+6.0%} {q:>11} / {queue:,.0f} ms")
+    print(f"{'run':26} {'KV used':>8} {'GPU share of hits':>18} {'preemptions/req':>16}  "
+          "(published: KV 92-94 %, GPU share of hits 13 % at 12 agents)")
+    for r, *_, kv, share, pre in rows:
+        print(f"{r.name:26} {kv:8.0%} {share:18.0%} {pre:16.2f}")
     x = [row for row in rows if row[0].name.startswith("clean")]
     if len(x) == 2:
         meas = x[0][0].ttft_p50_ms / x[1][0].ttft_p50_ms

@@ -533,3 +533,24 @@ def test_a_nearly_full_kv_cache_is_called_optimistic(capsys) -> None:
     assert fulls and all(0.0 <= f <= 1.0 for f in fulls) and max(fulls) >= 0.8
     code, out, err = _run(capsys, "size", "--ttft-slo", "500ms")
     assert "full on average" not in " ".join(out.split())
+
+
+def test_lengths_p50_p90_and_engine_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    """--prompt-tokens and --output-tokens take P50:P90; JSON carries the engine's
+    outcome per option (KV use, HBM share of hits, preemptions, throughput)."""
+    code, out, _ = _run(capsys, "size", "--ttft-slo", "2s", "--prompt-tokens", "20k:60k",
+                        "--output-tokens", "100:400", "--format", "json")
+    assert code == 0
+    d = json.loads(out)
+    said = " ".join(a["assumption"] if isinstance(a, dict) else str(a)
+                    for a in d.get("assumptions", []))
+    assert "lognormal" in said
+    opts = [o for o in d["options"] if o.get("gpus")]
+    assert opts
+    for o in opts:
+        for k in ("kv_full", "hbm_share_of_hits", "preemptions_per_request",
+                  "throughput_rps", "throughput_tok_s"):
+            assert k in o and o[k] >= 0, k
+        assert o["throughput_tok_s"] > o["throughput_rps"] * 20_000
+    code, _, err = _run(capsys, "size", "--ttft-slo", "2s", "--prompt-tokens", "60k:20k")
+    assert code != 0 and "p90 is below the p50" in err

@@ -215,3 +215,50 @@ def test_run_one_request_alone_prices_its_prefill() -> None:
                          keys=keys, koff=koff, kn=kn), cfg)
     # three passes of 4096, 4096, 1808 tokens; t0 once
     assert r.ttft[0] == pytest.approx(10000 * 1e-5 + 0.02 + 3 * 0.005)
+
+
+def _loaded(policy: str, blocks: int, seed: int) -> tuple[Requests, Config]:
+    from xmemplan.sizing.engine.pool import synth_keys
+
+    rng = np.random.default_rng(seed)
+    n = 240
+    prompt = rng.integers(100, 3000, n)
+    out = rng.integers(1, 150, n)
+    prev = np.arange(n) - 10
+    prev[prev < 0] = -1
+    shared = np.where(prev >= 0, prompt // 2, 0)
+    keys, koff, kn = synth_keys(prompt, out, prev, shared, 16)
+    req = Requests(arrival=np.cumsum(rng.exponential(0.05, n)), prompt=prompt, output=out,
+                   keys=keys, koff=koff, kn=kn, prev=prev, think=rng.exponential(0.5, n),
+                   route=np.where(prev >= 0, -2, -1), tier_tokens=shared,
+                   tier=np.zeros(n, np.int64))
+    cfg = Config(policy=policy, replicas=3, blocks=blocks, lin_s_per_token=2e-5,
+                 attn_s_per_unit=1e-10, kv_bytes_per_token=1e5, hbm_bandwidth=3e12,
+                 dense_weight_bytes=1e9, decode_fixed_s=0.004, fixed_s=0.02,
+                 pass_fixed_s=0.005, dram_bandwidth=2e10, tier_write=True)
+    return req, cfg
+
+
+@pytest.mark.parametrize("policy", ["vllm", "sglang"])
+@pytest.mark.parametrize("blocks", [150, 2000])
+def test_decode_runs_equal_one_step_per_event(policy: str, blocks: int) -> None:
+    """Runs of decode steps priced in one event give the times of stepping one by one
+    (the trace mode steps one by one), with and without KV pressure."""
+    req, cfg = _loaded(policy, blocks, blocks)
+    a, *_ = run(req, cfg)
+    b, *_ = run(req, cfg, trace_rows=2, step_rows=2)
+    assert a.steps == b.steps
+    np.testing.assert_allclose(a.first, b.first, atol=1e-9)
+    np.testing.assert_allclose(a.done, b.done, atol=1e-9)
+    np.testing.assert_array_equal(a.preemptions, b.preemptions)
+    np.testing.assert_array_equal(a.hbm_hit, b.hbm_hit)
+
+
+def test_hbm_hits_are_an_outcome_of_pool_pressure() -> None:
+    """The same sessions on a small pool lose prefixes to other requests: fewer HBM hits,
+    more loaded from the tier, more KV in use."""
+    big, cfg = _loaded("vllm", 5000, 1)
+    rb, *_ = run(big, cfg)
+    rs, *_ = run(big, cfg.replace(blocks=150))
+    assert rb.hbm_share_of_hits() > rs.hbm_share_of_hits()
+    assert rs.kv_usage() > rb.kv_usage()

@@ -31,7 +31,8 @@ def size(
         None, "--workload", "-w", help="A profile from 'xmemplan hitrate --profile-out'."
     ),
     prompt_tokens: str | None = typer.Option(
-        None, "--prompt-tokens", help="Prompt length: 64Ki (65,536) or 64k (64,000)."
+        None, "--prompt-tokens", help="Prompt length: 64Ki (65,536) or 64k (64,000); "
+        "P50:P90 (20k:60k) draws lengths lognormal through both."
     ),
     hit_rate: float | None = typer.Option(
         None, "--hit-rate", help="Share of prompt tokens served from cache, 0 to 1."
@@ -47,8 +48,9 @@ def size(
         None, "--users", help="Offered load: closed-loop users (each waits --think)."
     ),
     think: str = typer.Option("5s", "--think", help="Mean think time of --users."),
-    output_tokens: int | None = typer.Option(
-        None, "--output-tokens", help="Output tokens per request (default 100)."
+    output_tokens: str | None = typer.Option(
+        None, "--output-tokens", help="Output tokens per request: P50 or P50:P90 (lognormal "
+        "through both; default 100)."
     ),
     working_set: str | None = typer.Option(
         None, "--working-set", help="KV working set to keep (bytes like 20TB, or tokens)."

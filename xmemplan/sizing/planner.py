@@ -313,6 +313,9 @@ class SizeResult:
                  "offered_rps": o.point.offered_rps, "achieved_rps": o.point.achieved_rps,
                  "slo_coverage": o.point.slo_coverage,
                  "kv_full": o.point.kv_full,
+                 "preemptions_per_request": o.point.preemptions_per_request,
+                 "throughput_rps": o.point.throughput_rps,
+                 "throughput_tok_s": o.point.throughput_tok_s,
                  **({} if o.point.split is None else {"hit_split": dict(zip(
                      ("hbm", "tier", "recompute"), o.point.split, strict=True)),
                      "balance": o.point.balance})})}

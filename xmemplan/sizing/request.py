@@ -52,7 +52,7 @@ def build_request(
     *, ttft_slo: str, workload: Path | None = None, prompt_tokens: str | None = None,
     hit_rate: float | None = None, model: str | None = None, gpu: str = SEED_GPU,
     rate: float | None = None, users: int | None = None, think: str = "5s",
-    output_tokens: int | None = None, working_set: str | None = None,
+    output_tokens: int | str | None = None, working_set: str | None = None,
     engine: str = "sglang", overlap: str | None = None, page_tokens: int | None = None,
     slo_at: str = "p99", slo_on: str = "warm", host_tier: str = "host-dram-pcie5",
     xmem_tier: str = "xmem", catalog: Sequence[Path] = (), requests: int = 4000,
@@ -79,7 +79,9 @@ def build_request(
     if rate is not None and users is not None:
         raise UsageError("give --rate or --users, not both")
     think_s = units.parse_duration(think, "--think")
+    out_p90 = None
     if output_tokens is not None:
+        output_tokens, out_p90 = _spread(output_tokens, "--output-tokens")
         units.check_int(output_tokens, "--output-tokens", 1, units.MAX_PROMPT_TOKENS)
     if slo_at not in ("p50", "p90", "p99"):
         raise UsageError(f"unknown percentile '{slo_at}'", "use p50, p90 or p99")
@@ -117,9 +119,13 @@ def build_request(
     if prefix_groups is not None:
         units.check_int(prefix_groups, "--prefix-groups", 1, MAX_REQUESTS)
     scopes = _tier_scopes(tier_scope)
-    prompt = None
+    prompt = prompt_p90 = None
     if prompt_tokens is not None:
-        prompt = units.parse_tokens(prompt_tokens, "--prompt-tokens")
+        prompt, prompt_p90 = _spread(prompt_tokens, "--prompt-tokens")
+        if prompt_p90 is not None and workload is not None:
+            raise UsageError("--prompt-tokens P50:P90 draws the prompts of a workload from "
+                             "flags; with --workload give one length (or none)",
+                             "drop --workload, or write --prompt-tokens as one length")
 
     prices = parse_cost(cost) if cost is not None else None
     cat = load_catalog(catalog)
@@ -166,9 +172,15 @@ def build_request(
         n_prompt = prompt if prompt is not None else wl.SEED_PROMPT_TOKENS
         h = hit_rate if hit_rate is not None else wl.SEED_HIT_RATE
         model_name = model or wl.SEED_MODEL
-        work = wl.from_flags(n_prompt, h, f"{n_prompt:,}-token prompts, hit rate {h:g}")
-        said.append((f"prompt {n_prompt:,} tokens",
-                     "flag" if prompt is not None else "default (seed)"))
+        if prompt_p90 is None:
+            work = wl.from_flags(n_prompt, h, f"{n_prompt:,}-token prompts, hit rate {h:g}")
+            said.append((f"prompt {n_prompt:,} tokens",
+                         "flag" if prompt is not None else "default (seed)"))
+        else:
+            work = wl.from_flags(n_prompt, h, f"prompts p50 {n_prompt:,} / p90 "
+                                 f"{prompt_p90:,} tokens, hit rate {h:g}", prompt_p90)
+            said.append((f"prompt lengths lognormal through p50 {n_prompt:,} and p90 "
+                         f"{prompt_p90:,} tokens ({wl.SPREAD_SAMPLES} quantiles)", "flag"))
         said.append((f"hit rate {h:g}", "flag" if hit_rate is not None else "default (seed)"))
     m = cat.model(model_name)
     said.append((f"model {m.name} ({m.weight_dtype} weights)", "flag" if model else "profile"
@@ -186,7 +198,7 @@ def build_request(
             f"{m.name} has {m.kv_bytes_per_token:,}"
             + (" with --kv-dtype " + kv_dtype if kv_dtype is not None else "")
             + " (that figure is used; token counts and hit ratios are unchanged)")
-    flag_prompt = prompt if prompt is not None else (
+    flag_prompt = (prompt_p90 or prompt) if prompt is not None else (
         int(work.prompt_tokens[0]) if workload is None else None)
     if flag_prompt is not None and m.max_context and flag_prompt > m.max_context:
         raise UsageError(f"--prompt-tokens {flag_prompt:,}{'' if prompt else ' (the default)'}"
@@ -238,9 +250,22 @@ def build_request(
         if work.session is None:
             said.append(("per-request timestamps and sessions are not in this profile: "
                          "Poisson arrivals instead of the trace's own", "profile (schema)"))
-    out = output_tokens if output_tokens is not None else SEED_OUTPUT_TOKENS
-    if output_tokens is not None:
-        _check_output_tokens(output_tokens, requests, m, work)
+    out = int(output_tokens) if output_tokens is not None else SEED_OUTPUT_TOKENS
+    if out_p90 is not None:
+        # output lengths lognormal through both percentiles, one per sample (prompts
+        # repeated when the flags gave one length), paired by a rotated order
+        n_s = max(len(work.prompt_tokens), wl.SPREAD_SAMPLES)
+        reps = -(-n_s // len(work.prompt_tokens))
+        pr = np.tile(work.prompt_tokens, reps)[:n_s]
+        hits = np.tile(work.hit_tokens, reps)[:n_s]
+        outs = wl.lognormal_quantiles(out, out_p90, n_s, shift=n_s // 3)
+        work = replace(work, prompt_tokens=pr, hit_tokens=hits,
+                       output_tokens=outs.astype(np.int64))
+        _check_output_tokens(out_p90, requests, m, work)
+        said.append((f"output lengths lognormal through p50 {out:,} and p90 {out_p90:,} "
+                     "tokens", "flag"))
+    elif output_tokens is not None:
+        _check_output_tokens(out, requests, m, work)
     elif work.output_tokens is not None and \
             float(work.output_tokens.mean()) * requests > MAX_DECODE_STEPS:
         # The bound the flag has (_check_output_tokens), for the profile's own figures.
@@ -489,6 +514,23 @@ def replica_shape(m: ModelSpec, g: GpuSpec, kv_tokens: float, *, tp: int | None 
         raise UsageError(f"{flags}{' --dp-attention' if dp_attention else ''}: "
                          f"{e_.message}", e_.hint) from None
     return shape
+
+
+def _spread(text: str | int, flag: str) -> tuple[int, int | None]:
+    """`P50` or `P50:P90` token counts (64k, 20k:60k)."""
+    if isinstance(text, int):
+        return text, None
+    parts = str(text).split(":")
+    if len(parts) > 2:
+        raise UsageError(f"{flag} '{text}': one length or P50:P90", "write it like 20k:60k")
+    p50 = units.parse_tokens(parts[0], flag)
+    if len(parts) == 1:
+        return p50, None
+    p90 = units.parse_tokens(parts[1], flag + " (p90)")
+    if p90 < p50:
+        raise UsageError(f"{flag} '{text}': the p90 is below the p50",
+                         "write the median first, like 20k:60k")
+    return p50, p90
 
 
 def _check_output_tokens(out: int, requests: int, m: ModelSpec, work: wl.Workload) -> None:

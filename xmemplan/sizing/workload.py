@@ -90,11 +90,34 @@ def check_hit_rate(h: float) -> float:
     return h
 
 
-def from_flags(prompt_tokens: int, hit_rate: float, description: str) -> Workload:
+SPREAD_SAMPLES = 200
+Z90 = 1.2815515655446004  # the standard normal's 90th percentile
+
+
+def lognormal_quantiles(p50: float, p90: float, n: int = SPREAD_SAMPLES,
+                        shift: int = 0) -> np.ndarray:
+    """n lengths at evenly spaced quantiles of the lognormal whose median is p50 and 90th
+    percentile p90 (deterministic; `shift` rotates the order so that two such lists pair
+    a long prompt with outputs of every length, not with the longest)."""
+    from statistics import NormalDist
+
+    if not (p90 >= p50 >= 1):
+        raise UsageError(f"P50:P90 {p50:g}:{p90:g}: the 90th percentile must be at least "
+                         "the median, both at least 1", "write it like 20k:60k")
+    sigma = math.log(p90 / p50) / Z90
+    nd = NormalDist()
+    q = np.array([math.exp(math.log(p50) + sigma * nd.inv_cdf((k + 0.5) / n))
+                  for k in range(n)])
+    return np.maximum(1.0, np.round(np.roll(q, shift)))
+
+
+def from_flags(prompt_tokens: int, hit_rate: float, description: str,
+               prompt_p90: int | None = None) -> Workload:
     if prompt_tokens <= 0:
         raise UsageError("prompt tokens must be at least 1", "write it like '64Ki' or '8k'")
     check_hit_rate(hit_rate)
-    s = np.array([float(prompt_tokens)])
+    s = (np.array([float(prompt_tokens)]) if prompt_p90 is None
+         else lognormal_quantiles(prompt_tokens, prompt_p90))
     return Workload(description, s, np.floor(s * hit_rate), hit_rate)
 
 
