@@ -116,3 +116,16 @@ def test_no_warning_on_plans_own_profile(made: tuple[Path, str],
     assert run(["size", "--ttft-slo", "500ms", "--workload", str(out / "profile.json"),
                 "--requests", "500"]) == 0
     assert "was made per session" not in unwrap(capsys.readouterr().err)
+
+
+def test_profile_with_requests_outside_any_prefix_group_reads(made: tuple[Path, str]) -> None:
+    """hitrate writes prefix_group -1 for a request in no group (docs/profile.md); the
+    reader takes it (it had refused every negative value, so plan on the examples failed)."""
+    from xmemplan.profile import load_profile
+
+    out, _ = made
+    doc = json.loads((out / "profile.json").read_text())
+    groups = doc["requests_sample"].get("prefix_group")
+    if groups is not None:
+        assert min(groups) == -1  # the examples have requests in no group
+    load_profile(out / "profile.json")

@@ -113,6 +113,10 @@ def _number(path: Path | None, doc: dict[str, Any], dotted: str, lo: float = 0.0
     return float(v)
 
 
+# Fields whose -1 means "none" (docs/profile.md): -1 is their only negative value.
+_MINUS_ONE_IS_NONE = ("requests_sample.prefix_group",)
+
+
 def _numbers(path: Path | None, doc: dict[str, Any], dotted: str) -> np.ndarray:
     v = _field(doc, dotted)
     if v is None:
@@ -122,7 +126,8 @@ def _numbers(path: Path | None, doc: dict[str, Any], dotted: str) -> np.ndarray:
     ):
         raise InputError("expected a list of numbers", path=path, field=dotted)
     a = np.asarray(v, dtype=np.float64)
-    if a.size and (not np.all(np.isfinite(a)) or a.min() < 0):
+    lo = -1.0 if dotted in _MINUS_ONE_IS_NONE else 0.0
+    if a.size and (not np.all(np.isfinite(a)) or a.min() < lo):
         raise InputError("a value is negative or not finite", path=path, field=dotted)
     hi = _SAMPLE_MAX.get(dotted)
     if hi is not None and a.size and a.max() > hi:
