@@ -94,6 +94,7 @@ def _run(args: list[str]) -> int:
     from xmemplan.cli.views import render
 
     try:
+        _refuse_empty_values(args)
         result = app(args=args, prog_name="xmemplan", standalone_mode=False)
         code = int(result) if isinstance(result, int) else errors.ExitCode.OK
         if code == errors.ExitCode.INTERRUPTED:  # click returns Ctrl-C's Exit(130) here
@@ -137,6 +138,41 @@ def _run(args: list[str]) -> int:
         return errors.ExitCode.INTERNAL
 
 
+def _refuse_empty_values(args: list[str]) -> None:
+    """An empty flag value (`--model ''`, `--gpu=`) is an error, not the default: `x or
+    DEFAULT` in a command would silently take the default model for it."""
+    from xmemplan.errors import UsageError
+
+    for i, a in enumerate(args):
+        if a == "--":
+            return
+        flag, eq, value = a.partition("=")
+        if not a.strip() and not (i and args[i - 1].startswith("-") and "=" not in args[i - 1]
+                                  and _takes_value(args[i - 1])):
+            raise UsageError("an empty argument ('') was given", "an empty path would read "
+                             "the current folder: pass the path, or leave it out")
+        if not flag.startswith("--"):
+            continue
+        if eq and not value.strip():
+            raise UsageError(f"{flag} is given an empty value", f"pass {flag} a value, or "
+                             "leave the flag out for its default")
+        if not eq and i + 1 < len(args) and not args[i + 1].strip() and _takes_value(flag):
+            raise UsageError(f"{flag} is given an empty value ('')", f"pass {flag} a "
+                             "value, or leave the flag out for its default")
+
+
+def _takes_value(flag: str) -> bool:
+    """Whether some command's `flag` takes a value (not a switch like --strict)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    for cmd in getattr(group, "commands", {}).values():
+        for p in cmd.params:
+            if flag in getattr(p, "opts", ()) and not getattr(p, "is_flag", False):
+                return True
+    return False
+
+
 def _during_interrupt(exc: BaseException) -> bool:
     """Whether `exc` was raised while a KeyboardInterrupt was being handled."""
     seen: set[int] = set()
@@ -149,7 +185,23 @@ def _during_interrupt(exc: BaseException) -> bool:
     return False
 
 
+def _reopen_closed_streams() -> None:
+    """A closed stdout or stderr (`>&-`): Python sets it to None. Point it at /dev/null so
+    that the command runs (its files are still written) instead of failing on its first
+    line."""
+    import os
+
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "w", closefd=False))  # noqa: SIM115
+
+
 def main() -> None:
+    _reopen_closed_streams()
     code = run()
     import signal
 
@@ -158,10 +210,14 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:  # what is still buffered: a reader that left early (`| head`) is not an error
         sys.stdout.flush()
-    except BrokenPipeError:
-        from xmemplan.cli.views.render import stdout_closed
+    except OSError as exc:
+        from xmemplan.cli.views.render import error, stdout_closed
 
         stdout_closed()
+        if not isinstance(exc, BrokenPipeError):  # a full disk: the results were lost
+            error(f"cannot write to standard output ({exc.strerror or exc}). Free space "
+                  "where it goes, or redirect it elsewhere")
+            code = code or 2  # ExitCode.USAGE
     if code in (130, 143):  # ExitCode.INTERRUPTED, TERMINATED
         _leave_after_interrupt(code)
     sys.exit(code)

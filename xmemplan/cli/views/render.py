@@ -73,8 +73,11 @@ def lines_written() -> int:
 def _print(renderable: Any, **kwargs: Any) -> None:
     """Print to stdout through rich, counting the lines it takes."""
     console = out_console()
-    with console.capture() as cap:
-        console.print(renderable, **kwargs)
+    try:
+        with console.capture() as cap:
+            console.print(renderable, **kwargs)
+    except OSError as exc:  # rich flushed what it held to a stdout that cannot take it
+        _stdout_failed(exc)
     text = cap.get()
     _lines[0] += text.count("\n")
     _write(text)
@@ -112,8 +115,20 @@ def _write(text: str) -> None:
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
-    except BrokenPipeError:
-        stdout_closed()
+    except OSError as exc:
+        _stdout_failed(exc)
+
+
+def _stdout_failed(exc: OSError) -> None:
+    """A closed reader (`| head`) is not an error; a full disk (> /dev/full) or an I/O
+    error where stdout goes is (exit 2): the results were lost."""
+    stdout_closed()
+    if isinstance(exc, BrokenPipeError):
+        return
+    from xmemplan.errors import UsageError
+
+    raise UsageError(f"cannot write to standard output ({exc.strerror or exc})",
+                     "free space where it goes, or redirect it elsewhere") from None
 
 
 def err_console() -> Console:
