@@ -129,3 +129,18 @@ def test_profile_with_requests_outside_any_prefix_group_reads(made: tuple[Path, 
     if groups is not None:
         assert min(groups) == -1  # the examples have requests in no group
     load_profile(out / "profile.json")
+
+
+def test_report_without_charts_says_why(made: tuple[Path, str], tmp_path: Path) -> None:
+    """Without matplotlib the folder has no PNG: the report is still whole and says why."""
+    import shutil
+
+    from xmemplan.cli.views.report import load_run, render_html
+
+    out, _ = made
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("*.png"))
+    html = render_html(load_run(copy))
+    assert "<figure" not in html
+    assert "matplotlib is not installed" in html
+    assert "Validated range and measured errors" in html

@@ -249,12 +249,22 @@ def context(run: Run) -> dict[str, Any]:
         "stat_keys": ["requests", "mean", "p25", "p50", "p75", "p90", "p99", "max"],
         "start_together": bool(ws.get("sessions_start_together")),
         "figures": figures,
-        "missing_figures": [f for f, _, _ in FIGURES if f not in run.figures],
+        "missing_figures": [_why_missing(f, plan, run) for f, _, _ in FIGURES
+                            if f not in run.figures],
         "validation": validation(plan),
         "emulated": _emulated(run.validation),
         "command": run.command,
         "version": _version(),
     }
+
+
+def _why_missing(fname: str, plan: dict[str, Any], run: Run) -> str:
+    if fname == "ttft_vs_load.png" and not plan.get("load_curve"):
+        return (f"{fname} (no load curve: a closed-loop load, --users, has no request rate "
+                "to scale)")
+    if not run.figures:
+        return f"{fname} (matplotlib is not installed: pip install 'xmemplan[plot]')"
+    return f"{fname} (no data for it in this trace)"
 
 
 def _version() -> str:
