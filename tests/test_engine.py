@@ -262,3 +262,32 @@ def test_hbm_hits_are_an_outcome_of_pool_pressure() -> None:
     rs, *_ = run(big, cfg.replace(blocks=150))
     assert rb.hbm_share_of_hits() > rs.hbm_share_of_hits()
     assert rs.kv_usage() > rb.kv_usage()
+
+
+@pytest.mark.parametrize("policy", ["sglang", "vllm"])
+@pytest.mark.parametrize("tier", ["host", "xmem"])
+@pytest.mark.parametrize(("prompt", "hit"), [(2000, 0), (16000, 0), (64000, 62000),
+                                             (100000, 99000), (40000, 20000)])
+def test_one_request_alone_is_the_model(policy: str, tier: str, prompt: int,
+                                        hit: int) -> None:
+    """The engine prices one request alone as model.ttft does (the calibrated
+    single-request model): SGLang's layer overlap, vLLM's load-then-compute."""
+    from xmemplan.catalog import load_catalog
+    from xmemplan.sizing import model as M
+    from xmemplan.sizing.sim import Traffic
+    from xmemplan.sizing.simmodel import Setup, config_for, requests_for, single_request_ttft
+
+    cat = load_catalog()
+    s = Setup(model=cat.model("qwen3-30b-a3b-fp8"), gpu=cat.gpu("h100-sxm"),
+              host=cat.tier("host-dram-pcie5"), xmem=cat.tier("xmem"),
+              overlap="layer" if policy == "sglang" else "sum",
+              transfer=M.SGLANG_HICACHE if policy == "sglang" else M.VLLM_OFFLOAD,
+              calibration=M.calibration_for(cat, policy))
+    cfg = config_for(s, replicas=1, nodes=1, load_tier=tier, policy=policy,
+                     prompt_p50=prompt, tier_write=False)
+    tr = Traffic(np.zeros(1), np.array([float(prompt)]))
+    er = requests_for(tr, shared=np.zeros(1), tier_tokens=np.array([hit]),
+                      tier=0 if tier == "host" else 1, block_tokens=cfg.block_tokens)
+    r, *_ = run(er, cfg)
+    # vLLM loads whole 16-token blocks: up to 15 more tokens computed than the model's
+    assert r.ttft[0] == pytest.approx(single_request_ttft(s, prompt, hit, tier), rel=0.01)

@@ -170,7 +170,8 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     budget, seqs = vllm_defaults(s.gpu)
     chunk = s.chunk_tokens or M.default_chunk_tokens(s.gpu)
     return Config(
-        policy=policy, replicas=replicas, block_tokens=bs, blocks=max(1, int(room // bs)),
+        policy=policy, replicas=replicas, block_tokens=bs, engine_block_tokens=engine_block,
+        blocks=max(1, int(room // bs)),
         max_num_seqs=seqs if policy == "vllm" else s.max_batch,
         max_batched_tokens=(s.chunk_tokens or budget) if policy == "vllm" else chunk,
         chunked_prefill_size=chunk,

@@ -57,6 +57,7 @@ from xmemplan.sizing.engine.policy import (
     P_BUDGET,
     P_CACHING,
     P_CHUNK,
+    P_EBS,
     P_MAXPREFILL,
     P_MAXSEQ,
     P_POLICY,
@@ -101,6 +102,7 @@ class Config:
     policy: str = "vllm"
     replicas: int = 1
     block_tokens: int = 16
+    engine_block_tokens: int = 0  # the engine's own block (tier loads); 0: block_tokens
     blocks: int = 1 << 20  # per replica
     max_num_seqs: int = 1024
     max_batched_tokens: int = 8192
@@ -151,6 +153,7 @@ class Config:
         pp[P_CHUNK] = self.chunked_prefill_size
         pp[P_CACHING] = int(self.prefix_caching)
         pp[P_MAXPREFILL] = self.max_prefill_tokens
+        pp[P_EBS] = self.engine_block_tokens or self.block_tokens
         tp = np.zeros(N_T)
         tp[T_LIN] = self.lin_s_per_token
         tp[T_ATTN] = self.attn_s_per_unit

@@ -55,8 +55,9 @@ ST_NEW, ST_WAIT, ST_LOADING, ST_RUN, ST_DONE = range(5)
  Q_PREEMPTED) = range(10)
 N_Q = 10
 # scheduler parameters (ints)
-(P_POLICY, P_BS, P_MAXSEQ, P_BUDGET, P_THRESH, P_CHUNK, P_CACHING, P_MAXPREFILL) = range(8)
-N_P = 8
+(P_POLICY, P_BS, P_MAXSEQ, P_BUDGET, P_THRESH, P_CHUNK, P_CACHING, P_MAXPREFILL,
+ P_EBS) = range(9)
+N_P = 9
 VLLM, SGLANG = 0, 1
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION default
 NONE = -1
@@ -318,9 +319,10 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             if top > ntokens(RI, i) - 1:
                 top = ntokens(RI, i) - 1
             ext = top - nhit * bs - fx
-            if ext < bs:  # the connector loads whole blocks, at least one
+            ebs = pp[P_EBS]  # the connector loads whole (engine) blocks, at least one
+            if ext < ebs:
                 ext = 0
-            ext = ext // bs * bs
+            ext = ext // ebs * ebs
             RI[i, R_EXT] = ext
         if ext > 0:
             if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, caching):
