@@ -12,6 +12,7 @@ Each after one warm-up run (numba's kernel cache, the OS file cache); median, mi
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -40,15 +41,22 @@ def bench_inprocess(runs: int) -> tuple[list[float], int]:
     return out, sims
 
 
-def bench_command(runs: int) -> list[float]:
+def bench_command(runs: int) -> tuple[list[float], list[float]]:
+    """(wall seconds, CPU seconds) of the whole command: on a shared machine the wall time
+    counts the other processes' load too."""
+    import resource
+
     cmd = [sys.executable, "-m", "xmemplan", *ARGS]
     subprocess.run(cmd, check=True, capture_output=True)  # warm-up
-    out = []
+    wall, cpu = [], []
     for _ in range(runs):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True)
-        out.append(time.perf_counter() - t0)
-    return out
+        wall.append(time.perf_counter() - t0)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+    return wall, cpu
 
 
 def _line(name: str, v: list[float]) -> str:
@@ -62,7 +70,10 @@ def main() -> None:
     a = ap.parse_args()
     t, sims = bench_inprocess(a.runs)
     print(_line(f"sweep(), 6 loads x 2 options, {sims} simulations", t))
-    print(_line("xmemplan " + " ".join(ARGS), bench_command(a.runs)))
+    wall, cpu = bench_command(a.runs)
+    print(_line("xmemplan " + " ".join(ARGS) + ", wall", wall))
+    print(_line("xmemplan " + " ".join(ARGS) + ", CPU", cpu))
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

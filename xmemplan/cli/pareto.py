@@ -132,7 +132,8 @@ def build(*, gpus: int, workload: SyntheticWorkload, rates: str | None,
          "prefixes, whole pages); a user's first turn computes its context",
          "model (xmemplan/sizing/synthetic.py)"),
         ("inter-token latency per request = (last token - first token) / (output - 1), "
-         "from the simulator's decode steps; interactivity = its inverse, averaged",
+         "from the iteration-level engine's decode steps; interactivity = its inverse, "
+         "averaged",
          "AIPerf metrics reference (v0.13.0)"),
         (f"{requests:,} simulated requests per load and option, seed {seed}, first tenth "
          "left out", "default" if requests == 2000 and seed == 0 else "flag"),

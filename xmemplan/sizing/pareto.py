@@ -2,18 +2,20 @@
 
 For each option (host DRAM, X-Mem) and each load (AIPerf user-centric QPS, or concurrent
 users), the synthetic workload's requests (`xmemplan.sizing.synthetic`) are replayed
-through the serving simulator (`xmemplan.sizing.sim`) on N GPUs, and each run reports what
-AIPerf reports for it (definitions: AIPerf metrics reference,
+through the iteration-level engine (`xmemplan.sizing.engine`, as the planner runs it;
+GPU prefix caching off, every hit loaded from the tier, write-through on) on N GPUs, and
+each run reports what AIPerf reports for it (definitions: AIPerf metrics reference,
 docs.nvidia.com/aiperf/v0.13.0/reference/ai-perf-metrics-reference.md):
 
 - TTFT per request: send to first token;
 - inter-token latency per request: (last token - first token) / (output tokens - 1), from
-  the simulator's decode steps (every running request gains one token per step; a prefill
+  the engine's decode steps (every running request gains one token per step; a prefill
   batch, with its KV load, stalls the decodes under SGLang's prefill-first schedule);
 - interactivity: output tokens/s per user = 1 / inter-token latency, averaged over requests
   (AIPerf's "output token throughput per user");
 - throughput: output tokens over the run's window (first kept send to last reply) / its
-  length, per GPU (AIPerf's "output token throughput" / GPUs).
+  length, per GPU (AIPerf's "output token throughput" / GPUs);
+- the longest gap between two tokens of each request (`itl_max_ms`, the engine's).
 
 The first tenth of requests by send time is left out (warm-up, as the planner does).
 
@@ -38,8 +40,10 @@ from typing import Any
 import numpy as np
 
 from xmemplan.errors import UsageError
-from xmemplan.sizing.sim import SimResult, Traffic, simulate
-from xmemplan.sizing.simmodel import Setup, engine_for
+from xmemplan.sizing.engine import Result as EngineResult
+from xmemplan.sizing.engine import run as run_engine
+from xmemplan.sizing.sim import Traffic
+from xmemplan.sizing.simmodel import Setup, config_for, requests_for
 from xmemplan.sizing.synthetic import Schedule, SyntheticWorkload, schedule, tier_hits
 
 OPTIONS = ("host-dram", "xmem")
@@ -90,6 +94,9 @@ class SweepPoint:
     iterations: int
     residual_ms: float
     spread: float = 0.0  # interactivity's range over the last re-plans / its mean
+    # the longest gap between two tokens of a request (a prefill batch stalling its
+    # decode), percentiles over requests
+    itl_max_ms: dict[str, float] = field(default_factory=dict)
     pareto: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -151,12 +158,12 @@ def replan(s: Schedule, send: np.ndarray, done: np.ndarray) -> np.ndarray:
     return planned
 
 
-def _kept(r: SimResult) -> np.ndarray:
+def _kept(r: EngineResult) -> np.ndarray:
     order = np.argsort(r.arrival, kind="stable")
     return order[int(len(order) * WARMUP_SHARE):]
 
 
-def _interactivity(r: SimResult, s: Schedule) -> float:
+def _interactivity(r: EngineResult, s: Schedule) -> float:
     keep = _kept(r)
     out = s.output[keep].astype(np.float64)
     multi = out > 1
@@ -178,16 +185,29 @@ def run_point(req: SweepRequest, option: str, kind: str, load: float, run: int
     cap = req.tier_capacity_bytes.get(option, math.inf) / kvb if option != "hbm-only" else 0.0
     hits = tier_hits(w, s, cap, st.transfer.page_tokens) if cap > 0 else np.zeros(len(s))
     replicas = max(1, req.gpus // st.shape.gpus)
-    e = engine_for(st, replicas=replicas, nodes=max(1, req.nodes),
-                   load_tier="host" if option == "host-dram" else "xmem")
+    tier = "host" if option == "host-dram" else "xmem"
+    cfg = config_for(st, replicas=replicas, nodes=max(1, req.nodes), load_tier=tier,
+                     policy="vllm" if st.mixed else "sglang",
+                     prompt_p50=float(np.median(s.prompt)), tier_write=option != "hbm-only")
+    # GPU prefix caching off (the post's run): every hit is loaded from the tier
+    cfg = cfg.replace(prefix_caching=False)
     if option != "xmem":
-        e = e.replace(node_bandwidth=math.inf)
+        cfg = cfg.replace(node_bandwidth=math.inf)
+    tier_code = -1 if option == "hbm-only" else (0 if tier == "host" else 1)
+
+    def simulate(send: np.ndarray) -> EngineResult:
+        tr = traffic_for(s, hits, option, send)
+        er = requests_for(tr, shared=hits, tier_tokens=hits if tier_code >= 0
+                          else np.zeros(len(s)), tier=tier_code,
+                          block_tokens=cfg.block_tokens)
+        return run_engine(er, cfg)[0]
+
     send = s.ideal_send()
     iterations = 0
     residual = 0.0
     seen: list[float] = []  # interactivity of each run from the third on
     while True:
-        r = simulate(traffic_for(s, hits, option, send), e)
+        r = simulate(send)
         iterations += 1
         if iterations >= 3:
             seen.append(_interactivity(r, s))
@@ -225,7 +245,8 @@ def run_point(req: SweepRequest, option: str, kind: str, load: float, run: int
         late_share=float(np.mean(r.arrival[keep] > send[keep] + 1e-6)) if kind == "qps"
         else 0.0,
         requests=len(keep), iterations=iterations, residual_ms=residual * 1e3,
-        spread=float(spread))
+        spread=float(spread),
+        itl_max_ms={k: v * 1e3 for k, v in _q(r.itl_max[keep][multi]).items()})
     return point, iterations
 
 
