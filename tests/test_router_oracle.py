@@ -25,6 +25,8 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -51,6 +53,7 @@ def _free_port() -> int:
 
 class _Worker(BaseHTTPRequestHandler):
     seen: list[tuple[int, str]]  # (port, rid), shared by every worker
+    release = threading.Event()  # requests whose rid starts with "hold" wait for it
 
     def log_message(self, *args: object) -> None:
         pass
@@ -69,7 +72,10 @@ class _Worker(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        _Worker.seen.append((self.server.server_port, str(body.get("rid"))))
+        rid = str(body.get("rid"))
+        _Worker.seen.append((self.server.server_port, rid))
+        if rid.startswith("hold"):
+            _Worker.release.wait(60)
         self._json({"text": "ok", "meta_info": {"id": body.get("rid"), "prompt_tokens": 1,
                                                 "completion_tokens": 1,
                                                 "finish_reason": {"type": "stop"}}})
@@ -98,7 +104,10 @@ def _requests(n: int, groups: int, seed: int) -> tuple[list[str], RT.Stream]:
 
 
 def _route_with_real_router(texts: list[str], workers: int, threshold: float,
-                            policy: str = "cache_aware") -> list[int]:
+                            policy: str = "cache_aware", hold: bool = False,
+                            extra: tuple[str, ...] = ()) -> list[int]:
+    """Where the real router sends each text, one at a time. With `hold`, every request
+    stays in flight (its worker answers only at the end), so the router's loads grow."""
     ports = [_free_port() for _ in range(workers)]
     _Worker.seen = []
     servers = [ThreadingHTTPServer(("127.0.0.1", p), _Worker) for p in ports]
@@ -109,7 +118,7 @@ def _route_with_real_router(texts: list[str], workers: int, threshold: float,
     proc = subprocess.Popen(
         [PY, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port",
          str(rport), "--policy", policy, "--cache-threshold", str(threshold),
-         "--worker-urls", *[f"http://127.0.0.1:{p}" for p in ports]],
+         *extra, "--worker-urls", *[f"http://127.0.0.1:{p}" for p in ports]],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{rport}/generate"
@@ -130,11 +139,25 @@ def _route_with_real_router(texts: list[str], workers: int, threshold: float,
                     pytest.fail("the sglang router did not start")
                 time.sleep(0.3)
         _Worker.seen.clear()
-        for i, t in enumerate(texts):  # one at a time: every worker idle at each choice
-            send(t, f"r{i}")
+        _Worker.release.clear()
+        threads = []
+        for i, t in enumerate(texts):  # one at a time
+            if not hold:
+                send(t, f"r{i}")
+                continue
+            th = threading.Thread(target=send, args=(t, f"hold{i}"), daemon=True)
+            th.start()
+            threads.append(th)
+            while len(_Worker.seen) <= i:  # until the router has forwarded it
+                time.sleep(0.002)
+        _Worker.release.set()
+        for th in threads:
+            th.join(timeout=30)
+        tag = "hold" if hold else "r"
         by_rid = {rid: ports.index(p) for p, rid in _Worker.seen}
-        return [by_rid[f"r{i}"] for i in range(len(texts))]
+        return [by_rid[f"{tag}{i}"] for i in range(len(texts))]
     finally:
+        _Worker.release.set()
         proc.terminate()
         proc.wait(timeout=20)
         for sv in servers:
@@ -171,3 +194,25 @@ def test_sglang_router_round_robin_is_ours() -> None:
     name = dict(zip(ours[:3], real[:3], strict=True))  # our replica -> their worker
     assert sorted(name.values()) == [0, 1, 2]
     assert real == [name[q] for q in ours]
+
+
+def test_sglang_router_imbalance_switch_is_ours() -> None:
+    """Requests kept in flight: the router's loads grow. 40 requests of one group and
+    --balance-abs-threshold 8: the group's worker takes them while max - min <= 8, then
+    the system is imbalanced (max > 1.5 x min too) and requests go least-loaded; every
+    real choice must be in our rule's accepted set, and the switch must have happened."""
+    texts, s = _requests(40, 1, 3)
+    real = _route_with_real_router(texts, 3, 0.3, hold=True,
+                                   extra=("--balance-abs-threshold", "8"))
+    n = len(texts)
+    s = replace(s, hold=np.full(n, 1e9))  # none finishes while the others arrive
+    g, sess, n_groups, n_keys = RT.keys_of(s)
+    allowed: list[list[int]] = []
+    par = RT.RouterParams(balance_abs=8.0).array()
+    RT.place_reference(s.arrival, s.hold, s.prompt, s.output, s.hit, g, s.group_tokens,
+                       sess, n_groups, n_keys, 3, RT.SGLANG, 1e12, np.full(3, -1),
+                       np.zeros(0), par, forced=np.array(real), allowed=allowed)
+    wrong = [(i, real[i], allowed[i]) for i in range(n) if real[i] not in allowed[i]]
+    assert not wrong, wrong[:5]
+    counts = np.bincount(real, minlength=3)
+    assert counts.min() > 0 and counts.max() < n  # the imbalance rule spread them
