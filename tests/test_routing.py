@@ -450,3 +450,13 @@ def test_groups_with_blocks_cover_whole_blocks_only() -> None:
                     np.array([2048, 2048]), block)
     assert g[0] == g[1] >= 0
     assert tok.tolist() == [1024, 1024]  # 3 blocks shared; the grid's 1,448 covers 2 whole
+
+
+def test_closed_loop_users_say_they_are_not_placed(capsys: pytest.CaptureFixture[str]
+                                                   ) -> None:
+    from xmemplan.cli.main import run
+
+    assert run(["size", "--ttft-slo", "2s", "--requests", "400", "--users", "8",
+                "--prefix-groups", "4", "--prompt-tokens", "8k"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "closed-loop users are not placed on per-replica caches" in out

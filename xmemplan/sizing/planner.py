@@ -1099,6 +1099,14 @@ def _routing(req: SizeRequest, res: SizeResult, *, compare: bool) -> None:
     default = " (the default)" if name == RT.DEFAULT_ROUTER else ""
     res.answer = res.answer.rstrip() + f" Router: {name}{default}."
     placed = any(o.point is not None and o.point.split is not None for o in res.options)
+    if not placed and req.load.kind == "users" and (
+            req.prefix_groups or req.workload.group is not None):
+        res.reasons.append(
+            "Routing does not change these hits: closed-loop users are not placed on "
+            "per-replica caches (their arrival times come from the simulation itself); "
+            "one LRU curve at the deployment's capacity stands for every replica. Use "
+            "--rate for per-replica caches.")
+        return
     if not placed:
         res.reasons.append(
             "Routing does not change these hits: the workload does not say which requests "
