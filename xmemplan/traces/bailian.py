@@ -67,19 +67,23 @@ def read(path: Path, options: ReadOptions, skips: SkipLog) -> Iterator[RequestBa
     # roots its own tree, a cycle is cut where it is found).
     parent_of = {r[0]: r[1] for r in rows}
     root_of: dict[int, int] = {}
+    # Each chat is walked once (root_of memoizes); the walk's own membership test is a set:
+    # a list made a session written child first quadratic (60,000 turns: 14 s).
     for chat, *_ in rows:
         path_seen = [chat]
+        on_path = {chat}
         node = chat
         while True:
             if node in root_of:
                 root = root_of[node]
                 break
             p = parent_of.get(node, -1)
-            if p == -1 or p not in parent_of or p in path_seen:
+            if p == -1 or p not in parent_of or p in on_path:
                 root = node
                 break
             node = p
             path_seen.append(node)
+            on_path.add(node)
         for c in path_seen:
             root_of[c] = root
 
