@@ -49,6 +49,31 @@ def _ray() -> Any:
     return ray
 
 
+CONNECT_TIMEOUT_S = 10.0  # one TCP connection to the head (Ray's client retries for minutes)
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """UsageError unless a TCP connection to `address`'s host and port ('ray://HOST:PORT',
+    'HOST:PORT') opens within `timeout` seconds: a refused or silent address fails now,
+    instead of ray.init waiting on it. 'auto' and addresses without a port are left to
+    Ray (it finds a local cluster from its own files)."""
+    import socket
+
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise UsageError(
+            f"cannot reach Ray at {address} ({why}, within {timeout:g} s)",
+            "check --ray-address (e.g. auto, or ray://HEAD:10001) and that the cluster is up",
+        ) from None
+
+
 def connect(address: str | None, cpus: int | None) -> bool:
     """Join the cluster at `address` ('auto', 'ray://host:10001', 'host:6379'; None: the
     RAY_ADDRESS variable, else a new local Ray). True if this call started Ray."""
@@ -60,6 +85,8 @@ def connect(address: str | None, cpus: int | None) -> bool:
                               "configure_logging": False}
     if address is None:
         kwargs["num_cpus"] = cpus or None
+    else:
+        check_reachable(address)
     try:
         ray.init(address=address, **kwargs)
     except (ConnectionError, ValueError, RuntimeError) as exc:
