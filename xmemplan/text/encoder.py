@@ -67,7 +67,7 @@ class ChunkEncoder:
         self.bytes_tokenized += len(data)
         tok = self.tokenizer
         ids = np.concatenate(
-            [tok.im_start, tok.encode(head), tok.im_end, self._newline]
+            [tok.im_start, tok.encode_bounded(head), tok.im_end, self._newline]
         ).astype(np.int32)  # ids < 2^31 in every vocabulary: half the memory of int64
         ids.flags.writeable = False
         return self._remember(key, ids)

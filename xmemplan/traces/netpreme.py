@@ -178,7 +178,7 @@ def read_with(
             skips.skip(path, line, "empty prompt", "isl_text")
             continue
         osl = obj.get("osl_text")
-        out = int(enc.tokenizer.encode(osl).shape[0]) if isinstance(osl, str) else None
+        out = int(enc.tokenizer.encode_bounded(osl).shape[0]) if isinstance(osl, str) else None
         rep = engine[turn] if engine is not None and turn < len(engine) else None
         builder.add(
             session, ts, n_tokens, keys, output_tokens=out,
