@@ -21,7 +21,7 @@ import time
 ARGS = ["size", "--gpus", "1", "--tier-capacity", "64GB"]
 
 
-def bench_inprocess(runs: int) -> tuple[list[float], int]:
+def bench_inprocess(runs: int) -> tuple[list[float], list[float], int]:
     from xmemplan.cli.pareto import build
     from xmemplan.defaults import SEED_GPU
     from xmemplan.sizing.pareto import sweep
@@ -29,16 +29,17 @@ def bench_inprocess(runs: int) -> tuple[list[float], int]:
 
     req, said = build(gpus=1, workload=SyntheticWorkload(), rates=None, concurrency=None,
                       model=None, gpu=SEED_GPU, engine="sglang", host_tier="host-dram-pcie5",
-                      xmem_tier="xmem", tier_capacity="64GB", catalog=[], requests=2000,
+                      xmem_tier="xmem", tier_capacity="64GB", catalog=[], requests=4000,
                       seed=0)
     sweep(req, said)  # warm-up
-    out, sims = [], 0
+    out, cpu, sims = [], [], 0
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = sweep(req, said)
         out.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         sims = res.simulations
-    return out, sims
+    return out, cpu, sims
 
 
 def bench_command(runs: int) -> tuple[list[float], list[float]]:
@@ -68,8 +69,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args()
-    t, sims = bench_inprocess(a.runs)
-    print(_line(f"sweep(), 6 loads x 2 options, {sims} simulations", t))
+    t, c, sims = bench_inprocess(a.runs)
+    print(_line(f"sweep(), 6 loads x 2 options, {sims} engine runs, wall", t))
+    print(_line(f"sweep(), 6 loads x 2 options, {sims} engine runs, CPU", c))
     wall, cpu = bench_command(a.runs)
     print(_line("xmemplan " + " ".join(ARGS) + ", wall", wall))
     print(_line("xmemplan " + " ".join(ARGS) + ", CPU", cpu))

@@ -136,7 +136,7 @@ def build(*, gpus: int, workload: SyntheticWorkload, rates: str | None,
          "averaged",
          "AIPerf metrics reference (v0.13.0)"),
         (f"{requests:,} simulated requests per load and option, seed {seed}, first tenth "
-         "left out", "default" if requests == 2000 and seed == 0 else "flag"),
+         "left out", "default" if requests == 4000 and seed == 0 else "flag"),
     ]
     req = SweepRequest(setup=setup, workload=workload, gpus=gpus, rates=qps,
                        concurrencies=tuple(int(c) for c in conc), tier_capacity_bytes=caps,

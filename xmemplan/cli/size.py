@@ -157,7 +157,7 @@ def size(
                    session_turns_mean=session_turns_mean, num_users=num_users),
                model=model, gpu=gpu, engine=engine, host_tier=host_tier, xmem_tier=xmem_tier,
                tier_capacity=tier_capacity, catalog=catalog,
-               requests=2000 if requests == 4000 else requests, seed=seed)
+               requests=requests, seed=seed)
         return
     if ttft_slo is None:
         raise UsageError("--ttft-slo is needed", "give a TTFT target like --ttft-slo 500ms, "

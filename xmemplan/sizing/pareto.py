@@ -63,7 +63,7 @@ class SweepRequest:
     tier_capacity_bytes: dict[str, float] = field(default_factory=dict)
     options: tuple[str, ...] = OPTIONS
     nodes: int = 1
-    requests: int = 2000
+    requests: int = 4000
     seed: int = 0
 
     @property
