@@ -130,6 +130,8 @@ def test_json_and_csv_carry_the_same_points(capsys, monkeypatch):
     assert len(pts) == 12 and {p["option"] for p in pts} == {"host-dram", "xmem"}
     assert all(set(p["itl_ms"]) == {"p50", "p90", "p99"} for p in pts)
     assert any(p["pareto"] for p in pts) and doc["answer"].startswith("X-Mem: ")
+    keeps = doc["keeps_schedule_up_to"]
+    assert keeps["host-dram"] < keeps["xmem"]  # faster loads keep the schedule longer
     # interactivity is 1 / ITL: at the lightest load it is near 1,000 / ITL p50
     light = [p for p in pts if p["load"] == 3.0 and p["option"] == "xmem"][0]
     assert light["interactivity"] == pytest.approx(1e3 / light["itl_ms"]["p50"], rel=0.2)

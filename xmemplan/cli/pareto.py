@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from xmemplan.sizing.pareto import SweepRequest, SweepResult
     from xmemplan.sizing.synthetic import SyntheticWorkload
 
-LATE_NOTE = 0.5  # share of sends that waited for a reply: the load is not kept
 SPREAD_NOTE = 0.03  # interactivity varying more than this over the last re-plans
 
 
@@ -155,7 +154,7 @@ def _pct(v: float | None) -> str:
 
 def report(r: SweepResult, fmt: str) -> None:
     from xmemplan.cli.views import render
-    from xmemplan.sizing.pareto import OPTION_NAMES
+    from xmemplan.sizing.pareto import LATE_SHARE, OPTION_NAMES
 
     cols = ["option", "load_kind", "load", "interactivity_tok_s_user", "throughput_tok_s_gpu",
             "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms",
@@ -193,9 +192,15 @@ def report(r: SweepResult, fmt: str) -> None:
         )
     render.line("(Pareto: no other load of that option has both more tok/s/user and more "
                 "tok/s/GPU)")
+    if r.keeps_schedule_up_to:
+        parts = [f"{OPTION_NAMES.get(o, o)} " + (f"up to QPS {v:g}" if v is not None
+                                                 else "at none of these loads")
+                 for o, v in r.keeps_schedule_up_to.items()]
+        render.line("Users keep their schedule (fewer than half the sends wait for a reply): "
+                    + ", ".join(parts) + ".")
     if kind == "qps":
         for p in r.points:
-            if p.late_share >= LATE_NOTE:
+            if p.late_share >= LATE_SHARE:
                 render.line(f"- {OPTION_NAMES.get(p.option, p.option)} at QPS {p.load:g}: "
                             f"replies outlast the {r_gap(r, p):.2f} s turn gap, so users "
                             f"wait for them ({p.late_share:.0%} of sends): served "

@@ -51,6 +51,7 @@ OPTION_NAMES = {"host-dram": "host DRAM", "xmem": "X-Mem", "hbm-only": "HBM only
 WARMUP_SHARE = 0.1
 MAX_ITERATIONS = 6
 MAX_LOADS = 32
+LATE_SHARE = 0.5  # sends waiting for replies from which users no longer keep the schedule
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,9 @@ class SweepResult:
     engine: str
     assumptions: list[dict[str, str]]
     aiperf_command: str
+    # per option: the highest load at which fewer than half the sends wait for a reply
+    # (the users keep their schedule); None when none does, or for --concurrency loads
+    keeps_schedule_up_to: dict[str, float | None] = field(default_factory=dict)
     num_users: int = 0
     simulations: int = 0
 
@@ -327,11 +331,17 @@ def sweep(req: SweepRequest, assumptions: list[dict[str, str]] | None = None) ->
                   f"{len(loads)} loads, Pareto points marked.")
     from xmemplan.sizing.synthetic import aiperf_command
 
+    keeps: dict[str, float | None] = {}
+    if kind == "qps":
+        for opt in req.options:
+            ok = [p.load for p in points if p.option == opt and p.late_share < LATE_SHARE]
+            keeps[opt] = max(ok) if ok else None
+
     cmd = (aiperf_command(req.workload, rate_rps=loads[-1][1]) if kind == "qps"
            else aiperf_command(req.workload, concurrency=int(loads[-1][1])))
     return SweepResult(
         answer=answer, points=points, gains=g, medium_load=medium, high_load=high,
         workload=req.workload.describe(), model=st.model.name, gpu=st.gpu.name,
         gpus=req.gpus, engine="sglang" if not st.mixed else "vllm",
-        assumptions=assumptions or [], aiperf_command=cmd,
+        assumptions=assumptions or [], aiperf_command=cmd, keeps_schedule_up_to=keeps,
         num_users=req.workload.num_users, simulations=sims)
