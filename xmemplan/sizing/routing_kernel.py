@@ -1,0 +1,230 @@
+"""The placement kernel of `xmemplan.sizing.routing` (numba), kept apart so that importing
+the routers' names and dataclasses does not load numba. The model is routing.py's module
+docstring; `routing.place_reference` is the same in plain Python (the tests' oracle)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from xmemplan.sizing.routing import DYNAMO, LEAST_LOADED, LLMD, ROUND_ROBIN, SESSION, SGLANG
+
+__all__ = ["DYNAMO", "LEAST_LOADED", "LLMD", "ROUND_ROBIN", "SESSION", "SGLANG",
+           "place_kernel"]
+
+
+@njit(cache=True, inline="always")
+def _match(lens, row, g, G, skey, H, prompt):  # noqa: ANN001, ANN202
+    """Tokens of this request a cache row holds (the module's prefix model)."""
+    gpart = 0.0
+    if g >= 0 and G > 0:
+        gl = lens[row, g]
+        gpart = gl if gl < G else G
+    spart = 0.0
+    if g < 0 or G <= 0 or gpart >= G:
+        rest = H - G if g >= 0 else H
+        if rest > 0:
+            sl = lens[row, skey]
+            spart = sl if sl < rest else rest
+    m = gpart + spart
+    return m if m < prompt else prompt
+
+
+@njit(cache=True)
+def _evict(lens, last, lock, used, row, cap, K):  # noqa: ANN001, ANN202
+    """Drop least recently used unlocked objects of `row` until it fits (or none is left)."""
+    while used[row] > cap:
+        best = -1
+        bt = np.inf
+        for k in range(K):
+            if lens[row, k] > 0 and lock[row, k] == 0 and last[row, k] < bt:
+                bt = last[row, k]
+                best = k
+        if best < 0:
+            return
+        used[row] -= lens[row, best]
+        lens[row, best] = 0.0
+
+
+@njit(cache=True, inline="always")
+def _put(lens, last, used, row, k, length, tick):  # noqa: ANN001, ANN202
+    if length > lens[row, k]:
+        used[row] += length - lens[row, k]
+        lens[row, k] = length
+    last[row, k] = tick
+
+
+@njit(cache=True)
+def _hpush(ht, hi, n, t, i):  # noqa: ANN001, ANN202
+    k = n
+    ht[k] = t
+    hi[k] = i
+    while k > 0:
+        p = (k - 1) >> 1
+        if ht[p] < ht[k] or (ht[p] == ht[k] and hi[p] < hi[k]):
+            break
+        ht[p], ht[k] = ht[k], ht[p]
+        hi[p], hi[k] = hi[k], hi[p]
+        k = p
+    return n + 1
+
+
+@njit(cache=True)
+def _hpop(ht, hi, n):  # noqa: ANN001, ANN202
+    n -= 1
+    ht[0] = ht[n]
+    hi[0] = hi[n]
+    k = 0
+    while True:
+        a = 2 * k + 1
+        if a >= n:
+            break
+        c = a
+        if a + 1 < n and (ht[a + 1] < ht[a] or (ht[a + 1] == ht[a] and hi[a + 1] < hi[a])):
+            c = a + 1
+        if ht[k] < ht[c] or (ht[k] == ht[c] and hi[k] < hi[c]):
+            break
+        ht[k], ht[c] = ht[c], ht[k]
+        hi[k], hi[c] = hi[c], hi[k]
+        k = c
+    return n
+
+
+@njit(cache=True)
+def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # noqa: ANN001, ANN201, PLR0913, PLR0912, PLR0915
+                 n_groups, n_keys, replicas, router, hbm_tokens, tier_of, tier_tokens,
+                 par):
+    """See the module docstring. Requests in arrival order; session >= 0 for every request
+    (a request of its own has a session of its own); key of group g = g, of session s =
+    n_groups + s. Returns (replica, hit_hbm, hit_tier)."""
+    n = arrival.shape[0]
+    R = replicas
+    K = n_keys
+    T = tier_tokens.shape[0]
+    hl = np.zeros((R, K))
+    hlast = np.zeros((R, K))
+    hlock = np.zeros((R, K), np.int64)
+    hused = np.zeros(R)
+    tl = np.zeros((max(T, 1), K))
+    tlast = np.zeros((max(T, 1), K))
+    tlock = np.zeros((max(T, 1), K), np.int64)  # never locked: a tier keeps nothing running
+    tused = np.zeros(max(T, 1))
+    tree = router in (SGLANG, LLMD)  # the router's own view of what it sent where
+    view = np.zeros((R, K)) if tree else np.zeros((1, 1))
+    out_n = np.zeros(R)
+    out_tok = np.zeros(R)
+    sess_rep = np.full(max(K - n_groups, 1), -1, np.int64)
+    ht = np.empty(n + 1)
+    hi = np.empty(n + 1, np.int64)
+    nh = 0
+    rep = np.empty(n, np.int64)
+    h_hbm = np.zeros(n)
+    h_tier = np.zeros(n)
+    score = np.zeros(R)
+    cache_thr, b_abs, b_rel = par[0], par[1], par[2]
+    w_pre, w_q, cap_tok, w_ov, blk = par[3], par[4], par[5], par[6], par[7]
+    for i in range(n):
+        t = arrival[i]
+        while nh > 0 and ht[0] <= t:
+            j = hi[0]
+            nh = _hpop(ht, hi, nh)
+            r = rep[j]
+            out_n[r] -= 1.0
+            out_tok[r] -= prompt[j] + output[j]
+            if group[j] >= 0 and gtok[j] > 0:
+                hlock[r, group[j]] -= 1
+            hlock[r, n_groups + session[j]] -= 1
+        g = group[i]
+        G = gtok[i] if g >= 0 else 0.0
+        s = session[i]
+        skey = n_groups + s
+        S = prompt[i]
+        H = hit[i]
+        # least-loaded replica (lowest index on ties)
+        ll = 0
+        for q in range(1, R):
+            if out_n[q] < out_n[ll]:
+                ll = q
+        if router == ROUND_ROBIN:
+            r = i % R
+        elif router == LEAST_LOADED:
+            r = ll
+        elif router == SESSION:
+            r = sess_rep[s]
+            if r < 0:
+                r = ll
+                sess_rep[s] = r
+        elif router == SGLANG:
+            mx = out_n.max()
+            mn = out_n.min()
+            if mx - mn > b_abs and mx > b_rel * mn:
+                r = ll
+            else:
+                best = 0
+                bm = -1.0
+                for q in range(R):
+                    m = _match(view, q, g, G, skey, H, S)
+                    if m > bm:
+                        bm = m
+                        best = q
+                rate = bm / S if S > 0 else 0.0
+                r = best if rate > cache_thr else ll
+        elif router == LLMD:
+            mx = out_n.max()
+            mn = out_n.min()
+            total = min(S, cap_tok)
+            r = 0
+            bs = -np.inf
+            for q in range(R):
+                m = _match(view, q, g, G, skey, H, S)
+                if m > cap_tok:
+                    m = cap_tok
+                pre = m / total if total > 0 else 0.0
+                qs = 1.0 if mx == mn else (mx - out_n[q]) / (mx - mn)
+                score[q] = w_pre * pre + w_q * qs
+                if score[q] > bs:
+                    bs = score[q]
+                    r = q
+        else:  # DYNAMO
+            r = 0
+            bc = np.inf
+            for q in range(R):
+                m = _match(hl, q, g, G, skey, H, S)
+                cost = w_ov * (S - m) / blk + out_tok[q] / blk
+                if cost < bc:
+                    bc = cost
+                    r = q
+        rep[i] = r
+        own = _match(hl, r, g, G, skey, H, S)
+        h_hbm[i] = own
+        ti = tier_of[r] if T > 0 else -1
+        if ti >= 0:
+            th = _match(tl, ti, g, G, skey, H, S)
+            h_tier[i] = th - own if th > own else 0.0
+        # the request's KV: group prefix and its session's context, written where it ran
+        tail = S + output[i] - G
+        if tail < 0.0:
+            tail = 0.0
+        tick = i + 1.0
+        if g >= 0 and G > 0:
+            _put(hl, hlast, hused, r, g, G, tick)
+            hlock[r, g] += 1
+        _put(hl, hlast, hused, r, skey, tail, tick)
+        hlock[r, skey] += 1
+        _evict(hl, hlast, hlock, hused, r, hbm_tokens, K)
+        if ti >= 0:
+            if g >= 0 and G > 0:
+                _put(tl, tlast, tused, ti, g, G, tick)
+            _put(tl, tlast, tused, ti, skey, tail, tick)
+            _evict(tl, tlast, tlock, tused, ti, tier_tokens[ti], K)
+        if tree:
+            if g >= 0 and G > 0 and view[r, g] < G:
+                view[r, g] = G
+            if view[r, skey] < tail:
+                view[r, skey] = tail
+        out_n[r] += 1.0
+        out_tok[r] += S + output[i]
+        nh = _hpush(ht, hi, nh, t + hold[i], i)
+    return rep, h_hbm, h_tier
+
+
