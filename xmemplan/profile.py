@@ -141,11 +141,12 @@ MAX_TOKENS = 1e12  # a working set or capacity beyond this is a broken file
 # Physical bounds, the same as the flags' (xmemplan.units): one prompt or one reply, the
 # arrival rate of a whole deployment, a trace's time span.
 MAX_PROMPT = float(MAX_PROMPT_TOKENS)
+MAX_SPAN_S = MAX_DURATION_S * 100  # sampled timestamps: a century (writer and reader)
 _SAMPLE_MAX = {"requests_sample.prompt_tokens": MAX_PROMPT,
                "requests_sample.hit_tokens": MAX_PROMPT,
                "requests_sample.output_tokens": MAX_PROMPT,
                "requests_sample.prefix_group_tokens": MAX_PROMPT,
-               "requests_sample.timestamp_s": MAX_DURATION_S * 100}
+               "requests_sample.timestamp_s": MAX_SPAN_S}
 
 
 def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
@@ -370,7 +371,9 @@ def build_profile(result: HitrateResult, paths: Sequence[Path | str]) -> dict[st
             sample["prefix_group_tokens"] = np.where(g < 0, 0, gtok[take]).tolist()
     ts = r.column(S.TIMESTAMP_S)[take]
     rel = ts - ts.min() if ts.size and np.all(np.isfinite(ts)) else None
-    if rel is not None and np.all(np.isfinite(rel)):  # 1e308 - (-1e308) is not: none then
+    # What the reader accepts, and no more: 1e308 - (-1e308) is not finite, a span of 1e305 s
+    # is not a trace's; either is left out (size then draws Poisson arrivals, and says so).
+    if rel is not None and np.all(np.isfinite(rel)) and float(rel.max()) <= MAX_SPAN_S:
         sample["timestamp_s"] = rel.tolist()
     out_tokens = r.column(S.OUTPUT_TOKENS)[take]
     if out_tokens.size and np.all(out_tokens >= 0):
