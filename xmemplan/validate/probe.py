@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from xmemplan.errors import CheckFailedError
+from xmemplan.errors import NotAvailableError
 from xmemplan.validate.pages import Pattern, host_pool, page_view
 
 
@@ -55,7 +55,10 @@ class Calibrator:
         for p in range(pages):
             pattern.fill(10_000 + p, page_view(self.pool, p))
         if not all(self.backend.batch_set_v1(self.keys, self.idx)):
-            raise CheckFailedError("calibration write failed")
+            # Nothing was measured yet: not a failed check (5), a tier this run cannot use.
+            raise NotAvailableError(
+                f"the tier did not take the {pages} calibration pages (full or failing): "
+                "nothing was measured", "check --device/--backend, or lower --page-tokens")
         self.backend.batch_get_v1(self.keys, self.idx)  # warm up
         self.samples: list[float] = []
 
@@ -70,7 +73,9 @@ class Calibrator:
             ok = self.backend.batch_get_v1(self.keys, self.idx)
             times.append(time.perf_counter() - t0)
             if not all(ok):
-                raise CheckFailedError("calibration read failed")
+                raise NotAvailableError(
+                    "the tier did not return the calibration pages: nothing was measured",
+                    "check --device/--backend")
         bw = self.pool.page_bytes * self.pages / min(times)
         self.samples.append(bw)
         return bw
