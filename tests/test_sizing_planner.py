@@ -244,7 +244,7 @@ def test_goodput_at_the_search_ceiling_is_a_lower_bound(monkeypatch) -> None:  #
     limit = [float("inf")]
 
     def fake_run(option, gpus, nodes=0, scale=1.0, instant_loads=False, slo_ms=None,  # type: ignore[no-untyped-def]
-                 extend=True):
+                 extend=True, reps_min=None):
         return SimpleNamespace(overloaded=False, slo_value_ms=400 if scale <= limit[0] else 600)
 
     monkeypatch.setattr(p, "run", fake_run)

@@ -69,6 +69,7 @@ WARMUP_SHARE = 0.1  # the first tenth of requests (by arrival) is left out of pe
 MIN_REQUESTS_PER_REPLICA = 20  # fewer: a run too short for a steady-state percentile
 REPS_MIN = 2  # replications of every simulated configuration
 REPS_MAX = 10  # at most, while the interval straddles the SLO
+FAIL_SCREEN = 2.0  # a first replication this far over the SLO fails alone
 EXTEND_BUDGET_S = 1.5  # wall time per plan for replications past REPS_MIN
 SCAN_MAX = 16  # GPU counts tried one by one from the lower bound before doubling
 # Student's t, 97.5th percentile, by degrees of freedom (1..30); 1.96 past 30
@@ -606,21 +607,33 @@ class Planner:
 
     def run(self, option: str, gpus: int, nodes: int = 0, scale: float = 1.0,
             instant_loads: bool = False, slo_ms: float | None = None,
-            extend: bool = True) -> Point:
-        """The configuration over its replications: REPS_MIN, and more (up to REPS_MAX,
-        while the plan's budget lasts) while its interval straddles `slo_ms` (the
-        request's SLO by default) when `extend`."""
+            extend: bool = True, reps_min: int | None = None) -> Point:
+        """The configuration over its replications: REPS_MIN (`reps_min`: fewer for a
+        figure that decides nothing, the goodput and the load curve), and more (up to
+        REPS_MAX, while the plan's budget lasts) while its interval straddles `slo_ms`
+        (the request's SLO by default) when `extend`. A first replication more than
+        FAIL_SCREEN x the SLO fails without a second (far from deciding)."""
         key = (option + ("!" if instant_loads else ""), gpus, nodes, scale)
         reps = self.cache.setdefault(key, [])
         req = self.req
-        while len(reps) < req.reps_min:
-            reps.append(self._rep(option, gpus, nodes, scale, instant_loads, len(reps)))
         slo = req.slo_s * 1e3 if slo_ms is None else slo_ms
+        want = req.reps_min if reps_min is None else max(1, reps_min)
+        if not reps:
+            reps.append(self._rep(option, gpus, nodes, scale, instant_loads, 0))
+        first = reps[0]
+        if first.value > FAIL_SCREEN * slo:
+            want = 1
+        while len(reps) < want:
+            reps.append(self._rep(option, gpus, nodes, scale, instant_loads, len(reps)))
         got = self._agg.get(key)
         pt = got[1] if got is not None and got[0] == len(reps) else \
             self._aggregate(option, gpus, nodes, scale, reps)
+        self._agg[key] = (len(reps), pt)
+        if len(reps) == 1 and first.value > FAIL_SCREEN * slo:
+            # screened: one replication this far over fails at any spread
+            return replace(pt, ci_ms=(FAIL_SCREEN * slo, math.inf))
         while (extend and len(reps) < req.reps_max and pt.verdict(slo) == "marginal"
-               and self.budget.left()):
+               and self.budget.left() and want > 1):
             reps.append(self._rep(option, gpus, nodes, scale, instant_loads, len(reps)))
             pt = self._aggregate(option, gpus, nodes, scale, reps)
         self._agg[key] = (len(reps), pt)
@@ -913,7 +926,7 @@ class Planner:
         slo_ms = self.req.slo_s * 1e3
 
         def ok(s: float) -> bool:
-            p = self.run(option, gpus, nodes, scale=s, extend=False)
+            p = self.run(option, gpus, nodes, scale=s, extend=False, reps_min=1)
             return not p.overloaded and p.slo_value_ms <= slo_ms
 
         lo, hi = 0.0, 1.0
@@ -1496,7 +1509,7 @@ def _load_curve(p: Planner, options: list[OptionResult]) -> dict[str, Any]:
     out: dict[str, Any] = {"gpus": g, "load_rps": [s * base for s in LOAD_SCALES]}
     nodes = next((o.nodes for o in options if o.option == "xmem"), None) or 1
     for o in OPTIONS:
-        pts = [p.run(o, g, nodes if o == "xmem" else 0, scale=s, extend=False)
+        pts = [p.run(o, g, nodes if o == "xmem" else 0, scale=s, extend=False, reps_min=1)
                for s in LOAD_SCALES]
         out[o] = [pt.slo_value_ms for pt in pts]
         out[o + "_overloaded"] = [pt.overloaded for pt in pts]
