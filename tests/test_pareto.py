@@ -239,8 +239,9 @@ def test_synthetic_export_replays_against_the_live_server(tmp_path):
     from xmemplan.export.synthetic import export_synthetic
     from xmemplan.validate.aiperf import AiperfOptions, judge
 
-    small = SyntheticWorkload(user_context_prompt_length=2000, num_users=2,
-                              session_turns_mean=3)
+    # the post's lengths (TTFT 75-455 ms, well above HTTP and a loaded machine's jitter),
+    # two users of three turns
+    small = SyntheticWorkload(num_users=2, session_turns_mean=3)
     trace = tmp_path / "syn.jsonl"
     export_synthetic(small, trace, rate_rps=2.0, requests=6, block_tokens=64)
     rows = [json.loads(x) for x in trace.read_text().splitlines()]
