@@ -282,16 +282,21 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
-def format_count(n: float) -> str:
-    """12345678 -> '12.3M' (powers of 1000)."""
+def format_count(n: float | None) -> str:
+    """12345678 -> '12.3M' (powers of 1000); '-' for a figure that is not known (None,
+    NaN: a working set of a trace whose timestamps are all equal)."""
+    if n is None or n != n:
+        return "-"
     for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= div:
             return f"{n / div:.3g}{suffix}"
     return f"{n:g}"
 
 
-def format_bytes(n: float) -> str:
-    """1.5e12 -> '1.5 TB' (powers of 1000)."""
+def format_bytes(n: float | None) -> str:
+    """1.5e12 -> '1.5 TB' (powers of 1000); '-' when not known."""
+    if n is None or n != n:
+        return "-"
     for div, unit in ((1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
         if abs(n) >= div:
             return f"{n / div:.3g} {unit}"

@@ -217,3 +217,24 @@ def test_odd_names_and_ids_never_reach_the_terminal_raw(cli, tmp_path_factory, n
         r = cli(*args)
         assert_clean(r, codes={ExitCode.OK, ExitCode.INPUT}, before=before, inputs=[d])
         _no_raw_controls(r.out + r.err)
+
+
+@settings(max_examples=examples(8), **SETTINGS)
+@given(n=st.integers(1, 30), ts=st.sampled_from([0.0, 5.0, 1.7e9, -3.0, 1e300]),
+       sessions=st.integers(1, 4))
+def test_equal_timestamps_with_capacity_and_profile(cli, tmp_path_factory, n, ts,
+                                                    sessions) -> None:
+    d = tmp_path_factory.mktemp("eq")
+    rows = [{"session_id": f"s{i % sessions}", "timestamp": ts,
+             "input_ids": list(range(8 * (i + 1))), "output_tokens": 3} for i in range(n)]
+    (d / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path_factory.mktemp("o")
+    before = digest([d])
+    r = cli("hitrate", d / "t.jsonl", "--capacity", "1M", "--idle", "5m", "--profile-out",
+            out / "p.json")
+    assert_clean(r, codes={ExitCode.OK}, before=before, inputs=[d])
+    r = cli("size", "--ttft-slo", "2s", "--workload", out / "p.json", "--requests", "200",
+            "--max-gpus", "16")
+    assert_clean(r, codes={ExitCode.OK, ExitCode.USAGE, ExitCode.INPUT})
+    assert r.code == ExitCode.OK, r.err  # what hitrate writes, size reads
+    _no_temps(out)
