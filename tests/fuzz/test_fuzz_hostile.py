@@ -221,17 +221,17 @@ def test_odd_names_and_ids_never_reach_the_terminal_raw(cli, tmp_path_factory, n
 
 @settings(max_examples=examples(8), **SETTINGS)
 @given(n=st.integers(1, 30), ts=st.sampled_from([0.0, 5.0, 1.7e9, -3.0, 1e300]),
-       sessions=st.integers(1, 4))
+       sessions=st.integers(1, 4), idle=st.booleans())
 def test_equal_timestamps_with_capacity_and_profile(cli, tmp_path_factory, n, ts,
-                                                    sessions) -> None:
+                                                    sessions, idle) -> None:
     d = tmp_path_factory.mktemp("eq")
     rows = [{"session_id": f"s{i % sessions}", "timestamp": ts,
              "input_ids": list(range(8 * (i + 1))), "output_tokens": 3} for i in range(n)]
     (d / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path_factory.mktemp("o")
     before = digest([d])
-    r = cli("hitrate", d / "t.jsonl", "--capacity", "1M", "--idle", "5m", "--profile-out",
-            out / "p.json")
+    r = cli("hitrate", d / "t.jsonl", "--capacity", "1M", *(["--idle", "5m"] if idle else []),
+            "--profile-out", out / "p.json")
     assert_clean(r, codes={ExitCode.OK}, before=before, inputs=[d])
     r = cli("size", "--ttft-slo", "2s", "--workload", out / "p.json", "--requests", "200",
             "--max-gpus", "16")
