@@ -71,12 +71,12 @@ def first_parting(ours: list[dict], theirs: list[dict]) -> str:
 # the list): they run and report, as expected failures, so that the step stays green while
 # issue 19 works on them; one that starts agreeing shows as XPASS.
 KNOWN = {
-    1: "step 55, scheduled: a chunked prefill of 13 tokens where vLLM schedules 9",
-    2: "step 22, scheduled: chunk sizes of two prefills differ (6/9 vs vLLM 2/13)",
-    3: "step 31, scheduled: a waiting request admitted that vLLM does not admit",
-    4: "step 83, scheduled: a chunked prefill of 8 tokens where vLLM schedules 4",
-    5: "step 23, scheduled: a waiting request admitted that vLLM does not admit",
-    6: "step 14, scheduled: a chunked prefill of 13 tokens where vLLM schedules 9",
+    1: "step 55: g1-12 re-admitted after preemption hits 44 in vLLM, 40 in xmemplan",
+    2: "step 22: g2-4 re-admitted hits 20 in vLLM, 16 in xmemplan; the budget moves",
+    3: "step 31: xmemplan admits g3-5, vLLM does not (scheduler_reserve_full_isl)",
+    4: "step 83: g4-18 re-admitted after preemption hits 12 in vLLM, 8 in xmemplan",
+    5: "step 23: xmemplan admits g5-7 with a first chunk; vLLM needs its whole prompt to fit",
+    6: "step 14: a re-admitted prefill of 13 tokens where vLLM schedules 9",
 }
 SCENARIOS = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
     (1, 64, 64, 8, 50.0, True),     # light load
@@ -128,7 +128,8 @@ def trace_scenario(limit: int) -> dict:
     return sc
 
 
-@pytest.mark.xfail(reason="parts at step 10: the chunk of a long prefill (xmemplan 1599 tokens)",
+@pytest.mark.xfail(reason="step 10: xmemplan admits m4 (446 tokens) beside m3's 1,599-token "
+                          "chunk; vLLM admits a waiting request only when its prompt fits",
                    strict=False)
 def test_matches_vllm_on_a_trace_slice(vllm_engine: None) -> None:
     replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
