@@ -102,6 +102,7 @@ def engine_replay(
     resets = resets.copy()
     resets[0] = True
     starts = np.flatnonzero(resets)
+    universes = len(starts)  # caches replayed per capacity: epochs never repeat across calls
     need = (kv + page - 1) // page
     most = int(max(need.max(), 1))
     per_universe_requests = int(np.diff(np.append(starts, n)).max())
@@ -111,12 +112,13 @@ def engine_replay(
         blocks_used = int(np.add.reduceat(need, starts).max())
         n_ids = max(1, canon.shape[0])
         pg = np.empty((n_ids, 4), dtype=np.int64)
+        pg[:, 2] = -1
         for j, c in enumerate(caps):
             n_blocks = int(c) // page
             b = max(1, min(n_blocks, blocks_used))
-            pg[:, 2] = -1
             ek.vllm_replay(
-                canon, offsets, resets, prompt, kv, page, n_blocks, inflight, out_h, out_r,
+                canon, offsets, resets, prompt, kv, page, n_blocks, inflight,
+                j * universes, out_h, out_r,
                 np.empty((b + 3, 8), dtype=np.int64), pg,
                 np.empty((inflight, most), dtype=np.int64), np.zeros(inflight, np.int64),
                 np.zeros(inflight, np.int64), np.empty(most, dtype=np.int64),
@@ -129,11 +131,11 @@ def engine_replay(
         heap = 12 * per_universe_requests + nodes + 16
         nd = np.empty((nodes, 8), dtype=np.int64)
         tb = np.empty((table, 4), dtype=np.int64)
+        tb[:, 3] = -1
         for j, c in enumerate(caps):
-            tb[:, 3] = -1
             ek.sglang_replay(
-                canon, offsets, resets, prompt, kv, page, int(c) // page, inflight, out_h,
-                out_r, nd, tb,
+                canon, offsets, resets, prompt, kv, page, int(c) // page, inflight,
+                j * universes, out_h, out_r, nd, tb,
                 np.empty(heap, dtype=np.int64), np.empty(heap, dtype=np.int64),
                 np.zeros(inflight, np.int64), np.zeros(inflight, np.int64),
                 np.zeros(inflight, np.int64), np.empty(most + 3, dtype=np.int64),

@@ -157,6 +157,7 @@ def vllm_replay(
     page: int,
     n_blocks: int,  # blocks of the pool (capacity // page)
     inflight: int,
+    epoch0: int,  # first epoch (pg rows stamped below it are empty: no clearing per call)
     out_hit: np.ndarray,  # int64, n: hit tokens
     out_rejected: np.ndarray,  # bool, n
     blk: np.ndarray,  # int64, (B + 3) x 8 (B = the most blocks ever used; 3 sentinel rows)
@@ -172,7 +173,7 @@ def vllm_replay(
     head = cap_b  # sentinels: head, tail, and FRESH (the blocks never used yet, as one run)
     tail = cap_b + 1
     fresh_node = cap_b + 2
-    epoch = np.int64(-1)
+    epoch = np.int64(epoch0 - 1)
     fresh = np.int64(0)  # blocks never used, still in the FRESH run
     next_id = np.int64(0)
     nfree = np.int64(0)
@@ -560,6 +561,7 @@ def sglang_replay(
     page: int,
     n_pages: int,  # pages of the pool (capacity // page)
     inflight: int,
+    epoch0: int,  # first epoch (tb rows stamped below it are empty: no clearing per call)
     out_hit: np.ndarray,  # int64, n
     out_rejected: np.ndarray,  # bool, n
     nd: np.ndarray,  # int64, nodes x 8 (>= 1 + 8 x requests of one universe): ES edge start,
@@ -575,7 +577,7 @@ def sglang_replay(
     path: np.ndarray,  # int64, scratch: 3 + pages of the longest KV
 ) -> None:
     mask = np.int64(tb.shape[0] - 1)
-    epoch = np.int64(-1)
+    epoch = np.int64(epoch0 - 1)
     clock = np.int64(1)
     n_nodes = np.int64(1)
     free_pages = np.int64(0)
