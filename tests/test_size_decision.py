@@ -271,3 +271,23 @@ def test_gpus_and_engines_compared_in_one_table(capsys: pytest.CaptureFixture[st
     assert d["answer"].startswith(f"Cheapest of 4 GPU x engine combinations: {rows[0]['gpu']} "
                                   f"with {rows[0]['engine']}: ")
     assert run(["size", "--ttft-slo", "500ms", "--gpu", "h100-sxm,h100-sxm"]) == 2
+
+
+def test_requests_alone_bound_the_percentile_from_below() -> None:
+    """The floor that lets a search stop without simulating (requests alone, loads free,
+    the most hits) is at or under the simulated percentile (instant loads, many GPUs: no
+    queue), and an option it rules out is not simulated at all (HBM only in the seed
+    scenario: no hit is credited to HBM, every 64Ki-token prompt computed whole)."""
+    from dataclasses import replace
+
+    from xmemplan.sizing import model as M
+
+    req, _ = build_request(ttft_slo="500ms", requests=500)
+    for tp in (1, 4):
+        p = P.Planner(replace(req, shape=M.Shape(tp=tp, ep=tp)))
+        b = p.alone_bound_ms("host-dram", 64)
+        sim = p.run("host-dram", 64, 0, instant_loads=True, extend=False).slo_value_ms
+        assert b <= sim * 1.001, (tp, b, sim)
+    p = P.Planner(req)
+    assert p.fewest_gpus("hbm-only") is None and p.sims == 0
+    assert p.search_of("hbm-only")[0].startswith("none: even alone")

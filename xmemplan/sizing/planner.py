@@ -12,7 +12,7 @@ answer is the cheapest compliant combination (`Prices`, else GPUs then nodes).
   replication k is the same traffic for every option, shape and GPU count (common random
   numbers). The percentile's 95 % confidence interval is Student's t over the
   replications' percentiles; while it straddles the SLO, replications are added (up to
-  REPS_MAX, within EXTEND_BUDGET_S of wall time per plan). A count complies when the
+  REPS_MAX, within EXTEND_RUNS extra runs per plan). A count complies when the
   interval's upper end is within the SLO; "marginal" when it straddles it.
 - The GPU search cannot miss: from a lower bound that capacity gives (below it the
   requests' compute alone is more than the GPUs have: `gpu_lower_bound`), every count is
@@ -38,7 +38,6 @@ answer is the cheapest compliant combination (`Prices`, else GPUs then nodes).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -70,7 +69,8 @@ MIN_REQUESTS_PER_REPLICA = 20  # fewer: a run too short for a steady-state perce
 REPS_MIN = 2  # replications of every simulated configuration
 REPS_MAX = 10  # at most, while the interval straddles the SLO
 FAIL_SCREEN = 2.0  # a first replication this far over the SLO fails alone
-EXTEND_BUDGET_S = 1.5  # wall time per plan for replications past REPS_MIN
+ALONE_MARGIN = 1.25  # no count is searched when requests alone are this far over the SLO
+EXTEND_RUNS = 60  # replications past REPS_MIN per plan (about 0.5 s of simulation)
 SCAN_MAX = 16  # GPU counts tried one by one from the lower bound before doubling
 # Student's t, 97.5th percentile, by degrees of freedom (1..30); 1.96 past 30
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201,
@@ -145,7 +145,7 @@ class SizeRequest:
     inputs: tuple[str, ...] = ()  # files the request was built from (provenance)
     reps_min: int = REPS_MIN
     reps_max: int = REPS_MAX
-    extend_budget_s: float = EXTEND_BUDGET_S
+    extend_runs: int = EXTEND_RUNS
 
     @property
     def setup(self) -> Setup:
@@ -327,13 +327,17 @@ class SizeResult:
 
 
 class Budget:
-    """Wall time left for replications past the minimum, shared by one plan's planners."""
+    """Replications past the minimum left to one plan's planners: a count of runs, not
+    wall time, so that the same command gives the same answer on a busy machine."""
 
-    def __init__(self, seconds: float) -> None:
-        self.until = time.perf_counter() + seconds
+    def __init__(self, runs: int) -> None:
+        self.runs = runs
 
     def left(self) -> bool:
-        return time.perf_counter() < self.until
+        return self.runs > 0
+
+    def spend(self) -> None:
+        self.runs -= 1
 
 
 @dataclass
@@ -379,8 +383,9 @@ class Planner:
         self._draws: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
         self.cache: dict[tuple[str, int, int, float], list[_Rep]] = {}
         self._agg: dict[tuple[str, int, int, float], tuple[int, Point]] = {}
+        self._alone: dict[tuple[str, str, bool], float] = {}
         self.sims = 0
-        self.budget = budget or Budget(req.extend_budget_s)
+        self.budget = budget or Budget(req.extend_runs)
         self.searches: dict[tuple[str, int, float, bool], tuple[str, Point | None]] = {}
         # the deployment's load over the trace's: scales the trace's working set and curve
         self.load_factor = 1.0
@@ -634,6 +639,7 @@ class Planner:
             return replace(pt, ci_ms=(FAIL_SCREEN * slo, math.inf))
         while (extend and len(reps) < req.reps_max and pt.verdict(slo) == "marginal"
                and self.budget.left() and want > 1):
+            self.budget.spend()
             reps.append(self._rep(option, gpus, nodes, scale, instant_loads, len(reps)))
             pt = self._aggregate(option, gpus, nodes, scale, reps)
         self._agg[key] = (len(reps), pt)
@@ -815,6 +821,12 @@ class Planner:
                                                         upper // step * step)
         skey = (option + ("!" if instant_loads else ""), nodes, slo_ms, upper is None)
         lo = self.gpu_lower_bound()
+        alone = self.alone_bound_ms(option, nodes, instant_loads)
+        if alone > ALONE_MARGIN * slo_ms:
+            self.searches[skey] = (
+                f"none: even alone (no queue, loads free, every hit the largest deployment "
+                f"keeps) the {self.req.slo_percentile:g}th percentile is {alone:,.0f} ms", None)
+            return None
         if top < step or lo > top:
             self.searches[skey] = (f"not searched: fewer than {lo:,} GPUs cannot carry the "
                                    "load" if lo > top else "not searched", None)
@@ -872,6 +884,29 @@ class Planner:
             marginal = None
         self.searches[skey] = (how, marginal)
         return hi
+
+    def alone_bound_ms(self, option: str, nodes: int, instant_loads: bool = False) -> float:
+        """A floor under the SLO percentile at any GPU count: each request of the SLO's set
+        alone on its replica (no queue, no batch), its load free, with the hits of the
+        largest deployment searched (`--max-gpus`, --max-nodes nodes; all of them when
+        a request may keep any): the model's single-request TTFT (`model.ttft`, which the
+        simulator reproduces for one request alone: tests/test_sim.py)."""
+        req, w = self.req, self.req.workload
+        key = ("alone", option, instant_loads)
+        if key not in self._alone:
+            h, _ = self.hit_split(option, self.top_gpus(), req.max_nodes)
+            prompt = np.asarray(w.prompt_tokens, np.float64)
+            hits = np.minimum(prompt, w.hit_tokens) if h > 0 else np.zeros(len(prompt))
+            warm = np.minimum(prompt, w.hit_tokens) * 2 >= prompt
+            sel = warm if req.slo_on == "warm" and warm.any() else np.ones(len(prompt), bool)
+            b = M.ttft(req.model, req.gpu, req.xmem, prompt[sel], hits[sel],
+                       overlap=req.overlap, transfer=req.transfer,
+                       calibration=req.calibration, shape=req.shape,
+                       attention_dtype=req.attention_dtype, bandwidth_bytes_per_s=1e30)
+            single = np.asarray(b.single_s, np.float64) * 1e3
+            self._alone[key] = float(np.percentile(single, req.slo_percentile)) \
+                if single.size else 0.0
+        return self._alone[key]
 
     def search_of(self, option: str, nodes: int = 0, slo_s: float | None = None,
                   upper: bool = False) -> tuple[str, Point | None]:
@@ -1167,7 +1202,7 @@ def _routing(req: SizeRequest, res: SizeResult, *, compare: bool) -> None:
 def _plan_shapes(req: SizeRequest, *, with_table: bool, with_curve: bool
                  ) -> tuple[SizeResult, SizeRequest]:
     """The result at the cheapest shape, and that shape's request."""
-    budget = Budget(req.extend_budget_s)
+    budget = Budget(req.extend_runs)
     runs: list[tuple[M.Shape, _ShapeRun | None]] = []
     best: tuple[tuple[float, ...], int, OptionResult] | None = None
     for shape in _shapes(req):
