@@ -255,6 +255,18 @@ def _fixed_hit(RI, i, hbm):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
+def _full_fits(P, RI, keys, r, i, nhit, bs):  # noqa: ANN001, ANN202
+    """vLLM 0.33 `scheduler_reserve_full_isl` (default True): a waiting request is
+    admitted only if blocks for its whole sequence so far fit, not only its first chunk
+    (KVCacheManager.allocate_slots, full_sequence_must_fit)."""
+    if RI[i, R_COMP] > 0:
+        return True  # loaded already (its blocks were checked when its load started)
+    need = _cdiv(ntokens(RI, i), bs) - RI[i, R_HELD] - nhit
+    ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
+    return need + ev <= P[1][r, 2]
+
+
+@njit(cache=True, inline="always")
 def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001, ANN201, C901
     """One vLLM step on replica r (module doc). Sets R_STOK of the scheduled requests;
     requests that start a tier load are listed in loads[0:nl]. Returns (tokens,
@@ -324,6 +336,8 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
                 ext = 0
             ext = ext // ebs * ebs
             RI[i, R_EXT] = ext
+        if not _full_fits(P, RI, keys, r, i, nhit, bs):
+            break
         if ext > 0:
             if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, caching):
                 break

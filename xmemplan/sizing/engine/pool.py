@@ -9,6 +9,8 @@ granularity keeps the same order, see docs/size.md "The simulator"):
   A request frees its blocks in reverse order (its last block first), so the tail of a
   prefix goes before its head (vLLM `KVCacheManager.free`; SGLang evicts radix leaves by
   last access, which is the same order for chains);
+- a freed block with no key (partial: nothing can hit it) goes to the queue's front,
+  reused first (vLLM `BlockPool.free_blocks`);
 - a free block keeps its key, so a later request that asks for it gets a hit, until an
   allocation takes it from the head of the queue (the key is then dropped: eviction);
 - blocks never used yet are only counted (they come first in vLLM's initial queue);
@@ -28,7 +30,7 @@ NONE = -1
 OFF = -2  # a block not in the free queue (held by a request)
 # B[b, .] per block; Q[r, .] per replica; H[s, .] per map slot
 B_KEY, B_REF, B_PREV, B_NEXT = range(4)
-Q_HEAD, Q_TAIL, Q_NFREE, Q_VIRGIN = range(4)
+Q_HEAD, Q_TAIL, Q_NFREE, Q_VIRGIN, Q_NFRONT = range(5)
 H_KEY, H_REP, H_BLK = range(3)
 # (numba passes every array argument with a reference count: the pool is three 2-D arrays
 # and a counter, and the per-block loops below are written out, not calls, to stay cheap)
@@ -55,12 +57,13 @@ def pool_new(R: int, nb: int, arena: int, mapped: int) -> tuple:  # type: ignore
         B[b, B_REF] = 0
         B[b, B_PREV] = OFF
         B[b, B_NEXT] = OFF
-    Q = np.empty((R, 4), np.int64)
+    Q = np.empty((R, 5), np.int64)
     for r in range(R):
         Q[r, Q_HEAD] = NONE
         Q[r, Q_TAIL] = NONE
         Q[r, Q_NFREE] = nb
         Q[r, Q_VIRGIN] = nb
+        Q[r, Q_NFRONT] = 0  # queued blocks ahead of the never-used ones (prepended)
     hs = 16
     while 2 * mapped + 16 > hs:
         hs *= 2
@@ -198,11 +201,13 @@ def pool_alloc(P, r, n, rb, rb0, held):  # noqa: ANN001, ANN201
     (a cached one loses its key: evicted). The caller checked nfree >= n. Returns held."""
     B, Q, H, ctr = P
     for _ in range(n):
-        if Q[r, Q_VIRGIN] > 0:
+        if Q[r, Q_VIRGIN] > 0 and Q[r, Q_NFRONT] == 0:
             Q[r, Q_VIRGIN] -= 1
             b = ctr[0]
             ctr[0] += 1
         else:
+            if Q[r, Q_NFRONT] > 0:
+                Q[r, Q_NFRONT] -= 1
             b = Q[r, Q_HEAD]
             nx = B[b, B_NEXT]
             Q[r, Q_HEAD] = nx
@@ -236,12 +241,33 @@ def pool_cache(P, r, b, key):  # noqa: ANN001, ANN201
 @njit(cache=True)
 def pool_free(P, r, rb, rb0, held):  # noqa: ANN001, ANN201
     """A request lets go of its `held` blocks, last block first; a block no request holds
-    any more goes to the tail of the free queue, keeping its key."""
+    any more goes to the tail of the free queue keeping its key (LRU), or, holding no key
+    (a partial block: nothing can hit it), to the front, in the same order, reused first
+    (vLLM BlockPool.free_blocks: prepend_n of uncached blocks, append_n of cached)."""
     B, Q = P[0], P[1]
+    ins = NONE  # the last block put at the front
     for j in range(held - 1, -1, -1):
         b = rb[rb0 + j]
         B[b, B_REF] -= 1
-        if B[b, B_REF] == 0:
+        if B[b, B_REF] != 0:
+            continue
+        Q[r, Q_NFREE] += 1
+        if B[b, B_KEY] < 0:
+            nx = Q[r, Q_HEAD] if ins < 0 else B[ins, B_NEXT]
+            B[b, B_PREV] = ins
+            B[b, B_NEXT] = nx
+            if ins >= 0:
+                B[ins, B_NEXT] = b
+            else:
+                Q[r, Q_HEAD] = b
+            if nx >= 0:
+                B[nx, B_PREV] = b
+            else:
+                Q[r, Q_TAIL] = b
+            ins = b
+            if Q[r, Q_VIRGIN] > 0:
+                Q[r, Q_NFRONT] += 1
+        else:
             t = Q[r, Q_TAIL]
             B[b, B_PREV] = t
             B[b, B_NEXT] = NONE
@@ -250,7 +276,6 @@ def pool_free(P, r, rb, rb0, held):  # noqa: ANN001, ANN201
             else:
                 Q[r, Q_HEAD] = b
             Q[r, Q_TAIL] = b
-            Q[r, Q_NFREE] += 1
 
 
 @njit(cache=True)

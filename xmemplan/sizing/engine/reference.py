@@ -72,10 +72,18 @@ class PoolRef:
         self.cached[key] = b
 
     def release(self, blocks: list[int]) -> None:
+        front = []
         for b in reversed(blocks):
             self.ref[b] -= 1
             if self.ref[b] == 0:
-                self.free[b] = None
+                if b in self.key:
+                    self.free[b] = None  # cached: the tail (LRU)
+                else:
+                    front.append(b)  # nothing can hit it: reused first
+        if front:
+            rest = self.free
+            self.free = OrderedDict((b, None) for b in front)
+            self.free.update(rest)
 
     def held(self, total: int) -> int:
         return total - len(self.free)
@@ -207,6 +215,11 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                 while waiting and budget > 0 and len(running) < max_seqs:
                     q = waiting[0]
                     nhit = _lookup(pool, q, bs, caching) if q.comp == 0 else 0
+                    # vLLM 0.33 scheduler_reserve_full_isl: the whole sequence must fit
+                    hk = q.keys[:nhit]
+                    if _cdiv(q.ntok, bs) - len(q.blocks) - nhit + \
+                            (pool.evictable(hk) if nhit else 0) > pool.nfree:
+                        break
                     new = q.ntok - q.comp - nhit * bs
                     if 0 < thr < new:
                         new = thr
