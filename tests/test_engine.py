@@ -173,6 +173,9 @@ def _pressure(engine: str, blocks: int) -> dict[str, Any]:
     return {"engine": engine, "block_size": 4, "num_gpu_blocks": blocks, "max_num_seqs": 8,
             "max_num_batched_tokens": 256, "enable_prefix_caching": True,
             "chunked_prefill_size": 256,
+            # SGLang reserves each new request's whole output: a low conservativeness
+            # admits more than the pool holds once they decode
+            "schedule_conservativeness": 0.3,
             "step_time": {"base_s": 0.01, "per_token_s": 0.0, "per_seq_s": 0.0},
             "requests": reqs}
 

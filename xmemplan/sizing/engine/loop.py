@@ -426,7 +426,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                             rj = ratio[r] - ratio_decay * jj
                             if rj < ratio_min:
                                 rj = ratio_min
-                            if ext_h + left_h * rj < free_tok - (sumleft - jj * nrun) * rj:
+                            if ext_h < free_tok - (sumleft - jj * nrun) * rj:
                                 K = jj  # the head is admitted at step jj
                                 break
                     if K > 1:
@@ -567,6 +567,8 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             x = QI[r, Q_CHUNKED]
             QI[r, Q_CHUNKED] = -1
             RI[x, R_COMP] += RI[x, R_STOK]
+            if pp[P_CACHING] == 1 and RI[x, R_CACHEABLE] == 1:
+                cache_full(P, RI, keys, rb, r, x, RI[x, R_COMP], bs)
             if write and tier[x] >= 0:
                 wbytes[tier[x]] += RI[x, R_STOK] * kvb
             RI[x, R_STOK] = 0
@@ -588,7 +590,10 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                         RO[i, O_ITL_MAX] = g
                     RO[i, O_LAST] = now - rlast[r]
                 RI[i, R_COMP] += k
-                if K > 1 and pp[P_CACHING] == 1 and RI[i, R_CACHEABLE] == 1:
+                if policy == SGLANG and pp[P_CACHING] == 1 and RI[i, R_CACHEABLE] == 1:
+                    # SGLang: the step's KV enters the radix tree when the step is done
+                    cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP], bs)
+                elif K > 1 and pp[P_CACHING] == 1 and RI[i, R_CACHEABLE] == 1:
                     # the run's full blocks, cached as its steps would have
                     cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP] + 1, bs)
                 if write and tier[i] >= 0 and was_prefill:

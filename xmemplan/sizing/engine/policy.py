@@ -412,6 +412,7 @@ def sglang_head_need(P, RI, QI, keys, r, pp):  # noqa: ANN001, ANN201
     if left > CLIP_MAX_NEW_TOKENS:
         left = CLIP_MAX_NEW_TOKENS
     extend = ntokens(RI, i) - nhit * bs - fx - ext
+    need_tok = extend + ext + left + bs
     take = extend
     chunk = pp[P_CHUNK] if pp[P_CHUNK] > 0 else 1 << 40
     if take > chunk:
@@ -422,7 +423,7 @@ def sglang_head_need(P, RI, QI, keys, r, pp):  # noqa: ANN001, ANN201
     need = _cdiv(nhit * bs + take + ext + fx, bs) - nhit
     ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
     fits = need + ev <= P[1][r, 2]
-    return extend + ext, left, fits
+    return need_tok, left, fits
 
 
 @njit(cache=True, inline="always")
@@ -460,7 +461,10 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
             left = RI[i, R_OUT] - RI[i, R_GEN]
             if left > CLIP_MAX_NEW_TOKENS:
                 left = CLIP_MAX_NEW_TOKENS
-            total = extend + ext + left * ratio  # loaded tokens take HBM room too
+            # SGLang 0.5.23 PrefillAdder.add_one_req: its new and loaded tokens, its whole
+            # remaining output (clipped) and one page must fit (the running requests'
+            # outputs are reserved x new_token_ratio)
+            total = extend + ext + left + bs
             if not cont and total >= rem_total:
                 break
             if nsched > 0 and extend > rem_input:
@@ -472,7 +476,9 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
                     if nsched > 0:
                         break
                     take = rem_chunk  # a chunk below one (simulator) block: no progress else
-            if not allocate(P, RI, keys, rb, r, i, take + ext + fx, nhit, bs, caching):
+            # (SGLang matches the radix tree as it stands: a batch's own prefixes enter
+            # it when the batch is done, so caching waits for the step's end)
+            if not allocate(P, RI, keys, rb, r, i, take + ext + fx, nhit, bs, False):
                 break
             if not cont:
                 RI[i, R_HIT] = nhit * bs + fx
@@ -492,9 +498,15 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
             tokens += take
             nsched += 1
             tn = _trace(trace, tn, 0, i, take)
-            rem_total -= take + ext + left * ratio
-            rem_chunk -= take
-            rem_input -= take
+            full_out = RI[i, R_OUT]
+            if full_out > CLIP_MAX_NEW_TOKENS:
+                full_out = CLIP_MAX_NEW_TOKENS
+            if take < extend:
+                full_out = 0  # a chunk reserves no output (is_chunked: max_new_tokens 0)
+            rem_total -= _cdiv(take + ext, bs) * bs + bs + full_out  # PrefillBudget.reserve
+            # the compute budgets are charged the page-ceiled extend (_update_prefill_budget)
+            rem_chunk -= _cdiv(take, bs) * bs
+            rem_input -= _cdiv(take, bs) * bs
             if take < extend:
                 # the one chunked request: it stays first in the waiting queue, holding
                 # its blocks, and goes on in the next prefill batch
@@ -537,7 +549,7 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
         tn = _trace(trace, tn, 1, best, 0)
     i = QI[r, Q_RHEAD]
     while i >= 0:
-        if _no_alloc(RI, i, 1, bs, caching) or allocate(P, RI, keys, rb, r, i, 1, 0, bs, caching):
+        if _no_alloc(RI, i, 1, bs, False) or allocate(P, RI, keys, rb, r, i, 1, 0, bs, False):
             RI[i, R_STOK] = 1
             RI[i, R_S0] = RI[i, R_COMP]
             tokens += 1

@@ -248,7 +248,8 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     nhit = 0 if cont else _lookup(pool, q, bs, caching)
                     extend = q.ntok - q.comp - nhit * bs
                     left = min(q.max_tokens - q.gen, CLIP)
-                    if not cont and extend + left * ratio >= rem_total:
+                    # SGLang 0.5.23 add_one_req: new tokens + whole remaining output + a page
+                    if not cont and extend + left + bs >= rem_total:
                         break
                     if sched and extend > rem_input:
                         break
@@ -259,8 +260,8 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                             if sched:
                                 break
                             take = rem_chunk
-                    if not _allocate(pool, q, take, nhit, bs, caching):
-                        break
+                    if not _allocate(pool, q, take, nhit, bs, False):
+                        break  # (the batch's prefixes enter the tree when it is done)
                     if not cont:
                         q.hit = nhit * bs
                         q.comp = nhit * bs
@@ -268,9 +269,10 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                         rec["new_hits"][q.rid] = nhit * bs
                         q.new_hit = False
                     sched.append((q, take))
-                    rem_total -= take + left * ratio  # (no tier here: nothing loaded)
-                    rem_chunk -= take
-                    rem_input -= take
+                    out_reserve = min(q.max_tokens, CLIP) if take == extend else 0
+                    rem_total -= _cdiv(take, bs) * bs + bs + out_reserve
+                    rem_chunk -= _cdiv(take, bs) * bs  # page-ceiled, as SGLang charges
+                    rem_input -= _cdiv(take, bs) * bs
                     if take < extend:
                         chunked = q
                         break
@@ -295,7 +297,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     waiting.append(best)
                     rec["preempted"].append(best.rid)
                 for q in running:
-                    if _allocate(pool, q, 1, 0, bs, caching):
+                    if _allocate(pool, q, 1, 0, bs, False):
                         sched.append((q, 1))
         if not sched:
             if not pending:
@@ -311,6 +313,11 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
             ratio = max(ratio - decay, ratio_min)
         for q, k in sched:
             q.comp += k
+            if sg and caching:  # SGLang: the step's KV enters the radix tree now
+                full = min(q.comp // bs, q.ntok // bs, len(q.keys))
+                for j in range(q.ncached, full):
+                    pool.cache(q.blocks[j], q.keys[j])
+                q.ncached = max(q.ncached, full)
             if q is chunked:
                 continue
             if q.comp >= q.ntok:
