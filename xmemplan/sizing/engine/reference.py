@@ -314,10 +314,10 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
         for q, k in sched:
             q.comp += k
             if sg and caching:  # SGLang: the step's KV enters the radix tree now
-                full = min(q.comp // bs, q.ntok // bs, len(q.keys))
-                for j in range(q.ncached, full):
+                nfull = min(q.comp // bs, q.ntok // bs, len(q.keys))
+                for j in range(q.ncached, nfull):
                     pool.cache(q.blocks[j], q.keys[j])
-                q.ncached = max(q.ncached, full)
+                q.ncached = max(q.ncached, nfull)
             if q is chunked:
                 continue
             if q.comp >= q.ntok:
