@@ -67,17 +67,10 @@ def first_parting(ours: list[dict], theirs: list[dict]) -> str:
     return ""
 
 
-# Cases where xmemplan's engine parts from vLLM's today, with where (docs/oracles.md keeps
-# the list): they run and report, as expected failures, so that the step stays green while
-# issue 19 works on them; one that starts agreeing shows as XPASS.
-KNOWN = {
-    1: "step 55: g1-12 re-admitted after preemption hits 44 in vLLM, 40 in xmemplan",
-    2: "step 22: g2-4 re-admitted hits 20 in vLLM, 16 in xmemplan; the budget moves",
-    3: "step 31: xmemplan admits g3-5, vLLM does not (scheduler_reserve_full_isl)",
-    4: "step 83: g4-18 re-admitted after preemption hits 12 in vLLM, 8 in xmemplan",
-    5: "step 23: xmemplan admits g5-7 with a first chunk; vLLM needs its whole prompt to fit",
-    6: "step 14: a re-admitted prefill of 13 tokens where vLLM schedules 9",
-}
+# Cases where xmemplan's engine parts from vLLM's today, with where: they would run as
+# expected failures (docs/oracles.md). Until main e5633a5 all 7 parted (re-admission hits
+# one block short, admission of a first chunk where vLLM needs the whole prompt to fit).
+KNOWN: dict[int, str] = {}  # none parts since main e5633a5
 SCENARIOS = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
     (1, 64, 64, 8, 50.0, True),     # light load
     (2, 32, 32, 8, 200.0, True),    # pressure: preemptions
@@ -128,9 +121,6 @@ def trace_scenario(limit: int) -> dict:
     return sc
 
 
-@pytest.mark.xfail(reason="step 10: xmemplan admits m4 (446 tokens) beside m3's 1,599-token "
-                          "chunk; vLLM admits a waiting request only when its prompt fits",
-                   strict=False)
 def test_matches_vllm_on_a_trace_slice(vllm_engine: None) -> None:
     replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
     sc = trace_scenario(40)
