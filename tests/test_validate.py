@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +76,10 @@ def test_wrong_bandwidth_fails(capsys, monkeypatch):
     code, out, err = cli([*SMALL, *TOL, "--predict-bandwidth", "36GB/s"], capsys, monkeypatch)
     assert code == ExitCode.CHECK_FAILED
     assert "FAIL: largest error" in out
-    assert err.startswith("Error: the warm load p50 error is ") and "bandwidth, contention" in err
+    # The verdict names its worst row over tolerance: warm or all (both are 10x off here;
+    # which is worse depends on this CPU's timing of the cold pages).
+    assert re.match(r"Error: the (warm|all) load p50 error is ", err), err
+    assert "bandwidth, contention" in err
 
 
 def test_zero_bandwidth_is_refused(capsys, monkeypatch):
