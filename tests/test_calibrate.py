@@ -307,11 +307,13 @@ def test_leave_one_out_is_linear_and_matches_refitting() -> None:
     plan = calib.plan_constants(pts, CAT)
     params = calib.fit_points(pts, CAT, plan)
     fast = calib.leave_one_out(pts, CAT, plan, params=params)
-    slow = calib.leave_one_out_refit(pts, CAT, plan)
-    for p, a, b in zip(pts, fast, slow, strict=True):
-        assert (a != a) == (b != b), p.id  # nan where the others cannot pin a constant
+    # Refitting is quadratic: a few points, among them the one where the first order alone
+    # was 41 points off (V10 10K CPU hit, first in the file) and two low-leverage ones.
+    for k in (0, 6, 11):
+        a, b = fast[k], calib._refit_one(pts, k, CAT, plan, calib.DEFAULT_CALIBRATION)
+        assert (a != a) == (b != b), pts[k].id  # nan where the others cannot pin a constant
         if a == a:
-            assert abs(a - b) / p.value < 0.01, (p.id, a, b)
+            assert abs(a - b) / pts[k].value < 0.01, (pts[k].id, a, b)
     many = [replace(p, id=f"{p.id} #{k}") for k in range(8)
             for p in calib.read_measurements(calib.public_path())]
     plan = calib.plan_constants(many, CAT)
