@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from xmemplan.errors import InputError
+from xmemplan.jsonio import read_json
 
 COLUMNS = ("gpu", "model", "engine", "tier", "prompt_tokens", "hit_tokens", "concurrency",
            "ttft_ms", "load_ms", "compute_ms", "role", "source")
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     points: list[dict[str, Any]] = []
     for name in args[2:]:
-        points += points_from_validate(json.loads(Path(name).read_text()), Path(name).name)
+        points += points_from_validate(read_json(Path(name)), Path(name).name)
     write_points(points, Path(args[0]), Path(args[1]))
     held = sum(p["role"] == "held-out" for p in points)
     print(f"points: {len(points)} measured TTFT rows ({held} held out) -> {args[0]}, {args[1]}")
