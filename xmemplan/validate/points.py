@@ -69,10 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) < 3:
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
+    from xmemplan.errors import XmemplanError
+
     points: list[dict[str, Any]] = []
-    for name in args[2:]:
-        points += points_from_validate(read_json(Path(name)), Path(name).name)
-    write_points(points, Path(args[0]), Path(args[1]))
+    try:
+        for name in args[2:]:
+            points += points_from_validate(read_json(Path(name)), Path(name).name)
+        write_points(points, Path(args[0]), Path(args[1]))
+    except XmemplanError as exc:
+        print(f"Error: {exc.render()}", file=sys.stderr)
+        return int(exc.exit_code)
     held = sum(p["role"] == "held-out" for p in points)
     print(f"points: {len(points)} measured TTFT rows ({held} held out) -> {args[0]}, {args[1]}")
     return 0
