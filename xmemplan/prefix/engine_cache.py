@@ -111,14 +111,13 @@ def engine_replay(
     if engine == "vllm":
         blocks_used = int(np.add.reduceat(need, starts).max())
         n_ids = max(1, canon.shape[0])
-        pg = np.empty((n_ids, 4), dtype=np.int64)
-        pg[:, 2] = -1
+        pg = np.zeros((n_ids, 4), dtype=np.int64)  # epochs start at 1: zeros are empty rows
         for j, c in enumerate(caps):
             n_blocks = int(c) // page
             b = max(1, min(n_blocks, blocks_used))
             ek.vllm_replay(
                 canon, offsets, resets, prompt, kv, page, n_blocks, inflight,
-                j * universes, out_h, out_r,
+                1 + j * universes, out_h, out_r,
                 np.empty((b + 3, 8), dtype=np.int64), pg,
                 np.empty((inflight, most), dtype=np.int64), np.zeros(inflight, np.int64),
                 np.zeros(inflight, np.int64), np.empty(most, dtype=np.int64),
@@ -130,12 +129,11 @@ def engine_replay(
         table = 1 << max(4, int(2 * nodes - 1).bit_length())
         heap = 12 * per_universe_requests + nodes + 16
         nd = np.empty((nodes, 8), dtype=np.int64)
-        tb = np.empty((table, 4), dtype=np.int64)
-        tb[:, 3] = -1
+        tb = np.zeros((table, 4), dtype=np.int64)  # epochs start at 1: zeros are empty slots
         for j, c in enumerate(caps):
             ek.sglang_replay(
                 canon, offsets, resets, prompt, kv, page, int(c) // page, inflight,
-                j * universes, out_h, out_r, nd, tb,
+                1 + j * universes, out_h, out_r, nd, tb,
                 np.empty(heap, dtype=np.int64), np.empty(heap, dtype=np.int64),
                 np.zeros(inflight, np.int64), np.zeros(inflight, np.int64),
                 np.zeros(inflight, np.int64), np.empty(most + 3, dtype=np.int64),

@@ -161,7 +161,7 @@ def vllm_replay(
     out_hit: np.ndarray,  # int64, n: hit tokens
     out_rejected: np.ndarray,  # bool, n
     blk: np.ndarray,  # int64, (B + 3) x 8 (B = the most blocks ever used; 3 sentinel rows)
-    pg: np.ndarray,  # int64, pages x 4: FIRST / LAST block holding the page id, EPOCH
+    pg: np.ndarray,  # int64, pages x 4: FIRST / LAST block of the page id, EPOCH (< epoch0: empty)
     held: np.ndarray,  # int64, inflight x (most pages of one request)
     held_n: np.ndarray,  # int64, inflight
     held_r: np.ndarray,  # int64, inflight
@@ -568,7 +568,7 @@ def sglang_replay(
     #   EL pages of the edge, PA parent, LK lock count, ST last access time (a counter),
     #   NC live children, AL alive (1/0)
     tb: np.ndarray,  # int64, T x 4 (T a power of two >= 2 x nodes): child table (TN parent,
-    #   TK first page id, TC child or EMPTY once evicted, TE epoch; TE starts all -1)
+    #   TK first page id, TC child or EMPTY once evicted, TE epoch: below epoch0 = empty)
     h_time: np.ndarray,  # int64, heap of evictable leaves (lazy: stale entries skipped)
     h_node: np.ndarray,  # int64
     held_r: np.ndarray,  # int64, inflight: the request
