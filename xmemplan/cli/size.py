@@ -115,7 +115,9 @@ def size(
     ),
     gpus: int | None = typer.Option(
         None, "--gpus", help="Load sweep on N GPUs: interactivity, throughput, TTFT and ITL "
-        "per option and load, Pareto points marked (docs/size.md)."),
+        "per option and load, Pareto points marked (docs/size.md). With --workload, "
+        "--prompt-tokens, --hit-rate or --rate: a fixed deployment of N GPUs at that load, "
+        "each option's TTFT, throughput, KV usage and preemptions (no search)."),
     user_centric_rate: str | None = typer.Option(
         None, "--user-centric-rate", help="With --gpus: loads as AIPerf user-centric QPS, "
         "a list (default 3,3,3.5,4,4.5,5.5)."),
@@ -140,11 +142,33 @@ def size(
     """How many GPUs and X-Mem nodes meet a TTFT SLO at an offered load (simulated)."""
     from xmemplan.cli.views import render
     from xmemplan.errors import UsageError
-    from xmemplan.sizing.planner import plan
+    from xmemplan.sizing.planner import FIXED_SLO_S, evaluate, plan
     from xmemplan.sizing.request import build_request
 
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(f"unknown output format '{fmt}'", "use table, json or csv")
+    if gpus is not None and any(v is not None for v in (workload, prompt_tokens, hit_rate,
+                                                        rate)):
+        # an ordinary workload on N GPUs: a fixed deployment at the offered load, no search
+        if plot is not None:
+            raise UsageError("--plot draws the SLO search or the --gpus load sweep",
+                             "drop --plot, or drop --gpus to size for a TTFT SLO")
+        req, notes = build_request(
+            ttft_slo=ttft_slo or f"{FIXED_SLO_S:g}s", workload=workload,
+            prompt_tokens=prompt_tokens, hit_rate=hit_rate, model=model, gpu=gpu, rate=rate,
+            users=users, think=think, output_tokens=output_tokens, working_set=working_set,
+            engine=engine, overlap=overlap, page_tokens=page_tokens, slo_at=slo_at,
+            slo_on=slo_on, host_tier=host_tier, xmem_tier=xmem_tier, catalog=catalog,
+            requests=requests, seed=seed, max_gpus=max(max_gpus, gpus), tp=tp, ep=ep,
+            dp_attention=dp_attention, kv_dtype=kv_dtype, attention_dtype=attention_dtype,
+            mem_fraction=mem_fraction, router=router, prefix_groups=prefix_groups,
+            tier_scope=tier_scope, cost=cost)
+        if workload is not None:
+            notes += profile_warnings(workload)
+        with render.spinner(f"Simulating each option on {gpus:,} GPUs"):
+            opts = evaluate(req, gpus)
+        _report_fixed(req, opts, gpus, ttft_slo is not None, fmt, notes)
+        return
     if gpus is not None:
         from xmemplan.sizing.synthetic import SyntheticWorkload
 
@@ -418,6 +442,86 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
                     "with their sources (xmemplan -v size ...; --format json carries them)")
     if render.lines_written() > ANSWER_AGAIN_AFTER:  # the answer has scrolled: again, last
         render.answer(r.answer)
+
+
+def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, fmt: str,
+                  notes: list[str]) -> None:
+    """`size --gpus N` with an ordinary workload: each option on N GPUs at the load."""
+    from xmemplan.cli.views import render
+    from xmemplan.plan import header
+    from xmemplan.sizing.planner import describe_load
+
+    slo_ms = req.slo_s * 1e3
+    pq = f"p{req.slo_percentile:g}"
+    cls = req.slo_on
+
+    def ttft(o: OptionResult) -> dict[str, float]:
+        assert o.point is not None
+        return o.point.ttft_ms.get(cls, o.point.ttft_ms.get("all", {}))
+
+    load = describe_load(req.load)
+    on = f"{gpus:,} GPU{'' if gpus == 1 else 's'}"
+    if judged:
+        meet = [o.option for o in opts if o.point is not None
+                and o.point.verdict(slo_ms) == "meets"]
+        answer = (f"On {on} at {load}: "
+                  + (", ".join(meet) + (" meets" if len(meet) == 1 else " meet")
+                     if meet else "no option meets")
+                  + f" TTFT {slo_ms:,.0f} ms at {pq} of {cls} requests.")
+    else:
+        answer = (f"On {on} at {load}, {cls} TTFT {pq}: " + ", ".join(
+            f"{o.option} {ttft(o).get('p99', math.nan):,.0f} ms" for o in opts) + ".")
+    rows: list[dict[str, Any]] = []
+    for o in opts:
+        p = o.point
+        assert p is not None
+        t = ttft(o)
+        rows.append({
+            "option": o.option, "gpus": o.gpus, "nodes": o.nodes, "shape": o.shape,
+            "ttft_p50_ms": t.get("p50"), "ttft_p90_ms": t.get("p90"),
+            "ttft_p99_ms": t.get("p99"), "ttft_ms": p.ttft_ms,
+            "meets_slo": (p.verdict(slo_ms) == "meets") if judged else None,
+            "verdict": p.verdict(slo_ms) if judged else None,
+            "overloaded": p.overloaded, "hit_ratio": p.hit_ratio,
+            "hbm_share_of_hits": p.hbm_share, "kv_full": p.kv_full,
+            "preemptions_per_request": p.preemptions_per_request,
+            "throughput_rps": p.throughput_rps, "throughput_tok_s": p.throughput_tok_s,
+            "utilisation": p.utilisation, "replications": p.replications, "cost": o.cost})
+    if fmt == "json":
+        render.emit_json({**header(), "answer": answer, "gpus": gpus, "load": load,
+                          "ttft_slo_ms": slo_ms if judged else None, "slo_on": cls,
+                          "slo_percentile": req.slo_percentile, "model": req.model.name,
+                          "gpu": req.gpu.name, "engine": req.engine, "options": rows,
+                          "warnings": notes})
+        _warn(notes)
+        return
+    cols = ["option", "gpus", "nodes", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
+            "throughput_rps", "throughput_tok_s", "kv_full", "hbm_share_of_hits",
+            "preemptions_per_request", "overloaded"]
+    if fmt == "csv":
+        render.emit_csv(cols, [[r[c] for c in cols] for r in rows])
+        _warn(notes)
+        return
+    render.answer(answer)
+    _warn(notes)
+    render.line(f"{req.model.name} on {req.gpu.name}, engine {req.engine}, replicas "
+                f"{req.shape.label}; TTFT of {cls} requests, in ms.")
+    render.table(
+        ["option", "p50", "p90", "p99", "req/s", "tok/s", "KV full", "HBM hits",
+         "preempt/req"],
+        [[r["option"] + (" *" if r["overloaded"] else ""), _n(r["ttft_p50_ms"]),
+          _n(r["ttft_p90_ms"]), _n(r["ttft_p99_ms"]), f"{r['throughput_rps']:,.1f}",
+          _n(r["throughput_tok_s"]), f"{r['kv_full']:.0%}",
+          f"{r['hbm_share_of_hits']:.0%}", f"{r['preemptions_per_request']:.2f}"]
+         for r in rows],
+        title=f"A fixed deployment: {on}, no search",
+    )
+    if any(r["overloaded"] for r in rows):
+        render.line("(*: overloaded at this load: the queue grows for as long as the run "
+                    "lasts, so its TTFT only measures the run's length)")
+    x = next(r for r in rows if r["option"] == "xmem")
+    render.line(f"(HBM hits: share of cache hits served from HBM; X-Mem with "
+                f"{x['nodes']:,} nodes, the fewest that hold the working set)")
 
 
 ANSWER_AGAIN_AFTER = 25  # lines of results after which the answer is repeated at the end

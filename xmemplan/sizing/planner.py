@@ -1565,3 +1565,27 @@ def blog_ratio(req: SizeRequest, gpus: int = 8, nodes: int = 1
             "xmem_rps_per_gpu": None if x is None else x / gpus,
             "host_dram_capped": h_cap, "xmem_capped": x_cap,
             "ratio": ratio}
+
+
+FIXED_SLO_S = 3600.0  # `size --gpus N` without --ttft-slo: an SLO nothing is judged by
+
+
+def evaluate(req: SizeRequest, gpus: int, nodes: int | None = None) -> list[OptionResult]:
+    """A fixed deployment: each option (hbm-only, host-dram, xmem) on `gpus` GPUs at the
+    request's load, no search; the planner's own simulation (`Planner.run`) at that count.
+    X-Mem gets `nodes` nodes, by default the fewest that hold the working set."""
+    if gpus < req.shape.gpus or gpus > req.max_gpus:
+        raise UsageError(f"--gpus '{gpus}' is out of range",
+                         f"give {req.shape.gpus:,} to {req.max_gpus:,} GPUs "
+                         f"(a replica is {req.shape.label}: {req.shape.gpus:,} GPUs)")
+    p = Planner(req)
+    n_x = nodes_for_capacity(p) if nodes is None else nodes
+    out = []
+    for name in ("hbm-only", "host-dram", "xmem"):
+        n = n_x if name == "xmem" else 0
+        pt = p.run(name, gpus, n)
+        o = OptionResult(name, gpus, n if name == "xmem" else None, pt,
+                         shape=req.shape.label, search="fixed")
+        o.cost = option_cost(req, name, gpus, n)
+        out.append(o)
+    return out
