@@ -206,6 +206,14 @@ def tier_hits(w: SyntheticWorkload, s: Schedule, capacity_tokens: float,
         raise UsageError("page tokens must be at least 1")
     order = np.argsort(s.ideal_send(), kind="stable")
     sys_pages = (w.shared_system_prompt_length // page_tokens) * page_tokens
+    sizes = np.asarray(s.prompt, np.float64) + np.asarray(s.output, np.float64)
+    if capacity_tokens >= max(sys_pages, 0) + float(sizes[sizes > 0].sum()):
+        return _tier_hits_unevicted(s, order, sys_pages, sizes, page_tokens)
+    return _tier_hits_lru(s, order, sys_pages, capacity_tokens, page_tokens)
+
+
+def _tier_hits_lru(s: Schedule, order: np.ndarray, sys_pages: int, capacity_tokens: float,
+                   page_tokens: int) -> np.ndarray:
     lru: OrderedDict[int, float] = OrderedDict()  # -1: the system prompt
     held = 0.0
     hits = np.zeros(len(s))
@@ -233,6 +241,26 @@ def tier_hits(w: SyntheticWorkload, s: Schedule, capacity_tokens: float,
             _, size = lru.popitem(last=False)
             held -= size
     return hits
+
+
+def _tier_hits_unevicted(s: Schedule, order: np.ndarray, sys_pages: int, sizes: np.ndarray,
+                         page_tokens: int) -> np.ndarray:
+    """tier_hits where the tier holds everything the run writes (nothing is evicted), in
+    array operations: equal to its loop (a test compares them), ~10x faster; `size --gpus`
+    sweeps a large tier at every load."""
+    n = len(order)
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+    _, sess = np.unique(np.asarray(s.session), return_inverse=True)
+    first = np.full(int(sess.max()) + 1 if n else 0, n, np.int64)
+    put = sizes > 0
+    np.minimum.at(first, sess[put], pos[put])
+    held = first[sess] < pos  # an earlier request (send order) of its session wrote it
+    base = np.where(pos > 0, float(sys_pages), 0.0) if sys_pages > 0 else np.zeros(n)
+    prev = np.asarray(s.prev, np.int64)
+    prior = np.floor(sizes[prev] / page_tokens) * page_tokens
+    hits = np.where((np.asarray(s.turn) > 0) & held, np.maximum(base, prior), base)
+    return np.minimum(hits, np.asarray(s.prompt, np.float64) - 1)
 
 
 def aiperf_command(w: SyntheticWorkload, *, rate_rps: float | None = None,
