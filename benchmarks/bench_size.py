@@ -6,7 +6,8 @@
 2. The whole bare `xmemplan size --ttft-slo 500ms` command (the seed scenario simulated as
    traffic: about 40 simulations of 4,000 requests), start-up included, as a subprocess:
    target < 2 s (issue 12). The same with `--format json`, which adds the p99-against-load
-   curve (21 more simulations).
+   curve (21 more simulations). 3. `xmemplan size --gpus 1` (the load sweep): target
+   < 1 s. Each command's wall time and its CPU time (user + system, the child's rusage).
 
 Each is run several times after one warm-up run (the OS file cache, numba's kernel cache);
 the median (and min/max) are printed.
@@ -17,6 +18,7 @@ the median (and min/max) are printed.
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import statistics
 import subprocess
@@ -48,15 +50,22 @@ def bench_sweep(runs: int, per_axis: int = 10) -> list[float]:
     return times
 
 
-def bench_cli(runs: int, *extra: str) -> list[float]:
+def bench_cli(runs: int, *extra: str, args: tuple[str, ...] = ("--ttft-slo", "500ms"),
+              cpu: list[float] | None = None) -> list[float]:
+    """Wall seconds per run; with `cpu`, also each run's user + system CPU seconds (on a
+    shared, loaded machine wall time measures the neighbours: compare CPU time)."""
     exe = shutil.which("xmemplan") or str(Path(sys.executable).parent / "xmemplan")
-    cmd = [exe, "size", "--ttft-slo", "500ms", *extra]
+    cmd = [exe, "size", *args, *extra]
     subprocess.run(cmd, check=True, capture_output=True)  # warm the caches
     times = []
     for _ in range(runs):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True)
         times.append(time.perf_counter() - t0)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cpu is not None:
+            cpu.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
     return times
 
 
@@ -71,10 +80,15 @@ def main() -> None:
     args = ap.parse_args()
     _show("sweep of 10,000 configurations", bench_sweep(args.runs))
     _show("sweep of 1,048,576 configurations", bench_sweep(args.runs, per_axis=32))
-    _show("xmemplan size --ttft-slo 500ms (subprocess, start-up included; target < 2 s)",
-          bench_cli(args.runs))
-    _show("xmemplan size --ttft-slo 500ms --format json (adds the load curve)",
-          bench_cli(args.runs, "--format", "json"))
+    for name, extra, cmd in (
+            ("xmemplan size --ttft-slo 500ms (subprocess, start-up included; target < 2 s)",
+             (), ("--ttft-slo", "500ms")),
+            ("xmemplan size --ttft-slo 500ms --format json (adds the load curve)",
+             ("--format", "json"), ("--ttft-slo", "500ms")),
+            ("xmemplan size --gpus 1 (the load sweep; target < 1 s)", (), ("--gpus", "1"))):
+        cpu: list[float] = []
+        _show(name + ", wall", bench_cli(args.runs, *extra, args=cmd, cpu=cpu))
+        _show(name + ", CPU user+sys", cpu)
 
 
 if __name__ == "__main__":
