@@ -121,3 +121,15 @@ def test_too_many_page_keys_is_refused():
         _check_built(opts)
     assert "3,125,000,000 KV page keys" in e.value.render()
     assert "--max-requests" in e.value.render()
+
+
+def test_arena_too_small_for_a_page_is_a_usage_error(capsys, monkeypatch):
+    """--max-bytes split over many readers can leave each bank no room for one page: the
+    message names the flags and the exit is 2 (it was 1, 'internal')."""
+    from xmemplan.cli.main import run
+
+    monkeypatch.setattr("sys.argv", ["xmemplan"])
+    code = run(["validate", "--max-bytes", "1GB", "--readers", "64"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "holds no" in err and "--max-bytes" in err and "Traceback" not in err

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from xmemplan.errors import NotAvailableError, XmemplanError
+from xmemplan.errors import NotAvailableError, UsageError, XmemplanError
 
 CHUNK_BYTES = 256 << 10
 
@@ -71,9 +71,13 @@ class ArenaMedium:
         self.slot_bytes = slot_bytes
         per_bank = capacity_bytes // banks // slot_bytes
         if per_bank < 1:
-            raise XmemplanError(
+            # A configuration the caller chose (validate: --max-bytes over --readers), not
+            # a fault of ours: a usage error (exit 2), not an internal one.
+            raise UsageError(
                 f"capacity {capacity_bytes} B holds no {slot_bytes} B page in each of "
-                f"{banks} banks", "raise the capacity or lower the bank count",
+                f"{banks} banks",
+                "raise the capacity or lower the bank count (validate: raise --max-bytes "
+                "or lower --readers)",
             )
         self.slots = per_bank * banks
         self.pinned = False
