@@ -34,7 +34,7 @@ least its interactivity and its throughput, one of them higher.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -199,12 +199,14 @@ def run_point(req: SweepRequest, option: str, kind: str, load: float, run: int
         cfg = cfg.replace(node_bandwidth=math.inf)
     tier_code = -1 if option == "hbm-only" else (0 if tier == "host" else 1)
 
+    # the engine's requests once: a re-plan moves only the arrivals (block keys unchanged)
+    er0 = requests_for(traffic_for(s, hits, option, s.ideal_send()), shared=hits,
+                       tier_tokens=hits if tier_code >= 0 else np.zeros(len(s)),
+                       tier=tier_code, block_tokens=cfg.block_tokens)
+
     def simulate(send: np.ndarray) -> EngineResult:
-        tr = traffic_for(s, hits, option, send)
-        er = requests_for(tr, shared=hits, tier_tokens=hits if tier_code >= 0
-                          else np.zeros(len(s)), tier=tier_code,
-                          block_tokens=cfg.block_tokens)
-        return run_engine(er, cfg)[0]
+        return run_engine(replace(er0, arrival=traffic_for(s, hits, option, send).arrival),
+                          cfg)[0]
 
     send = s.ideal_send()
     iterations = 0
