@@ -12,12 +12,20 @@ replica, as vLLM V1 and SGLang schedule (docs/size.md "The simulator").
 an oracle scenario (/work contract, docs/oracles.md) and returns its per-step records.
 """
 
+# ruff: noqa: E402  (the kernels import after the stale-cache check below)
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from xmemplan.sizing.engine._numba_stamp import drop_stale_cache
+
+# Before the kernels load: numba's cache would not see an edit to an inlined sibling.
+_HERE = Path(__file__).resolve().parent
+drop_stale_cache(_HERE, [_HERE.parent / "sim.py"])
 
 from xmemplan.sizing.engine.loop import (
     E_LAYERS,
