@@ -291,3 +291,86 @@ def test_requests_alone_bound_the_percentile_from_below() -> None:
     p = P.Planner(req)
     assert p.fewest_gpus("hbm-only") is None and p.sims == 0
     assert p.search_of("hbm-only")[0].startswith("none: even alone")
+
+
+# --- session copies: --rate past what the trace's own sessions offer (issue 20) ---------
+
+def test_session_copies_only_past_what_the_sessions_offer(tmp_path: Path) -> None:
+    """At a rate the trace's sessions offer, no copy and the same workload object; past
+    it, whole sessions are copied (own ids, shifted in time) and the load rises."""
+    from xmemplan.sizing import workload as wl
+
+    prof = _trace_profile(tmp_path)
+    low, _ = build_request(ttft_slo="5s", workload=prof, rate=0.05, requests=500)
+    same, info = P._session_copies(low)
+    assert same is low and info is not None and info.copies == 0
+    got = []
+    for rate in (20.0, 50.0, 100.0):
+        req, _ = build_request(ttft_slo="5s", workload=prof, rate=rate, requests=500)
+        r2, info = P._session_copies(req)
+        assert info is not None and info.copies > 0 and info.offered_rps < wl.REACHED * rate
+        w0, w = req.workload, r2.workload
+        n0 = len(w0.prompt_tokens)
+        assert w.session is not None and w0.session is not None
+        assert not set(w.session[n0:].tolist()) & set(w0.session.tolist())
+        assert w.session_copies == info.copies
+        assert len(w.prompt_tokens) - n0 == info.requests
+        r = P.plan(req, with_table=False, with_curve=False)
+        assert r.achieved_rps is not None and r.offered_rps == pytest.approx(rate)
+        assert any(f"{info.copies:,} session copies added" in x for x in r.reasons)
+        d = r.to_dict()
+        d.update(r.extra.get("json", {}))
+        assert d["session_copies"]["copies"] == info.copies
+        got.append(r.achieved_rps)
+    assert got[0] < got[1] < got[2], got
+
+
+def _one_session_profile(tmp_path: Path, per: int = 20) -> Path:
+    rng = np.random.default_rng(7)
+    prompt = 8_000 + 1_000 * np.arange(per)  # each turn the previous context and more
+    ts = np.cumsum(rng.exponential(60.0, per))
+    doc = {
+        "source": {"paths": ["x"], "formats": {"tokens": 1}, "scope": "global"},
+        "requests": per, "sessions": 1, "model": "qwen3-30b-a3b",
+        "kv_bytes_per_token": 98_304,
+        "prompt_tokens": {"mean": 17_000, "p50": 17_000, "p90": 25_000, "p99": 27_000,
+                          "max": 27_000},
+        "hit_ratio": {"token_hit_ratio": 0.9},
+        "requests_sample": {"prompt_tokens": prompt.tolist(),
+                            "hit_tokens": [0] + (prompt[:-1] + 40).tolist(),
+                            "session": [0] * per, "timestamp_s": ts.tolist(),
+                            "output_tokens": [40] * per},
+        "arrival": {"rate_rps": per / float(ts.max()), "concurrency_mean": 1.0},
+    }
+    p = tmp_path / "one.json"
+    save_profile(p, doc)
+    return p
+
+
+def test_copies_never_hit_each_others_or_the_originals_cache(tmp_path: Path) -> None:
+    """One session at a rate far above it: every copy's first turn is as cold as the
+    original's first turn (no hit from the original's or another copy's cache), and no
+    copy's blocks are keyed like another session's."""
+    prof = _one_session_profile(tmp_path)
+    req, _ = build_request(ttft_slo="5s", workload=prof, rate=20.0, requests=500)
+    r2, info = P._session_copies(req)
+    assert info is not None and info.copies >= 3
+    p = P.Planner(r2)
+    w = r2.workload
+    assert w.session is not None
+    for option in ("host-dram", "xmem"):
+        t = p.traffic(option, 8, 1, 1.0)
+        idx = p._order_idx  # the samples in arrival order
+        sess = w.session[idx]
+        hits = t.hit_hbm + t.hit_dram + t.hit_xmem
+        first = np.array([i == int(np.flatnonzero(sess == s)[0])
+                          for i, s in enumerate(sess.tolist())])
+        assert first.sum() == 1 + info.copies
+        assert np.all(hits[first] == 0), hits[first]  # the original's first turn is cold
+        assert hits[~first].sum() > 0  # later turns hit their own session's prefix
+    st = p.stream(1.0)
+    keys, koff, kn = P.RT.block_keys(st, 16)
+    owner: dict[int, int] = {}
+    for i in range(len(kn)):
+        for k in keys[koff[i]:koff[i] + kn[i]].tolist():
+            assert owner.setdefault(k, int(st.session[i])) == int(st.session[i])

@@ -59,7 +59,14 @@ from xmemplan.sizing.simmodel import (
     requests_for,
     single_request_ttft,
 )
-from xmemplan.sizing.workload import Arrivals, Workload, arrivals
+from xmemplan.sizing.workload import (
+    REACHED,
+    Arrivals,
+    Copies,
+    Workload,
+    arrivals,
+    session_copies,
+)
 
 TABLE_SLOS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 LOAD_SCALES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
@@ -1133,12 +1140,42 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True,
     module docstring. The answer names the router; with per-replica caches, the hit split
     and balance of each option are reasons, and so is the same deployment under another
     router."""
+    req, copies = _session_copies(req)
     res, q = _plan_shapes(req, with_table=with_table, with_curve=with_curve)
+    if copies is not None and copies.copies:
+        res.reasons.insert(0, (
+            f"The trace's {units.count(copies.sessions, 'session')} offer at most "
+            f"{_num(copies.offered_rps)} requests/s at this rate (each waits for its "
+            f"replies, served alone): "
+            f"{units.count(copies.copies, 'session copy', 'session copies')} added "
+            f"({copies.requests:,} requests), time-shifted over the trace's span, each its "
+            "own user (its own session and prefix keys)."))
+        res.extra.setdefault("json", {})["session_copies"] = {
+            "sessions": copies.sessions, "offered_rps_by_sessions": copies.offered_rps,
+            "copies": copies.copies, "requests_added": copies.requests}
     _routing(q, res, compare=with_router)
     from xmemplan.provenance import provenance
 
     res.extra.setdefault("json", {})["provenance"] = provenance(list(req.inputs))
     return res
+
+
+def _session_copies(req: SizeRequest) -> tuple[SizeRequest, Copies | None]:
+    """`req` with copies of the trace's sessions where its own cannot offer the rate asked
+    (workload.session_copies), each request's reply served alone as the router counts it
+    (Planner.hold_rates) on the fastest replica shape searched (the widest TP): no
+    configuration searched reaches a higher rate with the trace's own sessions."""
+    w = req.workload
+    if req.load.kind != "trace" or w.session is None or w.timestamp_s is None:
+        return req, None
+    fastest = max(_shapes(req), key=lambda sh: sh.gpus)
+    per_tok, step = Planner(replace(req, shape=fastest)).hold_rates()
+    prompt = w.prompt_tokens.astype(np.float64)
+    out = (np.full(len(prompt), float(req.output_tokens)) if w.output_tokens is None
+           else np.maximum(1, w.output_tokens).astype(np.float64))
+    service = (prompt - np.minimum(prompt, w.hit_tokens)) * per_tok + out * step
+    w2, info = session_copies(w, req.load, service)
+    return (req if w2 is w else replace(req, workload=w2)), info
 
 
 def _routing(req: SizeRequest, res: SizeResult, *, compare: bool) -> None:
@@ -1410,11 +1447,15 @@ def _result(sr: _ShapeRun, *, with_table: bool, with_curve: bool) -> SizeResult:
                        "for replies)")
         answer += "."
     if (req.load.kind == "trace" and pt_best is not None and pt_best.offered_rps
-            and pt_best.achieved_rps < 0.8 * pt_best.offered_rps):
+            and pt_best.achieved_rps < REACHED * pt_best.offered_rps):
         n_sess = len(np.unique(req.workload.session)) if req.workload.session is not None \
             else 0
+        n_copy = req.workload.session_copies
+        who = (f"{units.count(n_sess - n_copy, 'session')} and their "
+               f"{units.count(n_copy, 'copy', 'copies')}" if n_copy else
+               units.count(n_sess, 'session'))
         reasons.append(
-            f"The trace's {units.count(n_sess, 'session')} reach only "
+            f"The trace's {who} reach only "
             f"{_num(pt_best.achieved_rps)} of the {_num(pt_best.offered_rps)} requests/s "
             "asked while each waits for its replies: the GPUs were simulated at the load "
             "achieved (the working set is scaled to the rate asked); more load needs more "

@@ -32,10 +32,13 @@ if TYPE_CHECKING:
     from xmemplan.profile import Profile
 
 __all__ = [
-    "SEED_HIT_RATE", "SEED_MODEL", "SEED_PROMPT_TOKENS", "Arrivals", "Workload", "arrivals",
-    "from_flags", "from_profile",
+    "SEED_HIT_RATE", "SEED_MODEL", "SEED_PROMPT_TOKENS", "Arrivals", "Copies", "Workload",
+    "arrivals", "from_flags", "from_profile", "session_copies", "REACHED",
 ]
 MAX_SAMPLES = 10_000
+# a trace reaches the rate asked when its sessions offer at least this share of it (the
+# planner's "reach only" reason uses the same line); below it, session copies are added
+REACHED = 0.8
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class Workload:
     group: np.ndarray | None = None
     group_tokens: np.ndarray | None = None
     excluded_over_context: int = 0
+    session_copies: int = 0  # copies of whole sessions added for the rate (session_copies)
 
     @property
     def prompt_p50(self) -> float:
@@ -290,3 +294,111 @@ def arrivals(a: Arrivals, n: int, seed: int, *, scale: float = 1.0,
     if order is not None:
         order[:] = order_
     return arr, prev, np.zeros(n), np.where(prev >= 0, -2, -1).astype(np.int64)
+
+
+# --- session copies: more users than the trace has -----------------------------------------
+
+@dataclass(frozen=True)
+class Copies:
+    """What `session_copies` did: the rate the trace's own sessions offer at the rate
+    asked (each waiting for its replies, served alone), and the copies added."""
+
+    sessions: int  # the trace's own
+    offered_rps: float  # what they offer (at most: served alone, no queue)
+    copies: int  # whole sessions added
+    requests: int  # requests those copies add
+
+
+def _chained(ts: np.ndarray, sess: np.ndarray, service_s: np.ndarray, factor: float
+             ) -> np.ndarray:
+    """Each request's start when the trace's clock is compressed by `factor` and every
+    request waits for its session's previous one, served alone in `service_s`."""
+    start = (ts - float(ts.min())) / factor
+    out = np.empty(len(ts))
+    done: dict[int, float] = {}
+    for i in np.argsort(start, kind="stable").tolist():
+        s_ = int(sess[i])
+        t = max(float(start[i]), done.get(s_, -math.inf))
+        out[i] = t
+        done[s_] = t + float(service_s[i])
+    return out
+
+
+def session_copies(w: Workload, a: Arrivals, service_s: np.ndarray
+                   ) -> tuple[Workload, Copies | None]:
+    """`w` with time-shifted copies of whole sessions when its own sessions cannot offer
+    the rate `a` asks; else `w` itself (no copy where the trace can reach the rate).
+
+    The offered rate is the trace's arrivals per second with its clock compressed to the
+    rate asked and each session waiting for its replies, each reply served alone in
+    `service_s` (a bound: queueing only lowers it). Below `REACHED` x the rate asked,
+    copies of whole sessions (round robin over the trace's, as few as reach the rate asked)
+    are spread over that
+    schedule's span, each its own user: a new session id (its own prefix keys, so it
+    never hits its original's cache) and new prefix groups for groups only its original
+    session uses; a group several of the trace's sessions share (what different users
+    share) is kept."""
+    if (a.kind != "trace" or w.session is None or w.timestamp_s is None
+            or not a.rate_rps or not a.trace_rate_rps or len(w.session) < 2):
+        return w, None
+    ts = np.asarray(w.timestamp_s, np.float64)
+    sess = np.asarray(w.session, np.int64)
+    factor = a.rate_rps / a.trace_rate_rps
+    start = _chained(ts, sess, np.asarray(service_s, np.float64), factor)
+    span = float(start.max() - start.min())
+    n = len(ts)
+    offered = (n - 1) / span if span > 0 else math.inf
+    ids = np.unique(sess)
+    info = Copies(int(len(ids)), offered, 0, 0)
+    if offered >= REACHED * a.rate_rps:
+        return w, info
+    need = math.ceil(a.rate_rps * span + 1 - n)
+    members = [np.flatnonzero(sess == s_) for s_ in ids.tolist()]
+    dur = [float(start[m].max() - start[m].min()) for m in members]
+    # groups only one session uses are that user's: a copy gets its own
+    shared: set[int] = set()
+    if w.group is not None:
+        g_all = np.asarray(w.group, np.int64)
+        has = g_all >= 0
+        for g_ in np.unique(g_all[has]).tolist():
+            if len(np.unique(sess[g_all == g_])) > 1:
+                shared.add(int(g_))
+    next_sess = int(sess.max()) + 1
+    next_group = int(w.group.max()) + 1 if w.group is not None and len(w.group) else 0
+    pick: list[np.ndarray] = []
+    new_sess: list[np.ndarray] = []
+    new_ts: list[np.ndarray] = []
+    new_group: list[np.ndarray] = []
+    added = c = 0
+    golden = (math.sqrt(5) - 1) / 2
+    while added < need:
+        j = c % len(members)
+        m = members[j]
+        # a start in the span (low-discrepancy: copies spread evenly, deterministic)
+        u = ((c + 1) * golden % 1.0) * max(0.0, span - dur[j])
+        pick.append(m)
+        new_sess.append(np.full(len(m), next_sess + c, np.int64))
+        # trace clock: the session's own gaps, its first request moved to u
+        new_ts.append(float(ts.min()) + u * factor + ts[m] - float(ts[m].min()))
+        if w.group is not None:
+            g = np.asarray(w.group, np.int64)[m].copy()
+            for g_ in np.unique(g[g >= 0]).tolist():
+                if g_ not in shared:
+                    g[g == g_] = next_group
+                    next_group += 1
+            new_group.append(g)
+        added += len(m)
+        c += 1
+    idx = np.concatenate([np.arange(n), *pick])
+
+    def k(x: np.ndarray | None) -> np.ndarray | None:
+        return None if x is None else np.asarray(x)[idx]
+
+    out = replace(w, prompt_tokens=w.prompt_tokens[idx], hit_tokens=w.hit_tokens[idx],
+                  output_tokens=k(w.output_tokens),
+                  session=np.concatenate([sess, *new_sess]),
+                  timestamp_s=np.concatenate([ts, *new_ts]),
+                  group=None if w.group is None else np.concatenate(
+                      [np.asarray(w.group, np.int64), *new_group]),
+                  group_tokens=k(w.group_tokens), session_copies=c)
+    return out, replace(info, copies=c, requests=added)
