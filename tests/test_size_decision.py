@@ -204,18 +204,27 @@ def test_warm_requests_are_the_same_for_every_option() -> None:
 def test_the_claude_code_profile_sizes_at_every_rate(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]
                                                     ) -> None:
-    """The issue's case: the profile from the shared Claude Code sessions, sized at
-    --rate 50 (it exited 1 with an AssertionError at planner.py:655)."""
+    """The issue's case: the profile from the shared Claude Code sessions (at --rate 50 it
+    exited 1 with an AssertionError at planner.py:655; 50 now plans ~43,000 requests with
+    session copies, minutes, so the test sizes at 2 and 20)."""
     traces = shared_trace("claude-code-weka")
     prof = tmp_path / "cc.json"
     assert run(["hitrate", str(traces), "--scope", "global", "--capacity-curve", "auto",
                 "--model", "qwen3-30b-a3b-fp8", "--profile-out", str(prof)]) == 0
     capsys.readouterr()
-    assert run(["size", "--ttft-slo", "500ms", "--workload", str(prof), "--rate", "50",
-                "--requests", "1000", "-f", "json"]) == 0
-    d = json.loads(capsys.readouterr().out)
-    assert d["offered_rps"] == pytest.approx(50.0) and d["achieved_rps"] > 0
-    assert "internal error" not in d["answer"]
+    got = {}
+    for rate in ("2", "20"):
+        assert run(["size", "--ttft-slo", "500ms", "--workload", str(prof), "--rate", rate,
+                    "--requests", "1000", "-f", "json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["offered_rps"] == pytest.approx(float(rate)) and d["achieved_rps"] > 0
+        assert "internal error" not in d["answer"]
+        got[rate] = d
+    # at 2 r/s the trace's own sessions offer the rate (1.82 of 2): no copy; at 20 they
+    # offer about 3, so whole sessions are copied and the load achieved rises past 1.91
+    assert "session_copies" not in got["2"]
+    assert got["20"]["session_copies"]["copies"] > 0
+    assert got["20"]["achieved_rps"] > 2 * got["2"]["achieved_rps"]
 
 
 def test_search_notes_say_how_each_count_was_found() -> None:
@@ -374,3 +383,20 @@ def test_copies_never_hit_each_others_or_the_originals_cache(tmp_path: Path) -> 
     for i in range(len(kn)):
         for k in keys[koff[i]:koff[i] + kn[i]].tolist():
             assert owner.setdefault(k, int(st.session[i])) == int(st.session[i])
+
+
+def test_a_rate_the_sessions_offer_plans_as_without_copies(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """Where the trace's sessions offer the rate, the plan is the one without copies,
+    answer and JSON alike (the planner with session copies switched off)."""
+    prof = _trace_profile(tmp_path)
+    req, _ = build_request(ttft_slo="5s", workload=prof, rate=0.5, requests=500)
+    with_copies = P.plan(req, with_table=False, with_curve=False)
+    monkeypatch.setattr(P, "_session_copies", lambda r: (r, None))
+    without = P.plan(req, with_table=False, with_curve=False)
+    assert with_copies.answer == without.answer
+    a, b = with_copies.to_dict(), without.to_dict()
+    assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
+                                                                     default=str)
+    assert "session_copies" not in with_copies.extra.get("json", {})
