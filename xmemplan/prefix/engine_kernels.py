@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from xmemplan.prefix.kernels import _common, _slot
+from xmemplan.prefix.kernels import _add_child, _common, _find_child, _set_child, _slot
 
 EMPTY = -1
 
@@ -55,13 +55,7 @@ def kv_page_ids(
         split_at = np.int64(0)
         while pos < n:
             k = keys[s + pos]
-            slot = _slot(node, k, mask)
-            child = np.int64(EMPTY)
-            while t_epoch[slot] == epoch:
-                if t_node[slot] == node and t_key[slot] == k:
-                    child = t_child[slot]
-                    break
-                slot = (slot + 1) & mask
+            child = _find_child(t_node, t_key, t_child, t_epoch, epoch, node, k, mask)
             if child == EMPTY:
                 break
             length = e_len[child]
@@ -88,36 +82,18 @@ def kv_page_ids(
             e_start[mid] = e_start[c]
             e_out[mid] = e_out[c]
             e_len[mid] = split_at
-            k0 = keys[e_start[c]]
-            slot = _slot(node, k0, mask)
-            while not (t_node[slot] == node and t_key[slot] == k0 and t_epoch[slot] == epoch):
-                slot = (slot + 1) & mask
-            t_child[slot] = mid
+            _set_child(t_node, t_key, t_child, t_epoch, epoch, node, keys[e_start[c]], mid, mask)
             e_start[c] += split_at
             e_out[c] += split_at
             e_len[c] -= split_at
-            k1 = keys[e_start[c]]
-            slot = _slot(mid, k1, mask)
-            while t_epoch[slot] == epoch:
-                slot = (slot + 1) & mask
-            t_node[slot] = mid
-            t_key[slot] = k1
-            t_child[slot] = c
-            t_epoch[slot] = epoch
+            _add_child(t_node, t_key, t_child, t_epoch, epoch, mid, keys[e_start[c]], c, mask)
             node = mid
         leaf = n_nodes
         n_nodes += 1
         e_start[leaf] = s + pos
         e_out[leaf] = o + pos
         e_len[leaf] = n - pos
-        k = keys[s + pos]
-        slot = _slot(node, k, mask)
-        while t_epoch[slot] == epoch:
-            slot = (slot + 1) & mask
-        t_node[slot] = node
-        t_key[slot] = k
-        t_child[slot] = leaf
-        t_epoch[slot] = epoch
+        _add_child(t_node, t_key, t_child, t_epoch, epoch, node, keys[s + pos], leaf, mask)
 
 
 # --- vLLM ------------------------------------------------------------------------------------

@@ -46,6 +46,41 @@ def _common(x: np.ndarray, a: int, y: np.ndarray, b: int, lim: int) -> int:
     return i
 
 
+# The child table: open addressing over (node, first key of the edge) -> child; a slot is in
+# use when its epoch is the current one. Shared by match_insert and the engine cache models
+# (engine_kernels.py).
+@njit(cache=True, inline="always")
+def _find_child(t_node, t_key, t_child, t_epoch, epoch, node, k, mask):
+    """The child of `node` whose edge starts with key `k`, or EMPTY."""
+    slot = _slot(node, k, mask)
+    while t_epoch[slot] == epoch:
+        if t_node[slot] == node and t_key[slot] == k:
+            return t_child[slot]
+        slot = (slot + 1) & mask
+    return np.int64(EMPTY)
+
+
+@njit(cache=True, inline="always")
+def _set_child(t_node, t_key, t_child, t_epoch, epoch, node, k, child, mask):
+    """Point `node`'s existing edge that starts with `k` at `child` (after a split)."""
+    slot = _slot(node, k, mask)
+    while not (t_node[slot] == node and t_key[slot] == k and t_epoch[slot] == epoch):
+        slot = (slot + 1) & mask
+    t_child[slot] = child
+
+
+@njit(cache=True, inline="always")
+def _add_child(t_node, t_key, t_child, t_epoch, epoch, node, k, child, mask):
+    """Add the edge `node` -k-> `child` in the first free slot."""
+    slot = _slot(node, k, mask)
+    while t_epoch[slot] == epoch:
+        slot = (slot + 1) & mask
+    t_node[slot] = node
+    t_key[slot] = k
+    t_child[slot] = child
+    t_epoch[slot] = epoch
+
+
 @njit(cache=True)
 def match_insert(
     keys: np.ndarray,  # int64, all requests' keys, flat
@@ -76,13 +111,7 @@ def match_insert(
         while pos < n:
             # child of `node` whose edge starts with keys[s + pos]
             k = keys[s + pos]
-            slot = _slot(node, k, mask)
-            child = np.int64(EMPTY)
-            while t_epoch[slot] == epoch:
-                if t_node[slot] == node and t_key[slot] == k:
-                    child = t_child[slot]
-                    break
-                slot = (slot + 1) & mask
+            child = _find_child(t_node, t_key, t_child, t_epoch, epoch, node, k, mask)
             if child == EMPTY:
                 break
             length = e_len[child]
@@ -105,31 +134,13 @@ def match_insert(
             e_start[mid] = e_start[c]
             e_len[mid] = split_at
             # the parent's slot for this edge now leads to `mid`
-            k0 = keys[e_start[c]]
-            slot = _slot(node, k0, mask)
-            while not (t_node[slot] == node and t_key[slot] == k0 and t_epoch[slot] == epoch):
-                slot = (slot + 1) & mask
-            t_child[slot] = mid
+            _set_child(t_node, t_key, t_child, t_epoch, epoch, node, keys[e_start[c]], mid, mask)
             e_start[c] += split_at
             e_len[c] -= split_at
-            k1 = keys[e_start[c]]
-            slot = _slot(mid, k1, mask)
-            while t_epoch[slot] == epoch:
-                slot = (slot + 1) & mask
-            t_node[slot] = mid
-            t_key[slot] = k1
-            t_child[slot] = c
-            t_epoch[slot] = epoch
+            _add_child(t_node, t_key, t_child, t_epoch, epoch, mid, keys[e_start[c]], c, mask)
             node = mid
         leaf = n_nodes
         n_nodes += 1
         e_start[leaf] = s + pos
         e_len[leaf] = n - pos
-        k = keys[s + pos]
-        slot = _slot(node, k, mask)
-        while t_epoch[slot] == epoch:
-            slot = (slot + 1) & mask
-        t_node[slot] = node
-        t_key[slot] = k
-        t_child[slot] = leaf
-        t_epoch[slot] = epoch
+        _add_child(t_node, t_key, t_child, t_epoch, epoch, node, keys[s + pos], leaf, mask)
