@@ -34,6 +34,9 @@ import numpy as np
 from numba import njit
 
 from xmemplan.sizing.engine.pool import (
+    dl_append,
+    dl_prepend,
+    dl_remove,
     pool_alloc,
     pool_cache,
     pool_evictable,
@@ -68,68 +71,31 @@ def _cdiv(a, b):  # noqa: ANN001, ANN202
     return (a + b - 1) // b
 
 
-# --- linked lists -------------------------------------------------------------------------
+# --- linked lists (pool.dl_*: the waiting and the running list of each replica) ----------
 @njit(cache=True, inline="always")
 def w_append(RI, QI, r, i):  # noqa: ANN001, ANN201
-    t = QI[r, Q_WTAIL]
-    RI[i, R_WPREV] = t
-    RI[i, R_WNEXT] = NONE
-    if t >= 0:
-        RI[t, R_WNEXT] = i
-    else:
-        QI[r, Q_WHEAD] = i
-    QI[r, Q_WTAIL] = i
+    dl_append(RI, QI, r, i, R_WPREV, R_WNEXT, Q_WHEAD, Q_WTAIL)
 
 
 @njit(cache=True, inline="always")
 def w_prepend(RI, QI, r, i):  # noqa: ANN001, ANN201
-    h = QI[r, Q_WHEAD]
-    RI[i, R_WNEXT] = h
-    RI[i, R_WPREV] = NONE
-    if h >= 0:
-        RI[h, R_WPREV] = i
-    else:
-        QI[r, Q_WTAIL] = i
-    QI[r, Q_WHEAD] = i
+    dl_prepend(RI, QI, r, i, R_WPREV, R_WNEXT, Q_WHEAD, Q_WTAIL)
 
 
 @njit(cache=True, inline="always")
 def w_remove(RI, QI, r, i):  # noqa: ANN001, ANN201
-    p, n = RI[i, R_WPREV], RI[i, R_WNEXT]
-    if p >= 0:
-        RI[p, R_WNEXT] = n
-    else:
-        QI[r, Q_WHEAD] = n
-    if n >= 0:
-        RI[n, R_WPREV] = p
-    else:
-        QI[r, Q_WTAIL] = p
+    dl_remove(RI, QI, r, i, R_WPREV, R_WNEXT, Q_WHEAD, Q_WTAIL)
 
 
 @njit(cache=True, inline="always")
 def run_append(RI, QI, r, i):  # noqa: ANN001, ANN201
-    t = QI[r, Q_RTAIL]
-    RI[i, R_RPREV] = t
-    RI[i, R_RNEXT] = NONE
-    if t >= 0:
-        RI[t, R_RNEXT] = i
-    else:
-        QI[r, Q_RHEAD] = i
-    QI[r, Q_RTAIL] = i
+    dl_append(RI, QI, r, i, R_RPREV, R_RNEXT, Q_RHEAD, Q_RTAIL)
     QI[r, Q_NRUN] += 1
 
 
 @njit(cache=True, inline="always")
 def run_remove(RI, QI, r, i):  # noqa: ANN001, ANN201
-    p, n = RI[i, R_RPREV], RI[i, R_RNEXT]
-    if p >= 0:
-        RI[p, R_RNEXT] = n
-    else:
-        QI[r, Q_RHEAD] = n
-    if n >= 0:
-        RI[n, R_RPREV] = p
-    else:
-        QI[r, Q_RTAIL] = p
+    dl_remove(RI, QI, r, i, R_RPREV, R_RNEXT, Q_RHEAD, Q_RTAIL)
     QI[r, Q_NRUN] -= 1
 
 

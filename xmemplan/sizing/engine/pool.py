@@ -156,6 +156,46 @@ def pool_match(P, r, keys, k0, nmax):  # noqa: ANN001, ANN201
     return n
 
 
+# --- intrusive doubly linked lists -----------------------------------------------------------
+# Rows of X carry (PREV, NEXT) columns; row r of L carries the list's (HEAD, TAIL). The pool's
+# free queue and the policies' waiting and running lists are all this one list.
+@njit(cache=True, inline="always")
+def dl_append(X, L, r, i, PREV, NEXT, HEAD, TAIL):  # noqa: ANN001, ANN201
+    t = L[r, TAIL]
+    X[i, PREV] = t
+    X[i, NEXT] = NONE
+    if t >= 0:
+        X[t, NEXT] = i
+    else:
+        L[r, HEAD] = i
+    L[r, TAIL] = i
+
+
+@njit(cache=True, inline="always")
+def dl_prepend(X, L, r, i, PREV, NEXT, HEAD, TAIL):  # noqa: ANN001, ANN201
+    h = L[r, HEAD]
+    X[i, NEXT] = h
+    X[i, PREV] = NONE
+    if h >= 0:
+        X[h, PREV] = i
+    else:
+        L[r, TAIL] = i
+    L[r, HEAD] = i
+
+
+@njit(cache=True, inline="always")
+def dl_remove(X, L, r, i, PREV, NEXT, HEAD, TAIL):  # noqa: ANN001, ANN201
+    p, n = X[i, PREV], X[i, NEXT]
+    if p >= 0:
+        X[p, NEXT] = n
+    else:
+        L[r, HEAD] = n
+    if n >= 0:
+        X[n, PREV] = p
+    else:
+        L[r, TAIL] = p
+
+
 @njit(cache=True)
 def pool_evictable(P, r, keys, k0, n):  # noqa: ANN001, ANN201
     """Of the first n cached keys, the blocks no request holds (they sit in the free queue,
@@ -177,15 +217,7 @@ def pool_touch(P, r, keys, k0, n, rb, rb0, held):  # noqa: ANN001, ANN201
     for j in range(n):
         b = h_find(H, r, keys[k0 + j])
         if B[b, B_REF] == 0:
-            p, nx = B[b, B_PREV], B[b, B_NEXT]
-            if p >= 0:
-                B[p, B_NEXT] = nx
-            else:
-                Q[r, Q_HEAD] = nx
-            if nx >= 0:
-                B[nx, B_PREV] = p
-            else:
-                Q[r, Q_TAIL] = p
+            dl_remove(B, Q, r, b, B_PREV, B_NEXT, Q_HEAD, Q_TAIL)
             B[b, B_PREV] = OFF
             B[b, B_NEXT] = OFF
             Q[r, Q_NFREE] -= 1
