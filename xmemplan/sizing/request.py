@@ -206,8 +206,10 @@ def build_request(
                          f"allowed: 1 to {m.max_context:,} for this model")
     work = wl.drop_over_context(work, m.max_context)
     if work.excluded_over_context:
-        notes.append(f"{work.excluded_over_context:,} sampled requests are longer than "
-                     f"{m.name}'s {m.max_context:,}-token context and are left out")
+        over = work.excluded_over_context
+        verb = "is" if over == 1 else "are"
+        notes.append(f"{units.count(over, 'sampled request')} {verb} longer than "
+                     f"{m.name}'s {m.max_context:,}-token context and {verb} left out")
     ws_tokens = None
     if working_set is not None:
         if units.is_byte_quantity(working_set):
