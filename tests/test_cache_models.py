@@ -110,3 +110,130 @@ def test_size_warns_when_engine_and_cache_model_differ(cli, tmp_path: Path, sess
     r = cli("size", "--ttft-slo", "2s", "--workload", tmp_path / "p.json", "--engine",
             "sglang", "-f", "json")
     assert not any("cache" in w for w in json.loads(r.out)["warnings"])
+
+
+# --- `size` on a placed workload: the replicas' and tiers' caches follow the profile's
+# model (xmemplan.sizing.cachemodel), checked against the plain-Python references.
+
+
+def _prefix_model_tokens(sample: dict, order: np.ndarray) -> list[list[int]]:
+    """Token lists of the profile's sampled requests (in `order`) under the prefix model
+    of docs/size.md: [group prefix][session context], a request's first H tokens equal to
+    its session's previous request's (written here token by token, not page by page)."""
+    last: dict[int, list[int]] = {}
+    fresh = 10**12
+    out = []
+    groups = sample.get("prefix_group")
+    gtoks = sample.get("prefix_group_tokens")
+    for i in order:
+        S = int(sample["prompt_tokens"][i])
+        H = min(S, int(sample["hit_tokens"][i]))
+        g = -1 if groups is None else int(groups[i])
+        G = 0 if g < 0 else min(S, int(gtoks[i]))
+        prev = last.get(int(sample["session"][i]), [])
+        toks = [10**9 * (g + 1) + t for t in range(G)]
+        for t in range(G, S):
+            if t < H and t < len(prev):
+                toks.append(prev[t])
+            else:
+                toks.append(fresh)
+                fresh += 1
+        last[int(sample["session"][i])] = toks
+        out.append(toks)
+    return out
+
+
+@pytest.fixture(scope="module")
+def placed_profiles(tmp_path_factory):
+    d = tmp_path_factory.mktemp("placed")
+    ss = synth.agent_sessions(n_sessions=8, turns=8, seed=7, system_tokens=1000,
+                              turn_tokens=(800, 2500), compact_every=5)
+    synth.write_tokens_jsonl(d / "t.jsonl", ss)
+    from xmemplan.cli.main import run
+
+    for m in ("lru", "vllm", "sglang"):
+        assert run(["hitrate", str(d / "t.jsonl"), "--scope", "global", "--page-size", "64",
+                    "--capacity-curve", "auto", "--cache-model", m, "--profile-out",
+                    str(d / f"{m}.json"), "-f", "json"]) == 0
+    return d
+
+
+SIZE_ARGS = ("--model", "qwen3-30b-a3b-fp8", "--mem-fraction", "0.42", "--tp", "1",
+             "--ttft-slo", "5s", "-f", "json")
+
+
+def test_size_split_follows_the_profiles_cache_model(cli, placed_profiles):
+    """The same trace profiled with lru, vllm and sglang: `size --workload` places its
+    sessions on replicas, and the HBM / tier / recompute split is each model's own,
+    equal to a replay of the requests through the model's plain-Python reference at the
+    replica's HBM room and the tier's capacity."""
+    from xmemplan.sizing.planner import Planner
+    from xmemplan.sizing.request import build_request
+
+    splits = {}
+    for m in ("lru", "vllm", "sglang"):
+        path = placed_profiles / f"{m}.json"
+        r = cli("size", "--workload", path, *SIZE_ARGS)
+        assert r.code == 0, r.err
+        opts = {o["option"]: o for o in json.loads(r.out)["options"]}
+        splits[m] = {k: opts[k]["hit_split"] for k in ("hbm-only", "host-dram")}
+        if m == "lru":
+            continue
+        doc = json.loads(path.read_text())
+        assert doc["cache_page_tokens"] == 64 and doc["cache_with_outputs"] is True
+        sample = doc["requests_sample"]
+        order = np.argsort(np.asarray(sample["timestamp_s"]), kind="stable")
+        prompts = _prefix_model_tokens(sample, order)
+        outs = [max(1, int(sample["output_tokens"][i])) for i in order]
+        total = sum(len(p) for p in prompts)
+        req, _ = build_request(ttft_slo="5s", workload=path, model="qwen3-30b-a3b-fp8",
+                               mem_fraction="0.42", tp=1)
+        p = Planner(req)
+        for option in ("hbm-only", "host-dram"):
+            gpus = opts[option]["gpus"]
+            dep = p.deployment(option, gpus, 0)
+            assert dep.replicas == 1  # one replica: every request is its own
+            hbm = reference_replay(m, prompts, outs, 64, int(dep.hbm_tokens), True).hit_tokens
+            got = splits[m][option]
+            assert got["hbm"] == pytest.approx(sum(hbm) / total, abs=1e-12), (m, option)
+            if option == "host-dram":
+                tier = reference_replay(m, prompts, outs, 64, int(dep.tier_tokens[0]),
+                                        True).hit_tokens
+                want = sum(max(0, t - h) for t, h in zip(tier, hbm, strict=True)) / total
+                assert got["tier"] == pytest.approx(want, abs=1e-12), m
+    # the models part: HBM shares 0.44 (lru) / 0.47 (vllm) / 0.42 (sglang) at 31.5k tokens
+    for a, b in (("lru", "vllm"), ("lru", "sglang"), ("vllm", "sglang")):
+        assert abs(splits[a]["hbm-only"]["hbm"] - splits[b]["hbm-only"]["hbm"]) > 0.01, splits
+
+
+def test_follow_at_unlimited_capacity_hits_the_profiles_hits_by_the_engines_rules():
+    """With room for everything a request hits its profile hit H in whole pages, at most
+    its prompt - 1 tokens: the prefix model reproduces the profile, the rules apply."""
+    from xmemplan.sizing import cachemodel as CM
+    from xmemplan.sizing import routing as RT
+
+    rng = np.random.default_rng(1)
+    n, P = 300, 16
+    session = rng.integers(0, 20, n)
+    group_of = np.where(rng.random(20) < 0.6, rng.integers(0, 3, 20), -1)
+    group = group_of[session]
+    prompt, hit, gtok = np.zeros(n), np.zeros(n), np.zeros(n)
+    ctx: dict[int, float] = {}
+    seen: set[int] = set()
+    for i in range(n):
+        s, g = int(session[i]), int(group[i])
+        c = ctx.get(s)
+        prompt[i] = (c or 0.0) + rng.integers(64, 500)
+        gtok[i] = 40.0 if g >= 0 else 0.0
+        if c is None:  # a session's first request hits its group's prefix, once seen
+            hit[i] = gtok[i] if g in seen else 0.0
+        else:  # later ones their context, or part of it (a compaction)
+            hit[i] = c if rng.random() > 0.1 else max(gtok[i], rng.integers(0, int(c) + 1))
+        seen.add(g)
+        ctx[s] = prompt[i]
+    st = RT.Stream(np.arange(n, dtype=float), np.ones(n), prompt, np.full(n, 20.0), hit,
+                   group, gtok, session)
+    want = np.minimum(hit // P * P, (prompt - 1) // P * P)
+    for engine in ("vllm", "sglang"):
+        f = CM.Follower(CM.CacheModel(engine, P, True), st)
+        assert (f.hits(np.arange(n), 1e9) == want).all(), engine

@@ -40,7 +40,7 @@ import numpy as np
 
 from xmemplan.errors import InputError
 from xmemplan.jsonio import read_json, to_json, write_output
-from xmemplan.units import MAX_DURATION_S, MAX_PROMPT_TOKENS, MAX_RATE
+from xmemplan.units import MAX_DURATION_S, MAX_PAGE_TOKENS, MAX_PROMPT_TOKENS, MAX_RATE
 
 if TYPE_CHECKING:
     from xmemplan.hitrate.pipeline import HitrateResult
@@ -88,6 +88,9 @@ class Profile:
     # the group's prefix in its prompt (docs/profile.md, "Prefix groups")
     sample_group: np.ndarray | None = None
     sample_group_tokens: np.ndarray | None = None
+    # engine cache models: the page they replayed and whether decoded tokens were cached
+    cache_page_tokens: int | None = None
+    cache_with_outputs: bool | None = None
 
 
 def _field(doc: dict[str, Any], dotted: str) -> Any:
@@ -230,6 +233,14 @@ def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
                          hint="lru, vllm or sglang (or null)")
     if cache_model is None and raw_curve:
         cache_model = "lru"  # profiles written before the field existed
+    cpage = _number(path, doc, "cache_page_tokens", 1, MAX_PAGE_TOKENS)
+    if cpage is not None and cpage != int(cpage):
+        raise InputError(f"not a whole number ({cpage!r})", path=path,
+                         field="cache_page_tokens")
+    cout = doc.get("cache_with_outputs")
+    if cout is not None and not isinstance(cout, bool):
+        raise InputError(f"expected true, false or null, not {cout!r}", path=path,
+                         field="cache_with_outputs")
     return Profile(
         path=path,
         doc=doc,
@@ -259,6 +270,8 @@ def profile_from_doc(doc: dict[str, Any], path: Path | None = None) -> Profile:
         working_set_tokens=ws,
         capacity_curve=tuple(sorted(curve)),
         cache_model=cache_model,
+        cache_page_tokens=None if cpage is None else int(cpage),
+        cache_with_outputs=cout,
     )
 
 
@@ -422,6 +435,7 @@ def build_profile(result: HitrateResult, paths: Sequence[Path | str]) -> dict[st
         "working_set": ws,
         "cache_model": cap.cache_model if cap is not None else None,
         "cache_with_outputs": cap.with_outputs if cap is not None else None,
+        "cache_page_tokens": cap.page_tokens if cap is not None else None,
         "capacity_curve": cap.curve if cap is not None else None,
         "capacities": cap.capacities if cap is not None else None,
         "tiers": cap.tiers if cap is not None else None,

@@ -387,6 +387,7 @@ class CapacityResult:
     notes: list[str] = field(default_factory=list)
     cache_model: str = "lru"
     with_outputs: bool | None = None  # engine models only
+    page_tokens: int | None = None  # engine models: the block / page size they replayed
     working_series: Series | None = None  # for plots (not in JSON)
     spec: CapacitySpec | None = None
 
@@ -536,6 +537,7 @@ def summarize_capacity(
         spec=spec,
         cache_model=spec.cache_model,
         with_outputs=spec.with_outputs if spec.cache_model != "lru" else None,
+        page_tokens=largest_page if spec.cache_model != "lru" else None,
     )
 
 

@@ -46,6 +46,7 @@ import numpy as np
 from xmemplan import units
 from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
 from xmemplan.errors import UsageError
+from xmemplan.sizing import cachemodel as CM
 from xmemplan.sizing import model as M
 from xmemplan.sizing import routing as RT
 from xmemplan.sizing.engine import Result as EngineResult
@@ -408,6 +409,11 @@ class Planner:
         self._groups: dict[int, np.ndarray | None] = {}
         self.placements: dict[tuple[str, int, int, float, int], RT.Placement] = {}
         self._hold: tuple[float, float] | None = None
+        # the profile's engine cache model (hitrate --cache-model vllm|sglang) replaces
+        # the placement's own LRU objects in every replica's and tier's cache
+        self.cache_model = CM.for_workload(w.cache_model, w.cache_page_tokens,
+                                           w.cache_with_outputs)
+        self._followers: dict[tuple[float, int], CM.Follower] = {}
 
     def groups(self, k: int) -> np.ndarray | None:
         """Replication k's prefix group per sampled request (None: no groups)."""
@@ -612,9 +618,15 @@ class Planner:
                   ) -> RT.Placement:
         key = (option, gpus, nodes if option == "xmem" else 0, scale, k)
         if key not in self.placements:
-            self.placements[key] = RT.place(self.stream(scale, k),
-                                            self.deployment(option, gpus, nodes),
-                                            self.router, self.req.router_params)
+            stream = self.stream(scale, k)
+            dep = self.deployment(option, gpus, nodes)
+            pl = RT.place(stream, dep, self.router, self.req.router_params)
+            if self.cache_model is not None:  # the profile's vllm / sglang cache decides
+                f = self._followers.get((scale, k))
+                if f is None:
+                    f = self._followers[(scale, k)] = CM.Follower(self.cache_model, stream)
+                pl = f.follow(dep, pl)
+            self.placements[key] = pl
         return self.placements[key]
 
     def run(self, option: str, gpus: int, nodes: int = 0, scale: float = 1.0,
@@ -1215,6 +1227,15 @@ def _routing(req: SizeRequest, res: SizeResult, *, compare: bool) -> None:
             f"{bal['kv_tokens']['min'] / 1e6:,.1f}-{bal['kv_tokens']['max'] / 1e6:,.1f}M "
             f"tokens, replica hit ratios {bal['hit_ratio']['min']:.2f}-"
             f"{bal['hit_ratio']['max']:.2f}.")
+    cm = CM.for_workload(req.workload.cache_model, req.workload.cache_page_tokens,
+                         req.workload.cache_with_outputs)
+    if cm is not None:
+        res.reasons.append(
+            f"These hits are the profile's {cm.name} cache model's (hitrate --cache-model "
+            f"{cm.name}): each replica's requests replayed through it at the replica's HBM "
+            f"room, each tier's at the tier's capacity, {cm.page}-token pages, decoded "
+            f"tokens {'cached' if cm.with_outputs else 'not cached'}; the router's choices "
+            "are the placement's own (docs/size.md).")
     if not compare:
         return
     other = "round-robin" if name in RT.PREFIX_AWARE else "sglang-cache-aware"

@@ -64,6 +64,11 @@ class Workload:
     group_tokens: np.ndarray | None = None
     excluded_over_context: int = 0
     session_copies: int = 0  # copies of whole sessions added for the rate (session_copies)
+    # the profile's finite cache (hitrate --cache-model): with vllm / sglang the replicas'
+    # and tiers' caches of a placed workload follow it (xmemplan.sizing.cachemodel)
+    cache_model: str | None = None
+    cache_page_tokens: int | None = None
+    cache_with_outputs: bool | None = None
 
     @property
     def prompt_p50(self) -> float:
@@ -181,6 +186,9 @@ def from_profile(prof: Profile) -> Workload:
         live_sessions=float(live) if isinstance(live, int | float) and live > 0 else None,
         group=None if grp is None else grp.astype(np.int64),
         group_tokens=gtok,
+        cache_model=prof.cache_model,
+        cache_page_tokens=prof.cache_page_tokens,
+        cache_with_outputs=prof.cache_with_outputs,
     )
 
 
