@@ -103,3 +103,31 @@ def test_bad_scenario() -> None:
     assert replay_hits({"engine": "vllm", "page_size": 1, "capacity_tokens": 1,
                         "requests": []}) == []
     assert np.array_equal(reference_replay("sglang", [], [], 1, 10).hit_tokens, [])
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("page", [1, 4])
+def test_picker_subsets_equal_the_reference_alone(engine: str, page: int) -> None:
+    """Picker: requests picked from one id layout, replayed in turn on kept tables (one
+    epoch a pick), hit what the reference hits on those requests alone."""
+    from xmemplan.prefix.engine_cache import Picker, kv_tokens
+    from xmemplan.prefix.lru import token_pages
+
+    rng = random.Random(7 + page)
+    reqs = _agent_requests(rng, 120)
+    prompts = [list(r["tokens"]) for r in reqs]  # type: ignore[call-overload]
+    outs = [int(r["output_tokens"]) for r in reqs]  # type: ignore[call-overload]
+    lengths = np.array([len(p) for p in prompts], dtype=np.int64)
+    off = np.zeros(len(prompts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=off[1:])
+    pk, poff = token_pages(np.array([t for p in prompts for t in p], dtype=np.int64), off,
+                           page)
+    kv = kv_tokens(lengths, np.array(outs), True)
+    pick = Picker(engine, pk, poff, lengths, kv, page)
+    nrng = np.random.default_rng(page)
+    for cap in (40, 150, 150, 600, 10_000):
+        idx = np.sort(nrng.choice(len(reqs), size=int(nrng.integers(10, len(reqs))),
+                                  replace=False))
+        want = reference_replay(engine, [prompts[i] for i in idx], [outs[i] for i in idx],
+                                page, cap, True).hit_tokens
+        assert pick.hits(idx, cap).tolist() == want, (engine, page, cap)

@@ -143,6 +143,80 @@ def engine_replay(
     return EngineReplay(hits, rejected, caps)
 
 
+class Picker:
+    """Replays of requests picked from one layout of page ids, one capacity each.
+
+    `kv_page_ids` runs once over all requests (`keys`/`offsets` as for `engine_replay`,
+    no resets); `hits(idx, capacity)` replays requests `idx` (in that order, an empty
+    cache first) as `engine_replay` would replay them alone: equal ids still mean equal
+    prefixes in any subset. The kernels read each request's ids from its start in the
+    whole layout, and the tables are kept between calls (epochs), so a pick costs its
+    replay only."""
+
+    def __init__(self, engine: str, keys: np.ndarray, offsets: np.ndarray,
+                 prompt: np.ndarray, kv: np.ndarray, page: int) -> None:
+        from xmemplan.prefix.matcher import check_requests
+
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}")
+        n = offsets.shape[0] - 1
+        keys, offsets, resets = check_requests(keys, offsets, np.zeros(n, dtype=bool))
+        self.engine, self.page = engine, int(page)
+        self.prompt = np.ascontiguousarray(prompt, dtype=np.int64)
+        self.kv = np.ascontiguousarray(kv, dtype=np.int64)
+        ids, self.starts = kv_page_ids(keys, offsets, resets, self.prompt, self.kv, page)
+        if engine == "vllm" and ids.size:  # rows of the id table: dense ids
+            _, inv = np.unique(ids, return_inverse=True)
+            ids = inv.reshape(-1).astype(np.int64)
+        self.ids = ids
+        self.epoch = 1
+        self.need = (self.kv + page - 1) // page
+        nodes = 1 + 8 * max(n, 1)
+        if engine == "vllm":
+            self.pg = np.zeros((max(1, int(ids.max()) + 1 if ids.size else 1), 4),
+                               dtype=np.int64)
+        else:
+            table = 1 << max(4, int(2 * nodes - 1).bit_length())
+            heap = 12 * max(n, 1) + nodes + 16
+            self.nd = np.empty((nodes, 8), dtype=np.int64)
+            self.tb = np.zeros((table, 4), dtype=np.int64)
+            self.h_time = np.empty(heap, dtype=np.int64)
+            self.h_node = np.empty(heap, dtype=np.int64)
+
+    def hits(self, idx: np.ndarray, capacity: int) -> np.ndarray:
+        from xmemplan.prefix import engine_kernels as ek
+
+        idx = np.ascontiguousarray(idx, dtype=np.int64)
+        m = idx.shape[0]
+        out_h = np.zeros(m, dtype=np.int64)
+        if m == 0:
+            return out_h
+        out_r = np.empty(m, dtype=bool)
+        off = np.empty(m + 1, dtype=np.int64)  # starts; the kernels read no end
+        off[:m] = self.starts[idx]
+        off[m] = self.starts[-1]
+        prompt, kv, need = self.prompt[idx], self.kv[idx], self.need[idx]
+        resets = np.zeros(m, dtype=bool)
+        page = self.page
+        most = int(max(need.max(), 1))
+        if self.engine == "vllm":
+            n_blocks = int(capacity) // page
+            b = max(1, min(n_blocks, int(need.sum())))
+            ek.vllm_replay(
+                self.ids, off, resets, prompt, kv, page, n_blocks, 1, self.epoch, out_h,
+                out_r, np.empty((b + 3, 8), dtype=np.int64), self.pg,
+                np.empty((1, most), dtype=np.int64), np.zeros(1, np.int64),
+                np.zeros(1, np.int64), np.empty(most, dtype=np.int64))
+        else:
+            ek.sglang_replay(
+                self.ids, off, resets, prompt, kv, page, int(capacity) // page, 1,
+                self.epoch, out_h, out_r, self.nd, self.tb, self.h_time, self.h_node,
+                np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64),
+                np.empty(most + 3, dtype=np.int64))
+        self.epoch += 1
+        return out_h
+
+
 # --- The oracle contract's scenario (section A) ----------------------------------------------
 
 

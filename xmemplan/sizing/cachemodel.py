@@ -104,14 +104,16 @@ def page_keys(stream: Stream, page: int) -> tuple[np.ndarray, np.ndarray]:
     return keys, offsets
 
 
-def _subset(keys: np.ndarray, offsets: np.ndarray, idx: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray]:
-    starts = offsets[idx]
-    lengths = offsets[idx + 1] - starts
-    off = np.zeros(len(idx) + 1, np.int64)
-    np.cumsum(lengths, out=off[1:])
-    src = np.repeat(starts - off[:-1], lengths) + np.arange(off[-1], dtype=np.int64)
-    return keys[src], off
+def digest(stream: Stream) -> bytes:
+    """What a stream's pages depend on (not its arrival times): streams of one workload
+    at several loads, in the same order, share one `Follower`."""
+    import hashlib
+
+    h = hashlib.sha1()
+    for a in (stream.prompt, stream.output, stream.hit, stream.group, stream.group_tokens,
+              stream.session):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.digest()
 
 
 @dataclass
@@ -121,41 +123,28 @@ class Follower:
 
     model: CacheModel
     stream: Stream
-    keys: np.ndarray = field(init=False)
-    offsets: np.ndarray = field(init=False)
-    prompt: np.ndarray = field(init=False)
-    kv: np.ndarray = field(init=False)
     memo: dict[tuple[bytes, int], np.ndarray] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        from xmemplan.prefix.engine_cache import kv_tokens
+        from xmemplan.prefix.engine_cache import Picker, kv_tokens
 
-        self.keys, self.offsets = page_keys(self.stream, self.model.page)
-        self.prompt = np.maximum(0, np.round(np.asarray(self.stream.prompt, np.float64))
-                                 ).astype(np.int64)
+        keys, offsets = page_keys(self.stream, self.model.page)
+        prompt = np.maximum(0, np.round(np.asarray(self.stream.prompt, np.float64))
+                            ).astype(np.int64)
         out = np.maximum(1, np.round(np.asarray(self.stream.output, np.float64))
                          ).astype(np.int64)
-        self.kv = kv_tokens(self.prompt, out, self.model.with_outputs)
+        kv = kv_tokens(prompt, out, self.model.with_outputs)
+        self.picker = Picker(self.model.name, keys, offsets, prompt, kv, self.model.page)
 
     def hits(self, idx: np.ndarray, capacity: float) -> np.ndarray:
         """Hit tokens of requests `idx` (arrival order) replayed alone at `capacity`."""
-        from xmemplan.prefix.engine_cache import engine_replay
-
         idx = np.asarray(idx, np.int64)
         cap = int(capacity)
         key = (idx.tobytes(), cap)
         got = self.memo.get(key)
-        if got is not None:
-            return got
-        if len(idx) == 0 or cap < self.model.page:
-            h = np.zeros(len(idx), np.int64)
-        else:
-            k, off = _subset(self.keys, self.offsets, idx)
-            rep = engine_replay(self.model.name, k, off, np.zeros(len(idx), bool),
-                                self.prompt[idx], self.kv[idx], self.model.page, [cap])
-            h = rep.hits[:, 0]
-        self.memo[key] = h
-        return h
+        if got is None:
+            got = self.memo[key] = self.picker.hits(idx, cap)
+        return got
 
     def follow(self, dep: Deployment, placement: Placement) -> Placement:
         """`placement` with its HBM and tier hits replayed through the model."""

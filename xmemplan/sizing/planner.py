@@ -413,7 +413,7 @@ class Planner:
         # the placement's own LRU objects in every replica's and tier's cache
         self.cache_model = CM.for_workload(w.cache_model, w.cache_page_tokens,
                                            w.cache_with_outputs)
-        self._followers: dict[tuple[float, int], CM.Follower] = {}
+        self._followers: dict[bytes, CM.Follower] = {}
 
     def groups(self, k: int) -> np.ndarray | None:
         """Replication k's prefix group per sampled request (None: no groups)."""
@@ -622,9 +622,10 @@ class Planner:
             dep = self.deployment(option, gpus, nodes)
             pl = RT.place(stream, dep, self.router, self.req.router_params)
             if self.cache_model is not None:  # the profile's vllm / sglang cache decides
-                f = self._followers.get((scale, k))
+                f = self._followers.get(CM.digest(stream))  # scales share their pages
                 if f is None:
-                    f = self._followers[(scale, k)] = CM.Follower(self.cache_model, stream)
+                    f = self._followers[CM.digest(stream)] = CM.Follower(self.cache_model,
+                                                                         stream)
                 pl = f.follow(dep, pl)
             self.placements[key] = pl
         return self.placements[key]
