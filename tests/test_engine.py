@@ -146,6 +146,7 @@ def scenarios(draw: Any) -> dict[str, Any]:
             "max_num_seqs": draw(st.integers(1, 8)),
             "max_num_batched_tokens": draw(st.sampled_from([8, 32, 64, 2048])),
             "enable_prefix_caching": draw(st.booleans()),
+            "scheduler_reserve_full_isl": draw(st.sampled_from([True, True, False])),
             "long_prefill_token_threshold": draw(st.sampled_from([0, 0, 16])),
             "chunked_prefill_size": draw(st.sampled_from([16, 32, 8192])),
             "schedule_conservativeness": draw(st.sampled_from([0.3, 1.0])),
@@ -191,6 +192,32 @@ def test_kv_grows_with_decode_and_pressure_preempts(engine: str) -> None:
     # every request still finishes, later
     assert {f for s in small for f in s["finished"]} == {f"r{i}" for i in range(8)}
     assert small[-1]["t_s"] > big[-1]["t_s"]
+
+
+def _knee(users: int, **rule: Any) -> tuple[float, float]:
+    """Closed-loop users (no think time) sending 32K-token prompts for 512 output tokens to
+    Qwen3-30B-A3B FP8 on one H100 (benchmarks/bench_knee.py): (requests/s, preemptions
+    per request)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_knee import closed_loop
+
+    rps, pre, _ = closed_loop(32768, 512, users, per_user=8, **rule)
+    return rps, pre
+
+
+def test_throughput_falls_past_the_knee_when_preemption_recomputes() -> None:
+    """vLLM without the full-sequence reserve and without prefix caching admits first
+    chunks it cannot finish: past the knee (16 users fill the 844K-token pool) preemption
+    recomputes whole prompts and requests/s falls (bench_knee: -45 % at 128 users). With
+    the reserve (vLLM 0.33's default) the same load levels off."""
+    knee, _ = _knee(16, full_isl=False, caching=False)
+    past, pre = _knee(64, full_isl=False, caching=False)
+    assert past < 0.75 * knee and pre > 1.0
+    held, held_pre = _knee(64)  # vLLM as shipped
+    assert held > 0.9 * _knee(16)[0] and held > 1.4 * past and held_pre < 0.2
 
 
 def test_freed_prefix_hits_until_evicted() -> None:

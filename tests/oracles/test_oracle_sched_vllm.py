@@ -128,3 +128,30 @@ def test_matches_vllm_on_a_trace_slice(vllm_engine: None) -> None:
     ours = replay(sc)
     msg = first_parting(list(ours), theirs)
     assert not msg, msg
+
+
+# vLLM's `--no-scheduler-reserve-full-isl`: a waiting request is admitted when its first
+# chunk fits; the rest of its prompt then competes for blocks (preempting) as it runs.
+NO_FULL_ISL = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
+    (11, 32, 16, 8, 200.0, True),   # chunked prefills under pressure
+    (12, 24, 8, 8, 400.0, True),    # small budget, heavy pressure
+    (13, 48, 32, 16, 400.0, True),  # wide batch
+    (14, 32, 16, 8, 200.0, False),  # no prefix caching: preemption recomputes (the knee)
+]
+
+
+@pytest.mark.parametrize(("seed", "blocks", "budget", "seqs", "rate", "caching"), NO_FULL_ISL)
+def test_matches_vllm_scheduler_without_full_isl(vllm_engine: None, seed: int, blocks: int,
+                                                 budget: int, seqs: int, rate: float,
+                                                 caching: bool) -> None:
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = sched_scenario("vllm", seed, 30, num_gpu_blocks=blocks,
+                        max_num_batched_tokens=budget, max_num_seqs=seqs, rate=rate,
+                        max_tokens=(4, 40))
+    sc["scheduler_reserve_full_isl"] = False
+    sc["enable_prefix_caching"] = caching
+    theirs = sched_vllm.replay_scenario(sc)
+    assert sum(len(s["preempted"]) for s in theirs) > 0  # the case reaches preemption
+    ours = replay(sc)
+    msg = first_parting(list(ours), theirs)
+    assert not msg, msg

@@ -92,6 +92,7 @@ def make_scheduler(scenario: dict[str, Any]) -> Any:
         max_num_batched_tokens=int(scenario["max_num_batched_tokens"]),
         max_model_len=MAX_MODEL_LEN, enable_chunked_prefill=True, is_encoder_decoder=False,
         long_prefill_token_threshold=int(scenario.get("long_prefill_token_threshold", 0)),
+        scheduler_reserve_full_isl=bool(scenario.get("scheduler_reserve_full_isl", True)),
     )
     cache = v["CacheConfig"](block_size=block,
                              enable_prefix_caching=bool(scenario["enable_prefix_caching"]))

@@ -66,6 +66,7 @@ from xmemplan.sizing.engine.policy import (
     P_CACHING,
     P_CHUNK,
     P_EBS,
+    P_FULLISL,
     P_MAXPREFILL,
     P_MAXSEQ,
     P_POLICY,
@@ -119,6 +120,7 @@ class Config:
     max_prefill_tokens: int = 16384
     conservativeness: float = 1.0
     prefix_caching: bool = True
+    reserve_full_isl: bool = True  # vLLM --scheduler-reserve-full-isl (0.33 default)
     lin_s_per_token: float = 0.0
     attn_s_per_unit: float = 0.0
     dense_weight_bytes: float = 0.0
@@ -162,6 +164,7 @@ class Config:
         pp[P_CACHING] = int(self.prefix_caching)
         pp[P_MAXPREFILL] = self.max_prefill_tokens
         pp[P_EBS] = self.engine_block_tokens or self.block_tokens
+        pp[P_FULLISL] = int(self.reserve_full_isl)
         tp = np.zeros(N_T)
         tp[T_LIN] = self.lin_s_per_token
         tp[T_ATTN] = self.attn_s_per_unit
@@ -392,6 +395,7 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
         chunked_prefill_size=int(scenario.get("chunked_prefill_size", 8192)),
         conservativeness=float(scenario.get("schedule_conservativeness", 1.0)),
         prefix_caching=bool(scenario.get("enable_prefix_caching", True)),
+        reserve_full_isl=bool(scenario.get("scheduler_reserve_full_isl", True)),
         base_s=float(st.get("base_s", 0.0)), per_token_s=float(st.get("per_token_s", 0.0)),
         per_seq_s=float(st.get("per_seq_s", 0.0)))
     r = Requests(arrival=arrival, prompt=np.array([len(p) for p in prompts]),

@@ -59,8 +59,8 @@ ST_NEW, ST_WAIT, ST_LOADING, ST_RUN, ST_DONE = range(5)
 N_Q = 10
 # scheduler parameters (ints)
 (P_POLICY, P_BS, P_MAXSEQ, P_BUDGET, P_THRESH, P_CHUNK, P_CACHING, P_MAXPREFILL,
- P_EBS) = range(9)
-N_P = 9
+ P_EBS, P_FULLISL) = range(10)
+N_P = 10
 VLLM, SGLANG = 0, 1
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION default
 NONE = -1
@@ -302,7 +302,7 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
                 ext = 0
             ext = ext // ebs * ebs
             RI[i, R_EXT] = ext
-        if not _full_fits(P, RI, keys, r, i, nhit, bs):
+        if pp[P_FULLISL] == 1 and not _full_fits(P, RI, keys, r, i, nhit, bs):
             break
         if ext > 0:
             if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, caching):

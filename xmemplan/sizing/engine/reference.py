@@ -153,6 +153,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
     thr = int(scenario.get("long_prefill_token_threshold", 0))
     chunk0 = int(scenario.get("chunked_prefill_size", 8192))
     caching = bool(scenario.get("enable_prefix_caching", True))
+    full_isl = bool(scenario.get("scheduler_reserve_full_isl", True))
     cons = float(scenario.get("schedule_conservativeness", 1.0))
     st = scenario.get("step_time", {})
     base, per_tok, per_seq = (float(st.get(k, 0.0)) for k in ("base_s", "per_token_s",
@@ -217,7 +218,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     nhit = _lookup(pool, q, bs, caching) if q.comp == 0 else 0
                     # vLLM 0.33 scheduler_reserve_full_isl: the whole sequence must fit
                     hk = q.keys[:nhit]
-                    if _cdiv(q.ntok, bs) - len(q.blocks) - nhit + \
+                    if full_isl and _cdiv(q.ntok, bs) - len(q.blocks) - nhit + \
                             (pool.evictable(hk) if nhit else 0) > pool.nfree:
                         break
                     new = q.ntok - q.comp - nhit * bs
