@@ -23,7 +23,8 @@ from xmemplan.sizing import routing as RT
 from xmemplan.sizing.planner import Planner
 from xmemplan.sizing.request import build_request
 
-ROUTERS = ("round-robin", "session", "sglang-cache-aware", "llm-d-prefix", "dynamo-kv")
+ROUTERS = ("round-robin", "random", "session", "sglang-cache-aware", "llm-d-prefix",
+           "llm-d-precise", "dynamo-kv")
 
 
 def main() -> None:

@@ -197,6 +197,89 @@ def test_dynamo_cost_is_prefill_plus_decode_blocks() -> None:
     assert p.replica[2] == 1 and p.replica[-1] == 0
 
 
+def _stream(arrival, hold, prompt, group, session, hit) -> RT.Stream:  # noqa: ANN001
+    a = [np.asarray(c, dtype=float) for c in (arrival, hold, prompt, hit)]
+    n = len(a[0])
+    return RT.Stream(a[0], a[1], a[2], np.ones(n), a[3], np.asarray(group, np.int64),
+                     np.full(n, G), np.asarray(session, np.int64))
+
+
+def _reference(s: RT.Stream, dep: RT.Deployment, router: str, forced: list[int],
+               par: RT.RouterParams = RT.RouterParams()) -> list[int]:
+    g, ss, n_groups, n_keys = RT.keys_of(s)
+    rep, _, _ = RT.place_reference(
+        s.arrival, s.hold, s.prompt, s.output, s.hit, g, s.group_tokens, ss, n_groups,
+        n_keys, dep.replicas, RT.router_code(router), dep.hbm_tokens, dep.tier_of,
+        dep.tier_tokens, par.array(), forced=np.array(forced))
+    return rep.tolist()
+
+
+def test_llmd_precise_scores_actual_hbm_min_max() -> None:
+    """llm-d's precise scorer: tokens held in each replica's HBM, min-max normalised over
+    the replicas holding any (utils.go); 3 x that + 2 x KV-cache free + 2 x queue.
+    Replica 0 holds the whole re-sent prompt, replica 1 its group prefix only, replica 0
+    is busy: precise keeps it on replica 0 (1 vs 0 after min-max), the approximate scorer
+    (matched / prompt: 1 vs 0.99) sends it to the idle replica 1."""
+    S = G + 10
+    s = _stream([0.0, 0.5, 2.0], [10.0, 1e-3, 1e-3], [S, G + 20, S], [0, 0, 0],
+                [0, 1, 0], [0.0, 0.0, S])
+    dep = separate(3)
+    assert _reference(s, dep, "llm-d-precise", [0, 1, -1])[-1] == 0
+    assert _reference(s, dep, "llm-d-prefix", [0, 1, -1])[-1] == 1
+    # without the normalisation (raw matched / prompt) replica 1 would win: 2.97 + 4 > 5
+    assert 3 * G / S + 2 + 2 > 3 + 0 + 2 * (1 - (S + 1) / 200_000)
+
+
+def test_llmd_kv_cache_scorer_counts_a_shared_prefix_once() -> None:
+    """The kv-cache-utilization scorer alone: 1 - the tokens running requests hold / KV
+    room. Two running requests of one 100,000-token group hold it once (vLLM's shared
+    blocks): replica 0 (100,011) is freer than replica 1 (one 150,000-token prompt)."""
+    kv = RT.RouterParams(llmd_prefix_weight=0.0, llmd_queue_weight=0.0, llmd_kv_weight=1.0)
+    big = 100_000.0
+    s = RT.Stream(np.array([0.0, 0.0, 0.0, 1.0]), np.full(4, 10.0),
+                  np.array([big + 10, 150_000.0, big + 10, 100.0]), np.ones(4), np.zeros(4),
+                  np.array([0, -1, 0, -1]), np.array([big, 0.0, big, 0.0]), np.arange(4))
+    dep = separate(2)
+    assert _reference(s, dep, "llm-d-prefix", [-1, -1, -1, -1], kv) == [0, 1, 0, 0]
+    # counted twice, replica 0 would hold 200,022 of 200,000 tokens: replica 1 (0.25 free)
+    assert RT.place(s, dep, "llm-d-prefix", kv).replica.tolist() == [0, 1, 0, 0]
+
+
+def test_llmd_prefix_index_is_an_lru_of_its_capacity() -> None:
+    """GIE's approximate index holds lruCapacityPerServer blocks per server: once later
+    groups push group 0 out of replica 0's entry, the router no longer sees it there."""
+    S = G + 10
+    rows = [(0.0, 1e-3, S, 0), (0.0, 1e-3, S, 1), (2.0, 10.0, S, 2), (3.0, 1e-3, S, 0)]
+    s = rows_stream(rows, G)
+    dep = separate(2)
+    assert RT.place(s, dep, "llm-d-prefix").replica.tolist() == [0, 1, 0, 0]
+    small = RT.RouterParams(llmd_view_tokens=1.5 * G)
+    assert RT.place(s, dep, "llm-d-prefix", small).replica.tolist() == [0, 1, 0, 1]
+
+
+def test_random_router_draws_uniformly_and_repeatably() -> None:
+    s = stream(4000, 0, 0.0)
+    a = RT.place(s, separate(4), "random").replica
+    counts = np.bincount(a, minlength=4)
+    assert counts.min() > 900 and counts.max() < 1100, counts
+    assert np.array_equal(a, RT.place(s, separate(4), "random").replica)
+    other = RT.place(s, separate(4), "random", RT.RouterParams(seed=1)).replica
+    assert not np.array_equal(a, other)
+    assert [RT.draw_reference(i, 0, 4) for i in range(50)] == a[:50].tolist()
+
+
+def test_block_keys_follow_content() -> None:
+    """A prompt re-sent whole shares all its blocks with its earlier send; a session whose
+    reusable part is shorter than what it had (compaction) shares only up to it."""
+    s = RT.Stream(np.arange(3.0), np.ones(3), np.array([96.0, 96.0, 160.0]),
+                  np.full(3, 16.0), np.array([0.0, 96.0, 48.0]), np.full(3, -1),
+                  np.zeros(3), np.zeros(3, np.int64))
+    keys, koff, kn = RT.block_keys(s, 16)
+    k = [keys[koff[i]:koff[i] + kn[i]].tolist() for i in range(3)]
+    assert k[1][:6] == k[0][:6] and k[1][6] != k[0][6]  # prompt shared, output not
+    assert k[2][:3] == k[1][:3] and not set(k[2][3:]) & set(k[0] + k[1])
+
+
 def test_router_names() -> None:
     assert RT.canonical("prefix-aware") == "sglang-cache-aware"
     assert RT.DEFAULT_ROUTER == "session"

@@ -670,7 +670,7 @@ class Planner:
         req = self.req
         replicas = max(1, gpus // req.shape.gpus)
         tr, warm_all = self._traffic(option, gpus, nodes, scale, k)
-        r = self.simulate(option, gpus, nodes, tr, instant_loads)
+        r = self.simulate(option, gpus, nodes, tr, instant_loads, scale=scale, k=k)
         self.sims += 1
         keep = np.argsort(r.arrival, kind="stable")[int(len(r.arrival) * WARMUP_SHARE):]
         ttft = r.ttft[keep] * 1e3
@@ -680,9 +680,10 @@ class Planner:
         base = groups["warm"] if on_warm else groups["all"]
         over, cap, achieved = self._overload(r, ttft, scale)
         split = bal = None
-        if self.placed:
-            pl = self.placement(option, gpus, nodes, scale, k)
-            split, bal = pl.split(), balance(pl, replicas, tr.output)
+        if self.placed:  # the hits as the replicas' block pools had them
+            got = RT.Placement(np.asarray(r.replica, np.int64), r.hbm_hit.astype(float),
+                               r.tier_hit.astype(float), r.requests.prompt.astype(float))
+            split, bal = got.split(), balance(got, replicas, tr.output)
         prompt = r.requests.prompt.astype(float)
         hits = float((r.hbm_hit + r.tier_hit).sum())
         span = r.span
@@ -701,15 +702,19 @@ class Planner:
                     throughput_tok_s=tokens / span if span > 0 else 0.0)
 
     def simulate(self, option: str, gpus: int, nodes: int, tr: Traffic,
-                 instant_loads: bool = False) -> EngineResult:
+                 instant_loads: bool = False, *, scale: float = 1.0, k: int = 0
+                 ) -> EngineResult:
         """One run of the iteration-level engine (xmemplan.sizing.engine) on `tr`.
 
         HBM hits are the run's outcome: a request's prefix (the previous turn of its
         session or user, `prev`) hits where its blocks survived in the replica's block
         pool. Requests with no earlier turn in the run keep the traffic's prior HBM hits
-        (hit_split's share); with a router's placement (routing.py) its HBM hits and
-        replicas are kept as they are. The tier (host DRAM or X-Mem) holds each kept hit;
-        what HBM lacks of it is loaded, and each prefill's new KV is written to it."""
+        (hit_split's share). With a router's placement (routing.py; replication k at
+        `scale`) each request is pinned to the router's replica and carries the prefix
+        model's block keys (routing.block_keys: a group's prefix blocks are one set of
+        keys, shared by the group's requests in flight on a replica): the replica's HBM
+        hits are its block pool's outcome. The tier (host DRAM or X-Mem) holds each kept
+        hit; what HBM lacks of it is loaded, and each prefill's new KV is written to it."""
         req = self.req
         replicas = max(1, gpus // req.shape.gpus)
         tier = "host" if option == "host-dram" else "xmem"
@@ -724,11 +729,15 @@ class Planner:
                               tier_write=False)
         kept = tr.hit_hbm + tr.hit_dram + tr.hit_xmem
         if self.placed:
-            shared = np.zeros(len(tr))
-            fixed = tr.hit_hbm
-        else:
-            shared = np.minimum(tr.prompt, req.workload.hit_tokens[self._order_idx])
-            fixed = np.where(tr.prev < 0, tr.hit_hbm, 0.0)
+            pl = self.placement(option, gpus, nodes, scale, k)
+            er = RT.engine_requests(self.stream(scale, k), pl, cfg.block_tokens,
+                                    tier=-1 if option == "hbm-only"
+                                    else (0 if tier == "host" else 1),
+                                    prev=tr.prev, think=tr.think)
+            res, *_ = run_engine(er, cfg)
+            return res
+        shared = np.minimum(tr.prompt, req.workload.hit_tokens[self._order_idx])
+        fixed = np.where(tr.prev < 0, tr.hit_hbm, 0.0)
         er = requests_for(tr, shared=shared, block_tokens=cfg.block_tokens,
                           tier_tokens=kept if option != "hbm-only" else np.zeros(len(kept)),
                           tier=-1 if option == "hbm-only" else (0 if tier == "host" else 1),

@@ -52,6 +52,23 @@ at random, and said so):
   Hat OpenShift AI 3.4 "Configuring scheduler settings", chapter 6); the highest total
   wins (the real picker draws among equal totals; we take the lowest index). Queue depth
   is taken as the unfinished requests.
+- LLMD also takes the kv-cache-utilization scorer (1 - the replica's KV cache usage, usage =
+  the tokens its running requests hold, a shared prefix once: vLLM's kv_cache_usage_perc)
+  and llm-d's active-request scorer ((max c - c) / max c over the router's in-flight
+  counts c, 1 where c = 0; llm-d-inference-scheduler pkg/plugins/scorer/active_request.go)
+  at weights 0 by default; its prefix index is an LRU of `llmd_view_tokens` per replica
+  (GIE prefix plugin lruCapacityPerServer 31,250 blocks of hashBlockSize 64 characters,
+  4 characters a token: 500,000 tokens), evicting the least recently routed objects.
+- LLMD_PRECISE: llm-d's precise prefix-cache scorer (llm-d-inference-scheduler
+  pkg/plugins/scorer/prefix_cache_tracking.go, scores from llm-d-kv-cache-manager's
+  index of vLLM's KV events): the tokens of the prompt in the replica's actual HBM,
+  min-max normalised over the replicas that hold any of it (utils.go
+  indexedScoresToNormalizedScoredPods: all equal -> 1, none held -> 0); with the
+  kv-cache-utilization and queue scorers at the llm-d guide's weights 3 / 2 / 2
+  (guides/precise-prefix-cache-aware/gaie-kv-events/values.yaml); the highest total wins
+  (lowest index on ties).
+- RANDOM: a replica drawn uniformly per request (GIE random-picker): splitmix64 of the
+  request's index and `seed`, the same integers in the kernel and the reference.
 - DYNAMO: Dynamo KV router (docs.nvidia.com/dynamo, "KV Router", "Cost Calculation"):
   cost = overlap_score_weight (1.0) x prefill blocks + decode blocks, prefill blocks = the
   request's tokens not cached on the worker (its actual HBM state: KV events) / block
@@ -62,11 +79,16 @@ at random, and said so):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-ROUND_ROBIN, LEAST_LOADED, SESSION, SGLANG, LLMD, DYNAMO = range(6)
+if TYPE_CHECKING:
+    from xmemplan.sizing.engine import Requests
+
+ROUND_ROBIN, LEAST_LOADED, SESSION, SGLANG, LLMD, DYNAMO, RANDOM, LLMD_PRECISE = range(8)
 ROUTERS = {
     "round-robin": ROUND_ROBIN,
     "least-loaded": LEAST_LOADED,
@@ -74,12 +96,15 @@ ROUTERS = {
     "sglang-cache-aware": SGLANG,
     "llm-d-prefix": LLMD,
     "dynamo-kv": DYNAMO,
+    "random": RANDOM,
+    "llm-d-precise": LLMD_PRECISE,
 }
 ALIASES = {"rr": "round-robin", "prefix-aware": "sglang-cache-aware",
            "cache-aware": "sglang-cache-aware", "sglang": "sglang-cache-aware",
-           "llm-d": "llm-d-prefix", "dynamo": "dynamo-kv", "sticky": "session"}
+           "llm-d": "llm-d-prefix", "dynamo": "dynamo-kv", "sticky": "session",
+           "llm-d-kv-events": "llm-d-precise"}
 DEFAULT_ROUTER = "session"
-PREFIX_AWARE = ("sglang-cache-aware", "llm-d-prefix", "dynamo-kv")
+PREFIX_AWARE = ("sglang-cache-aware", "llm-d-prefix", "dynamo-kv", "llm-d-precise")
 DESCRIPTIONS = {
     "round-robin": "each request to the next replica in turn",
     "least-loaded": "each request to the replica with the fewest unfinished requests",
@@ -88,6 +113,9 @@ DESCRIPTIONS = {
                           "else least-loaded; shortest queue when imbalanced)",
     "llm-d-prefix": "llm-d prefix-cache scorer x3 + queue scorer x2, highest score",
     "dynamo-kv": "Dynamo KV router: lowest prefill blocks + decode blocks",
+    "random": "each request to a replica drawn at random",
+    "llm-d-precise": "llm-d precise prefix-cache scorer (KV events) x3 + KV-cache "
+                     "utilisation x2 + queue x2, highest score",
 }
 
 
@@ -103,12 +131,36 @@ class RouterParams:
     llmd_cap_tokens: float = 4096.0  # 256 blocks x 64 characters / 4 characters a token
     dynamo_overlap_weight: float = 1.0  # --kv-overlap-score-weight
     dynamo_block_tokens: float = 16.0  # --kv-cache-block-size (backend's; vLLM's 16)
+    llmd_kv_weight: float = 0.0  # kv-cache-utilization-scorer (not in the default profile)
+    llmd_active_weight: float = 0.0  # llm-d active-request-scorer
+    # the approximate prefix index: an LRU of lruCapacityPerServer (31,250) blocks of
+    # hashBlockSize (64) characters per server, 4 characters a token
+    llmd_view_tokens: float = 500_000.0
+    precise_prefix_weight: float = 3.0  # llm-d guide precise-prefix-cache-aware
+    precise_queue_weight: float = 2.0
+    precise_kv_weight: float = 2.0
+    precise_active_weight: float = 0.0
+    seed: int = 0  # the random router's draws
 
     def array(self) -> np.ndarray:
         return np.array([self.cache_threshold, self.balance_abs, self.balance_rel,
                          self.llmd_prefix_weight, self.llmd_queue_weight,
                          self.llmd_cap_tokens, self.dynamo_overlap_weight,
-                         self.dynamo_block_tokens])
+                         self.dynamo_block_tokens, self.llmd_kv_weight,
+                         self.llmd_active_weight, self.llmd_view_tokens,
+                         self.precise_prefix_weight, self.precise_queue_weight,
+                         self.precise_kv_weight, self.precise_active_weight,
+                         float(self.seed)])
+
+
+def draw_reference(i: int, seed: int, replicas: int) -> int:
+    """routing_kernel.draw in plain Python: splitmix64 of (seed, i) mod replicas."""
+    m = (1 << 64) - 1
+    x = (seed * 0x9E3779B97F4A7C15 + i + 1) & m
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    x ^= x >> 31
+    return x % replicas
 
 
 def router_code(name: str) -> int:
@@ -168,10 +220,15 @@ def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  #
     router's, which breaks ties at random) after `allowed`, a list, gets the set of
     replicas our rule accepts for that request (every replica tied under the rule)."""
     R = replicas
-    cache_thr, b_abs, b_rel, w_pre, w_q, cap_tok, w_ov, blk = (float(x) for x in par)
+    (cache_thr, b_abs, b_rel, w_pre, w_q, cap_tok, w_ov, blk, w_kv, w_act, view_cap,
+     *precise, seed) = (float(x) for x in par)
+    if router == LLMD_PRECISE:
+        w_pre, w_q, w_kv, w_act = precise
+    if router != LLMD:
+        view_cap = math.inf
     hbm: list[dict[int, list[float]]] = [{} for _ in range(R)]  # key -> [len, last, locks]
     tiers: list[dict[int, list[float]]] = [{} for _ in range(len(tier_tokens))]
-    view: list[dict[int, float]] = [{} for _ in range(R)]
+    view: list[dict[int, list[float]]] = [{} for _ in range(R)]
     running: list[tuple[float, int]] = []  # (end, request)
     sess_rep: dict[int, int] = {}
     n = len(arrival)
@@ -245,14 +302,27 @@ def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  #
                     r, ok = best, [q for q in range(R) if ms[q] == ms[best]]
                 else:
                     r, ok = least, tied
-        elif router == LLMD:
+        elif router == RANDOM:
+            r = draw_reference(i, int(seed), R)
+        elif router in (LLMD, LLMD_PRECISE):
             mx, mn = max(load), min(load)
             total = min(S, cap_tok)
+            if router == LLMD_PRECISE:  # actual HBM, min-max over replicas holding any
+                held = [match(hbm[q], i) for q in range(R)]
+                some = [m for m in held if m > 0]
+                pre_of = [0.0 if m <= 0 else 1.0 if max(some) == min(some)
+                          else (m - min(some)) / (max(some) - min(some)) for m in held]
+            else:
+                pre_of = [min(match(view[q], i), cap_tok) / total if total > 0 else 0.0
+                          for q in range(R)]
             scores = []
             for q in range(R):
-                pre = min(match(view[q], i), cap_tok) / total if total > 0 else 0.0
                 qs = 1.0 if mx == mn else (mx - load[q]) / (mx - mn)
-                scores.append(w_pre * pre + w_q * qs)
+                act = 1.0 if load[q] <= 0 or mx <= 0 else (mx - load[q]) / mx
+                used = sum(v[0] for v in hbm[q].values() if v[2] > 0)
+                use = used / float(hbm_tokens) if hbm_tokens > 0 else 1.0
+                scores.append(w_pre * pre_of[q] + w_q * qs + w_kv * (1.0 - min(1.0, use))
+                              + w_act * act)
             r = max(range(R), key=lambda q: (scores[q], -q))
         else:
             costs = [w_ov * (S - match(hbm[q], i)) / blk + active[q] / blk for q in range(R)]
@@ -283,8 +353,9 @@ def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  #
             evict(tiers[ti], float(tier_tokens[ti]))
         if router in (SGLANG, LLMD):
             if g >= 0 and G > 0:
-                view[r][g] = max(view[r].get(g, 0.0), G)
-            view[r][skey] = max(view[r].get(skey, 0.0), tail)
+                put(view[r], g, G, tick, False)
+            put(view[r], skey, tail, tick, False)
+            evict(view[r], view_cap)
         running.append((t + float(hold[i]), i))
     return (np.array(rep, np.int64), np.array(out_hbm), np.array(out_tier))
 
@@ -362,30 +433,40 @@ def block_keys(stream: Stream, block_tokens: int) -> tuple[np.ndarray, np.ndarra
                                                            np.ndarray]:
     """(keys, koff, kn) of the stream's requests (prompt then output, full blocks), in
     the prefix model's terms: a group's prefix blocks are the group's, the rest the
-    session's, so that requests sharing a group or a session share those blocks. A
-    session whose reusable part shrinks (a compaction: its hit is below the context it
-    had) starts a new epoch: its later blocks no longer match the old ones."""
+    session's. Keys stand for content, as vLLM's chained block hashes do (a block's hash
+    covers its parent's, vllm/v1/core/kv_cache_utils.py `hash_block_tokens`): a request's
+    session blocks below its reusable tokens (`hit`: what its session's previous request
+    left, prompt and output) are that request's blocks, the same keys; from the first
+    block past it on, its tokens differ (new question, new output), so do its keys. A
+    prompt re-sent whole shares all of its own earlier blocks; a compacted session (hit
+    below what it had) shares only up to its hit."""
     bs = int(block_tokens)
     g, s, _, _ = keys_of(stream)
     n = len(stream.prompt)
-    last: dict[int, tuple[float, int]] = {}  # session -> (context after it, epoch)
+    last: dict[int, np.ndarray] = {}  # session -> its previous request's session keys
     parts: list[np.ndarray] = []
     koff = np.zeros(n, np.int64)
     kn = np.zeros(n, np.int64)
     pos = 0
+    fresh = 0  # the next new content's key
     for i in range(n):
         S, out = float(stream.prompt[i]), float(stream.output[i])
         G = float(stream.group_tokens[i]) if g[i] >= 0 else 0.0
         nb = int((S + out) // bs)
         gb = min(nb, int(G // bs)) if g[i] >= 0 else 0
-        ctx, epoch = last.get(int(s[i]), (0.0, 0))
-        if ctx > 0 and float(stream.hit[i]) < ctx - bs:
-            epoch += 1
-        last[int(s[i])] = (S + out, epoch)
-        j = np.arange(nb, dtype=np.int64)
-        k = np.where(j < gb, (1 << 61) | (int(g[i]) << 24) | j,
-                     (2 << 61) | (int(s[i]) << 28) | (epoch << 20) | (j - gb))
-        parts.append(k)
+        j = np.arange(gb, dtype=np.int64)
+        gk = (1 << 61) | (int(g[i]) << 24) | j
+        prev = last.get(int(s[i]))
+        share = int(min(float(stream.hit[i]), S) // bs) - gb  # session blocks reused
+        share = max(0, min(share, nb - gb, 0 if prev is None else len(prev)))
+        sk = np.empty(nb - gb, np.int64)
+        if share:
+            sk[:share] = prev[:share]  # type: ignore[index]
+        k_new = nb - gb - share
+        sk[share:] = (2 << 61) | np.arange(fresh, fresh + k_new, dtype=np.int64)
+        fresh += k_new
+        last[int(s[i])] = sk
+        parts.append(np.concatenate([gk, sk]))
         koff[i], kn[i] = pos, nb
         pos += nb
     keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -393,17 +474,22 @@ def block_keys(stream: Stream, block_tokens: int) -> tuple[np.ndarray, np.ndarra
 
 
 def engine_requests(stream: Stream, placement: Placement, block_tokens: int,
-                    tier: int = -1) -> object:
+                    tier: int = -1, prev: np.ndarray | None = None,
+                    think: np.ndarray | None = None) -> Requests:
     """The engine's `Requests` for this stream as routed: each request pinned to its
     replica, its tier (0 host DRAM, 1 X-Mem, -1 none) holding the prefix `placement` found
-    there (the replica's HBM hit is then the engine's own pool's outcome)."""
+    there (the replica's HBM hit is then the engine's own pool's outcome: the blocks of a
+    group's prefix are one set of keys, shared by every request of the group in flight on
+    that replica, as vLLM's and SGLang's prefix caches share them). `prev`/`think`: a
+    session's request waits for its previous one's reply (sim.Traffic's)."""
     from xmemplan.sizing.engine import Requests
 
     keys, koff, kn = block_keys(stream, block_tokens)
     n = len(stream.prompt)
     held = (placement.hit_hbm + placement.hit_tier).astype(np.int64)
     return Requests(arrival=np.asarray(stream.arrival, np.float64),
-                    prompt=np.asarray(stream.prompt, np.int64),
+                    prompt=np.maximum(1, np.round(stream.prompt)).astype(np.int64),
                     output=np.maximum(1, np.asarray(stream.output, np.int64)),
                     keys=keys, koff=koff, kn=kn, tier_tokens=held,
-                    tier=np.full(n, tier, np.int64), route=placement.replica.copy())
+                    tier=np.full(n, tier, np.int64), route=placement.replica.copy(),
+                    prev=prev, think=think)

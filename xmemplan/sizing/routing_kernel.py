@@ -7,10 +7,30 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from xmemplan.sizing.routing import DYNAMO, LEAST_LOADED, LLMD, ROUND_ROBIN, SESSION, SGLANG
+from xmemplan.sizing.routing import (
+    DYNAMO,
+    LEAST_LOADED,
+    LLMD,
+    LLMD_PRECISE,
+    RANDOM,
+    ROUND_ROBIN,
+    SESSION,
+    SGLANG,
+)
 
-__all__ = ["DYNAMO", "LEAST_LOADED", "LLMD", "ROUND_ROBIN", "SESSION", "SGLANG",
-           "place_kernel"]
+__all__ = ["DYNAMO", "LEAST_LOADED", "LLMD", "LLMD_PRECISE", "RANDOM", "ROUND_ROBIN",
+           "SESSION", "SGLANG", "draw", "place_kernel"]
+
+
+@njit(cache=True, inline="always")
+def draw(i, seed, R):  # noqa: ANN001, ANN201
+    """Request i's replica under RANDOM: splitmix64 of (seed, i) mod R (the same integers
+    in the plain-Python reference, routing.draw_reference)."""
+    x = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(i + 1)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    x = x ^ (x >> np.uint64(31))
+    return np.int64(x % np.uint64(R))
 
 
 @njit(cache=True, inline="always")
@@ -52,6 +72,23 @@ def _put(lens, last, used, row, k, length, tick):  # noqa: ANN001, ANN202
         used[row] += length - lens[row, k]
         lens[row, k] = length
     last[row, k] = tick
+
+
+@njit(cache=True, inline="always")
+def _put_locked(lens, last, used, lock, locked, row, k, length, tick):  # noqa: ANN001, ANN202, PLR0913
+    """_put, then lock the object for a running request; `locked[row]` keeps the tokens
+    of the row's locked objects (each counted once however many requests hold it)."""
+    old = lens[row, k]
+    _put(lens, last, used, row, k, length, tick)
+    locked[row] += lens[row, k] - (old if lock[row, k] > 0 else 0.0)
+    lock[row, k] += 1
+
+
+@njit(cache=True, inline="always")
+def _unlock(lens, lock, locked, row, k):  # noqa: ANN001, ANN202
+    lock[row, k] -= 1
+    if lock[row, k] == 0:
+        locked[row] -= lens[row, k]
 
 
 @njit(cache=True)
@@ -105,12 +142,16 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
     hlast = np.zeros((R, K))
     hlock = np.zeros((R, K), np.int64)
     hused = np.zeros(R)
+    hlocked = np.zeros(R)  # tokens of locked (running) objects: vLLM's KV cache usage
     tl = np.zeros((max(T, 1), K))
     tlast = np.zeros((max(T, 1), K))
     tlock = np.zeros((max(T, 1), K), np.int64)  # never locked: a tier keeps nothing running
     tused = np.zeros(max(T, 1))
     tree = router in (SGLANG, LLMD)  # the router's own view of what it sent where
     view = np.zeros((R, K)) if tree else np.zeros((1, 1))
+    vlast = np.zeros((R, K)) if tree else np.zeros((1, 1))
+    vlock = np.zeros((R, K), np.int64) if tree else np.zeros((1, 1), np.int64)
+    vused = np.zeros(R)
     out_n = np.zeros(R)
     out_tok = np.zeros(R)
     sess_rep = np.full(max(K - n_groups, 1), -1, np.int64)
@@ -123,6 +164,12 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
     score = np.zeros(R)
     cache_thr, b_abs, b_rel = par[0], par[1], par[2]
     w_pre, w_q, cap_tok, w_ov, blk = par[3], par[4], par[5], par[6], par[7]
+    w_kv, w_act, view_cap = par[8], par[9], par[10]
+    if router == LLMD_PRECISE:
+        w_pre, w_q, w_kv, w_act = par[11], par[12], par[13], par[14]
+    seed = np.int64(par[15])
+    if router != LLMD:
+        view_cap = np.inf  # SGLang's router tree: no eviction modelled
     for i in range(n):
         t = arrival[i]
         while nh > 0 and ht[0] <= t:
@@ -132,8 +179,8 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
             out_n[r] -= 1.0
             out_tok[r] -= prompt[j] + output[j]
             if group[j] >= 0 and gtok[j] > 0:
-                hlock[r, group[j]] -= 1
-            hlock[r, n_groups + session[j]] -= 1
+                _unlock(hl, hlock, hlocked, r, group[j])
+            _unlock(hl, hlock, hlocked, r, n_groups + session[j])
         g = group[i]
         G = gtok[i] if g >= 0 else 0.0
         s = session[i]
@@ -169,21 +216,42 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
                         best = q
                 rate = bm / S if S > 0 else 0.0
                 r = best if rate > cache_thr else ll
-        elif router == LLMD:
+        elif router == RANDOM:
+            r = draw(i, seed, R)
+        elif router in (LLMD, LLMD_PRECISE):
             mx = out_n.max()
             mn = out_n.min()
             total = min(S, cap_tok)
+            # precise: matched tokens on the replica's actual HBM (KV events), min-max
+            # normalised over the replicas holding any of the prompt
+            pmax = 0.0
+            pmin = np.inf
+            if router == LLMD_PRECISE:
+                for q in range(R):
+                    m = _match(hl, q, g, G, skey, H, S)
+                    score[q] = m
+                    if m > 0:
+                        pmax = max(pmax, m)
+                        pmin = min(pmin, m)
             r = 0
             bs = -np.inf
             for q in range(R):
-                m = _match(view, q, g, G, skey, H, S)
-                if m > cap_tok:
-                    m = cap_tok
-                pre = m / total if total > 0 else 0.0
+                if router == LLMD_PRECISE:
+                    m = score[q]
+                    pre = 0.0 if m <= 0 else (1.0 if pmax == pmin
+                                              else (m - pmin) / (pmax - pmin))
+                else:
+                    m = _match(view, q, g, G, skey, H, S)
+                    if m > cap_tok:
+                        m = cap_tok
+                    pre = m / total if total > 0 else 0.0
                 qs = 1.0 if mx == mn else (mx - out_n[q]) / (mx - mn)
-                score[q] = w_pre * pre + w_q * qs
-                if score[q] > bs:
-                    bs = score[q]
+                act = 1.0 if out_n[q] <= 0 or mx <= 0 else (mx - out_n[q]) / mx
+                use = hlocked[q] / hbm_tokens if hbm_tokens > 0 else 1.0
+                kv = 1.0 - (use if use < 1.0 else 1.0)
+                tot = w_pre * pre + w_q * qs + w_kv * kv + w_act * act
+                if tot > bs:
+                    bs = tot
                     r = q
         else:  # DYNAMO
             r = 0
@@ -207,21 +275,19 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
             tail = 0.0
         tick = i + 1.0
         if g >= 0 and G > 0:
-            _put(hl, hlast, hused, r, g, G, tick)
-            hlock[r, g] += 1
-        _put(hl, hlast, hused, r, skey, tail, tick)
-        hlock[r, skey] += 1
+            _put_locked(hl, hlast, hused, hlock, hlocked, r, g, G, tick)
+        _put_locked(hl, hlast, hused, hlock, hlocked, r, skey, tail, tick)
         _evict(hl, hlast, hlock, hused, r, hbm_tokens, K)
         if ti >= 0:
             if g >= 0 and G > 0:
                 _put(tl, tlast, tused, ti, g, G, tick)
             _put(tl, tlast, tused, ti, skey, tail, tick)
             _evict(tl, tlast, tlock, tused, ti, tier_tokens[ti], K)
-        if tree:
-            if g >= 0 and G > 0 and view[r, g] < G:
-                view[r, g] = G
-            if view[r, skey] < tail:
-                view[r, skey] = tail
+        if tree:  # the router records what it sent (an LRU of view_cap tokens: GIE's)
+            if g >= 0 and G > 0:
+                _put(view, vlast, vused, r, g, G, tick)
+            _put(view, vlast, vused, r, skey, tail, tick)
+            _evict(view, vlast, vlock, vused, r, view_cap, K)
         out_n[r] += 1.0
         out_tok[r] += S + output[i]
         nh = _hpush(ht, hi, nh, t + hold[i], i)
