@@ -89,8 +89,8 @@ def size(
     ),
     router: str = typer.Option(
         "session", "--router", help="How requests are spread over replicas: session "
-        "(default), round-robin, least-loaded, sglang-cache-aware (prefix-aware), "
-        "llm-d-prefix or dynamo-kv (docs/size.md, 'Routing')."),
+        "(default), round-robin, random, least-loaded, sglang-cache-aware (prefix-aware), "
+        "llm-d-prefix, llm-d-precise or dynamo-kv (docs/size.md, 'Routing')."),
     prefix_groups: int | None = typer.Option(
         None, "--prefix-groups", help="The hit prefix of each request is one of N shared "
         "prefixes (system prompts, documents), drawn uniformly: replicas then cache them "
