@@ -21,7 +21,8 @@ Workload inputs, each derived from the published runs (docs/validation.md "Loade
 - output tokens per request: lognormal with the published gen_tok_len p50 as median and
   output_tokens_per_sec / requests_per_sec as mean (the histogram's p90 is a bucket
   interpolation; the mean is exact);
-- prompt tokens: lognormal at the published prompt_tok_len p50 and p90;
+- prompt tokens: lognormal at the published prompt_tok_len p50 and p90 (interpolations in
+  vLLM's 1-2-5 token buckets, the only server-side length figures published);
 - the agents' time between a reply and their next request: Little's law on the DRAM summary
   run, 12 agents / 1.13 requests/s - 10.40 s mean e2e of its 109 recorded turns = 0.22 s,
   used for every run (it is the agent's and the tasks' property, not the server's);
@@ -76,24 +77,30 @@ class Run:
         return self.gpu_hit / (self.gpu_hit + (1.0 - self.gpu_hit) * self.ext_hit)
 
 
-_B = SRC + "benchmark/results_benchmarks/"
-# The clean pair publishes no lengths beyond ISL p50: it takes the two summary runs' (ISL
-# p90/p50, output p50 and mean, averaged).
-_RATIO = 0.5 * (98_000 / 63_333 + 89_444.4 / 48_448.4)
-_O50, _OMEAN = 0.5 * (97.6 + 90.3), 0.5 * (282.408 / 1.13 + 330.281 / 1.471)
+_B = SRC + "benchmark/results_benchmarks/bench_"
+# The six 12-agent runs of 2026-04-19 (gpu_memory_utilization 0.75, MTier_analysis.txt)
+# whose summary.json carries the Prometheus figures. The "clean pair" of MTier_analysis.txt
+# section 4 is the 11:29 / 11:52 pair (same TTFT, hits, wall time, tasks; its "ISL p50" is
+# the completed tasks' turn median, the server-side prompt_tok_len p50 is used here).
 RUNS = (
-    Run("hybrid-cpu 04-19 03:07", "host-dram", 63_333.3, 98_000, 0.039, 0.970, 3_698.3,
-        7_470.8, 97.6, 282.408 / 1.13,
-        _B + "bench_hybrid-cpu_p8000_20260419_030721/summary.json",
+    Run("DRAM 04-19 03:07", "host-dram", 63_333.3, 98_000.0, 0.039, 0.970, 3_698.3, 7_470.8,
+        97.6, 282.408 / 1.13, _B + "hybrid-cpu_p8000_20260419_030721/summary.json",
         queue_p50_ms=3_313.0, rps=1.13, tok_s=282.408, kv_usage=0.925),
-    Run("hybrid-mtier 04-19 09:35", "xmem", 48_448.4, 89_444.4, 0.110, 0.968, 1_929.5,
-        4_593.5, 90.3, 330.281 / 1.471,
-        _B + "bench_hybrid-mtier_p8000_20260419_093528/summary.json",
+    Run("DRAM 04-19 11:01", "host-dram", 46_172.0, 89_642.9, 0.043, 0.969, 2_618.3, 5_556.6,
+        89.5, 303.806 / 1.438, _B + "hybrid-cpu_p8000_20260419_110157/summary.json",
+        queue_p50_ms=2_240.9, rps=1.438, tok_s=303.806, kv_usage=0.941),
+    Run("DRAM 04-19 11:29 (clean)", "host-dram", 48_718.2, 89_914.9, 0.046, 0.965, 2_191.9,
+        4_765.3, 87.6, 295.13 / 1.497, _B + "hybrid-cpu_p8000_20260419_112901/summary.json",
+        queue_p50_ms=1_820.2, rps=1.497, tok_s=295.13, kv_usage=0.927),
+    Run("X-Mem 04-19 09:35", "xmem", 48_448.4, 89_444.4, 0.110, 0.968, 1_929.5, 4_593.5,
+        90.3, 330.281 / 1.471, _B + "hybrid-mtier_p8000_20260419_093528/summary.json",
         queue_p50_ms=1_407.9, rps=1.471, tok_s=330.281, kv_usage=0.940),
-    Run("clean pair, CPU", "host-dram", 52_636, 52_636 * _RATIO, 0.046, 0.965, 2_192.0,
-        4_765.0, _O50, _OMEAN, SRC + "MTier_analysis.txt section 4"),
-    Run("clean pair, MTier", "xmem", 46_173, 46_173 * _RATIO, 0.052, 0.969, 2_270.0,
-        4_849.0, _O50, _OMEAN, SRC + "MTier_analysis.txt section 4"),
+    Run("X-Mem 04-19 11:37", "xmem", 57_885.3, 93_871.0, 0.062, 0.967, 5_613.7, 8_630.3,
+        81.1, 280.633 / 1.63, _B + "hybrid-mtier_p8000_20260419_113729/summary.json",
+        queue_p50_ms=5_000.0, rps=1.63, tok_s=280.633, kv_usage=0.937),
+    Run("X-Mem 04-19 11:52 (clean)", "xmem", 50_000.0, 90_000.0, 0.052, 0.969, 2_270.2,
+        4_848.7, 90.7, 311.719 / 1.399, _B + "hybrid-mtier_p8000_20260419_115224/summary.json",
+        queue_p50_ms=1_898.6, rps=1.399, tok_s=311.719, kv_usage=0.943),
 )
 Z90 = 1.2815515655446004  # standard normal 90th percentile
 
@@ -231,7 +238,7 @@ def main() -> None:
         print(f"{r.name:24} {rps:>5} {p.rps:5.2f} {tok:>5} {p.tok_s:5.0f} {kv:>4} "
               f"{p.kv_usage:4.0%} {r.gpu_share:9.0%} {p.gpu_share:4.0%} "
               f"{p.preemptions:7.2f}")
-    x = [(r, p) for r, p in rows if r.name.startswith("clean")]
+    x = [(r, p) for r, p in rows if r.name.endswith("(clean)")]
     if len(x) == 2:
         meas = x[0][0].ttft_p50_ms / x[1][0].ttft_p50_ms
         pred = x[0][1].ttft_p50_ms / x[1][1].ttft_p50_ms
