@@ -102,6 +102,26 @@ RUNS = (
         4_848.7, 90.7, 311.719 / 1.399, _B + "hybrid-mtier_p8000_20260419_115224/summary.json",
         queue_p50_ms=1_898.6, rps=1.399, tok_s=311.719, kv_usage=0.943),
 )
+# TTFT against concurrency: the 2026-04-18 04:08 DRAM sweep, 4 to 24 agents (one c<N>.json
+# per level). Its server flags are not recorded beside it (its ITL is 38 ms at 12 agents
+# where the 04-19 runs show 19-23 ms); it is run with the 04-19 deployment.
+_S = _B + "hybrid-cpu_p8000_20260418_040848/c0"
+SWEEP = tuple(
+    (n, Run(f"DRAM 04-18 {n:2} agents", "host-dram", isl50, isl90, gpu / 100, ext / 100,
+            t50, t90, o50, tok / rps, f"{_S}{n:02}.json", queue_p50_ms=q, rps=rps,
+            tok_s=tok, kv_usage=kv / 100))
+    for n, rps, tok, t50, t90, q, isl50, isl90, o50, kv, gpu, ext in (
+        (4, 1.289, 268.776, 225.9, 471.6, 150.2, 62_686.9, 136_720.9, 120.7, 31.9, 97.9, 22.9),
+        (8, 1.255, 305.009, 256.9, 499.4, 150.1, 61_401.6, 119_204.2, 129.2, 67.8, 98.0, 1.0),
+        (12, 1.186, 272.642, 1_890.3, 4_604.8, 1_399.1, 57_074.0, 120_446.1, 93.5, 93.7, 13.3,
+         96.4),
+        (16, 1.261, 307.279, 5_351.1, 9_567.0, 4_880.4, 54_163.1, 93_850.8, 95.6, 95.5, 6.0,
+         96.8),
+        (20, 1.366, 338.801, 4_760.3, 9_527.8, 4_440.1, 47_888.1, 89_327.8, 86.9, 96.1, 5.9,
+         96.5),
+        (24, 1.001, 228.42, 11_468.4, 34_192.9, 10_258.6, 49_341.2, 92_156.5, 85.5, 95.1, 3.9,
+         87.8),
+    ))
 Z90 = 1.2815515655446004  # standard normal 90th percentile
 
 
@@ -141,7 +161,7 @@ def _request(run: Run, mem_fraction: float):  # noqa: ANN202
 
 
 def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
-            seed: int = 0, pool_scale: float = 1.0) -> Prediction:
+            seed: int = 0, pool_scale: float = 1.0, agents: int = AGENTS) -> Prediction:
     """The published deployment on the simulator's engine (vLLM policy, one replica), 12
     closed-loop agents, lengths drawn per request; the first tenth of requests left out
     (the published window starts after a warm-up)."""
@@ -160,7 +180,7 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
                      8192).astype(np.int64)
     hit = run.gpu_hit + (1.0 - run.gpu_hit) * run.ext_hit
     shared = np.floor(prompt * hit)
-    prev = np.arange(requests) - AGENTS  # each agent's previous request (-N: none yet)
+    prev = np.arange(requests) - agents  # each agent's previous request (-N: none yet)
     prev[prev < 0] = -1
     tier = "host" if run.option == "host-dram" else "xmem"
     tr = Traffic(np.zeros(requests), prompt, output=output, prev=prev,
@@ -185,6 +205,21 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
         r.hbm_share_of_hits(), r.preemptions_per_request())
 
 
+def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float) -> None:
+    print(f"TTFT against concurrency (DRAM sweep of 04-18, think {think_s:.2f} s, pool x "
+          f"{pool_scale}): measured / predicted")
+    print(f"{'agents':>6} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
+          f"{'err':>5} {'req/s':>5} {'pred':>5} {'KV':>4} {'pred':>4} {'GPU sh':>6} {'pred':>4}")
+    for n, r in SWEEP:
+        p = predict(r, think_s=think_s, mem_fraction=mem_fraction, requests=requests,
+                    pool_scale=pool_scale, agents=n)
+        print(f"{n:6} {r.ttft_p50_ms:8,.0f} {p.ttft_p50_ms:6,.0f} "
+              f"{_err(p.ttft_p50_ms, r.ttft_p50_ms):>5} {r.ttft_p90_ms:6,.0f} "
+              f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} "
+              f"{r.rps or 0:5.2f} {p.rps:5.2f} {r.kv_usage or 0:4.0%} {p.kv_usage:4.0%} "
+              f"{r.gpu_share:6.0%} {p.gpu_share:4.0%}")
+
+
 def _err(p: float, m: float | None) -> str:
     return "-" if m is None else f"{p / m - 1:+.0%}"
 
@@ -195,12 +230,17 @@ def main() -> None:
                     help="time between a reply and the agent's next request")
     ap.add_argument("--mem-fraction", type=float, default=0.75)
     ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--sweep", action="store_true",
+                    help="TTFT against concurrency: the 04-18 DRAM sweep, 4 to 24 agents")
     ap.add_argument("--pool-scale", type=float, default=1.0,
                     help="sensitivity: scale the simulated KV pool (not a fitted value)")
     a = ap.parse_args()
     from xmemplan import units
 
     think_s = units.parse_duration(a.think, "--think")
+    if a.sweep:
+        _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale)
+        return
     rows = [(r, predict(r, think_s=think_s, mem_fraction=a.mem_fraction,
                         requests=a.requests, pool_scale=a.pool_scale)) for r in RUNS]
     fails: list[str] = []
