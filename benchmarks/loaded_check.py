@@ -205,19 +205,30 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
         r.hbm_share_of_hits(), r.preemptions_per_request())
 
 
-def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float) -> None:
+def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float,
+           seeds: int) -> None:
     print(f"TTFT against concurrency (DRAM sweep of 04-18, think {think_s:.2f} s, pool x "
-          f"{pool_scale}): measured / predicted")
+          f"{pool_scale}, medians of {seeds} seeds): measured / predicted")
     print(f"{'agents':>6} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
           f"{'err':>5} {'req/s':>5} {'pred':>5} {'KV':>4} {'pred':>4} {'GPU sh':>6} {'pred':>4}")
     for n, r in SWEEP:
-        p = predict(r, think_s=think_s, mem_fraction=mem_fraction, requests=requests,
-                    pool_scale=pool_scale, agents=n)
+        p, _, _ = predict_seeds(r, seeds, think_s=think_s, mem_fraction=mem_fraction,
+                                requests=requests, pool_scale=pool_scale, agents=n)
         print(f"{n:6} {r.ttft_p50_ms:8,.0f} {p.ttft_p50_ms:6,.0f} "
               f"{_err(p.ttft_p50_ms, r.ttft_p50_ms):>5} {r.ttft_p90_ms:6,.0f} "
               f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} "
               f"{r.rps or 0:5.2f} {p.rps:5.2f} {r.kv_usage or 0:4.0%} {p.kv_usage:4.0%} "
               f"{r.gpu_share:6.0%} {p.gpu_share:4.0%}")
+
+
+def predict_seeds(run: Run, seeds: int, **kw: object) -> tuple[Prediction, float, float]:
+    """The median of each figure over `seeds` runs (seed 0, 1, ...), and the range of the
+    TTFT p50 over them (the simulation's own sampling spread)."""
+    ps = [predict(run, seed=k, **kw) for k in range(seeds)]  # type: ignore[arg-type]
+    med = Prediction(*(float(np.median([getattr(p, f) for p in ps]))
+                       for f in Prediction.__dataclass_fields__))
+    t = [p.ttft_p50_ms for p in ps]
+    return med, min(t), max(t)
 
 
 def _err(p: float, m: float | None) -> str:
@@ -230,6 +241,8 @@ def main() -> None:
                     help="time between a reply and the agent's next request")
     ap.add_argument("--mem-fraction", type=float, default=0.75)
     ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--seeds", type=int, default=5,
+                    help="simulations per run (medians reported, TTFT p50 range shown)")
     ap.add_argument("--sweep", action="store_true",
                     help="TTFT against concurrency: the 04-18 DRAM sweep, 4 to 24 agents")
     ap.add_argument("--pool-scale", type=float, default=1.0,
@@ -239,10 +252,11 @@ def main() -> None:
 
     think_s = units.parse_duration(a.think, "--think")
     if a.sweep:
-        _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale)
+        _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds)
         return
-    rows = [(r, predict(r, think_s=think_s, mem_fraction=a.mem_fraction,
-                        requests=a.requests, pool_scale=a.pool_scale)) for r in RUNS]
+    preds = [predict_seeds(r, a.seeds, think_s=think_s, mem_fraction=a.mem_fraction,
+                           requests=a.requests, pool_scale=a.pool_scale) for r in RUNS]
+    rows = [(r, p) for r, (p, _, _) in zip(RUNS, preds, strict=True)]
     fails: list[str] = []
     for r, p in rows:
         for what, pv, mv in (("TTFT p50", p.ttft_p50_ms, r.ttft_p50_ms),
@@ -262,13 +276,13 @@ def main() -> None:
           f"{TTFT_TOL:.0%}, throughput {THROUGHPUT_TOL:.0%}, KV and GPU share "
           f"{100 * POINTS_TOL:.0f} points")
     print(f"{'run':24} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
-          f"{'err':>5} {'queue p50':>9} {'pred':>6} {'err':>5}")
-    for r, p in rows:
+          f"{'err':>5} {'queue p50':>9} {'pred':>6} {'p50 over seeds':>14}")
+    for (r, p), (_, lo, hi) in zip(rows, preds, strict=True):
         q = "-" if r.queue_p50_ms is None else f"{r.queue_p50_ms:,.0f}"
         print(f"{r.name:24} {r.ttft_p50_ms:8,.0f} {p.ttft_p50_ms:6,.0f} "
               f"{_err(p.ttft_p50_ms, r.ttft_p50_ms):>5} {r.ttft_p90_ms:6,.0f} "
               f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} {q:>9} "
-              f"{p.queue_p50_ms:6,.0f} {_err(p.queue_p50_ms, r.queue_p50_ms):>5}")
+              f"{p.queue_p50_ms:6,.0f} {_err(lo, r.ttft_p50_ms):>6}..{_err(hi, r.ttft_p50_ms)}")
     print(f"{'run':24} {'req/s':>5} {'pred':>5} {'tok/s':>5} {'pred':>5} {'KV':>4} "
           f"{'pred':>4} {'GPU share':>9} {'pred':>4} {'preempt':>7}")
     for r, p in rows:
@@ -287,7 +301,7 @@ def main() -> None:
     for f in fails:
         print(f"  outside: {f}")
     print(f"assumed: think {think_s:.2f} s, mem fraction {a.mem_fraction}, {a.requests:,} "
-          f"requests, --max-num-batched-tokens {MAX_BATCHED}, --max-num-seqs {MAX_SEQS}"
+          f"requests x {a.seeds} seeds (medians), --max-num-batched-tokens {MAX_BATCHED}, --max-num-seqs {MAX_SEQS}"
           + ("" if a.pool_scale == 1.0 else f", KV pool x {a.pool_scale}"))
 
 
