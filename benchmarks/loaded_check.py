@@ -231,6 +231,17 @@ def predict_seeds(run: Run, seeds: int, **kw: object) -> tuple[Prediction, float
     return med, min(t), max(t)
 
 
+def _overheads(mem_fraction: float) -> str:
+    """The engine step overheads the runs are simulated with (Config.base_s, per_token_s,
+    per_seq_s as `size` sets them)."""
+    from xmemplan.sizing.simmodel import config_for
+
+    c = config_for(_request(RUNS[0], mem_fraction).setup, replicas=1, nodes=1,
+                   load_tier="host", policy="vllm", prompt_p50=RUNS[0].isl_p50)
+    return (f"step overheads {c.base_s * 1e3:.3g} ms + {c.per_token_s * 1e6:.3g} us/token + "
+            f"{c.per_seq_s * 1e6:.3g} us/request")
+
+
 def _err(p: float, m: float | None) -> str:
     return "-" if m is None else f"{p / m - 1:+.0%}"
 
@@ -303,6 +314,7 @@ def main() -> None:
     print(f"assumed: think {think_s:.2f} s, mem fraction {a.mem_fraction}, {a.requests:,} "
           f"requests x {a.seeds} seeds (medians), --max-num-batched-tokens {MAX_BATCHED}, --max-num-seqs {MAX_SEQS}"
           + ("" if a.pool_scale == 1.0 else f", KV pool x {a.pool_scale}"))
+    print(f"engine: {_overheads(a.mem_fraction)}")
 
 
 if __name__ == "__main__":
