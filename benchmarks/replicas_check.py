@@ -39,6 +39,23 @@ The schedulers, from the run's EndpointPickerConfig:
   replica at 4 characters a token);
 - load -> `llm-d-prefix` with the prefix scorer at weight 0 (kv-cache 1, active-request 1);
 - random -> `random` (random-picker).
+
+The tiered-prefix-cache run (llm-d/llm-d guides/tiered-prefix-cache/README.md, "CPU
+Offloading Benchmarking Results", GPU High Cache Scenario): Qwen3-32B on 8 vLLM replicas
+(TP2, 16 H100s), HBM only against vLLM's OffloadingConnector to CPU RAM; its inference-perf
+profile (llm-d/llm-d-benchmark workload/profiles/inference-perf/
+guide_tiered-prefix-cache_1.yaml.in): Poisson stages of 60 s at 5, 10, ... 40 QPS (the
+README reports 5, 10, 20, 40), 250 groups x 5 prompts, 16,000-token prefix, 256-token
+question, 256 output tokens. Its router (guides/tiered-prefix-cache/router/single-host/
+tiered-prefix-cache-cpu.values.yaml): queue, kv-cache-utilization, GPU prefix (an index
+of the replica's KV room: autoTune), CPU prefix (lruCapacityPerServer 82,000 blocks of 16
+tokens) and no-hit-lru scorers at weight 1 each (the README: "1:1:1:1:1"); the HBM-only
+baseline is taken as the same without the CPU scorer (the README does not give its
+configuration: an assumption). The CPU tier per replica: `cpu_bytes_to_use` 100 GiB per
+TP rank (guides/tiered-prefix-cache/modelserver/gpu/vllm/native/cpu/base/patch-vllm.yaml;
+the README: 200 GiB a replica) = 819,200 tokens of Qwen3-32B's 262,144-byte KV (the
+README's 1,312,000 tokens assume 160 KB a token). Compared: TTFT p90 and total (prompt +
+output) tokens/s per stage, and the ceiling.
 """
 
 from __future__ import annotations
@@ -60,20 +77,32 @@ KNEE_S = 2.0
 TTFT_BOUND = 0.30
 CEILING_BOUND = 0.20
 CHARS_PER_TOKEN = 4  # GIE prefix plugin averageCharactersPerToken
-FEEDBACK = 0
 STAGE_GAP_S = 3600.0  # stage k starts at k x this (each stage drains first: checked)
 
-# (rate, seconds) per stage, warm-up first (reported by no row); per benchmark
+# per benchmark: (rate, seconds) per stage, whether the first is a warm-up (reported by
+# no row), and the load type (inference-perf `load.type`)
 STAGES = {
     "llm-d-37-capacity": [(10.0, 25.0), (3.0, 210.0), (4.0, 180.0), (5.0, 120.0),
                           (6.0, 120.0), (8.0, 90.0), (10.0, 70.0), (12.0, 60.0),
                           (15.0, 50.0), (20.0, 50.0)],
+    "llm-d-tiered-prefix-cache": [(5.0 * k, 60.0) for k in range(1, 9)],
 }
+WARMUP = {"llm-d-37-capacity": True, "llm-d-tiered-prefix-cache": False}
+LOAD = {"llm-d-37-capacity": "constant", "llm-d-tiered-prefix-cache": "poisson"}
+TIERED_GPU_BLOCK = 16  # vLLM's block; the router's CPU index: 82,000 of them
 
 
-def scheduler(measured: str) -> tuple[str, RT.RouterParams]:
-    """Our router and its parameters for a scheduler of the 37-capacity run."""
+def scheduler(measured: str, hbm_tokens: float = 0.0) -> tuple[str, RT.RouterParams]:
+    """Our router and its parameters for a scheduler of the runs (module docstring);
+    `hbm_tokens`: a replica's KV room (the GPU index of the tiered run: autoTune)."""
     p = RT.RouterParams()
+    if measured in ("optimized-baseline-hbm-only", "gpu-cpu-tier-prefix-aware"):
+        cpu = measured.startswith("gpu-cpu")
+        return "llm-d-prefix", replace(
+            p, llmd_prefix_weight=1.0, llmd_queue_weight=1.0, llmd_kv_weight=1.0,
+            llmd_nohit_weight=1.0, llmd_cap_tokens=256.0 * TIERED_GPU_BLOCK,
+            llmd_view_tokens=hbm_tokens, llmd_tier_weight=1.0 if cpu else 0.0,
+            llmd_tier_view_tokens=82_000.0 * TIERED_GPU_BLOCK)
     if measured.startswith("precise"):
         return "llm-d-precise", replace(p, precise_prefix_weight=2.0, precise_queue_weight=0.0,
                                         precise_kv_weight=1.0, precise_active_weight=1.0)
@@ -91,25 +120,37 @@ def scheduler(measured: str) -> tuple[str, RT.RouterParams]:
 
 
 class StagedPlanner(Planner):
-    """The planner with the run's own requests: constant-rate stages, the shuffled prompt
-    list sent in order (module docstring)."""
+    """The planner with the run's own requests: its stages, the shuffled prompt list sent
+    in order (module docstring), and the run's CPU tier per replica."""
 
     run_stream: RT.Stream
+    tier_per_replica: float = 0.0
 
     def stream(self, scale: float, k: int = 0) -> RT.Stream:
         return self.run_stream
 
+    def deployment(self, option: str, gpus: int, nodes: int) -> RT.Deployment:
+        d = super().deployment(option, gpus, nodes)
+        if option != "host-dram":
+            return d
+        R = d.replicas  # each replica its own CPU tier (vLLM's connector per instance)
+        return RT.Deployment(R, d.hbm_tokens, np.arange(R, dtype=np.int64),
+                             np.full(R, self.tier_per_replica))
+
 
 def run_stream(row: dict[str, str], stages: list[tuple[float, float]], seed: int,
-               hold_rates: tuple[float, float]) -> RT.Stream:
+               hold_rates: tuple[float, float], load: str = "constant") -> RT.Stream:
     G, P = int(row["groups"]), int(row["prompts_per_group"])
     prefix, question = float(row["prefix_tokens"]), float(row["question_tokens"])
     out = float(row["output_tokens"])
     arr: list[np.ndarray] = []
     idx: list[np.ndarray] = []
+    rng = np.random.default_rng([seed, 7])
     for k, (rate, dur) in enumerate(stages):
         n = int(rate * dur)
-        arr.append(k * STAGE_GAP_S + np.arange(n) / rate)
+        t = (np.arange(n) / rate if load == "constant"
+             else np.cumsum(rng.exponential(1.0 / rate, n)) - 1.0 / rate)
+        arr.append(k * STAGE_GAP_S + np.maximum(t, 0.0))
         idx.append(np.arange(n))
     arrival = np.concatenate(arr)
     n = len(arrival)
@@ -125,48 +166,51 @@ def run_stream(row: dict[str, str], stages: list[tuple[float, float]], seed: int
 
 
 def simulate(rows: list[dict[str, str]], seed: int
-             ) -> dict[tuple[str, float], tuple[float, float, float]]:
+             ) -> dict[tuple[str, float], tuple[float, float, float, float]]:
     """Per (scheduler, stage QPS) of one replay of each scheduler's run: (TTFT p90 s,
-    output tokens/s over the stage's span from its first request sent to its last
-    finished, mean time per output token s)."""
-    got: dict[tuple[str, float], tuple[float, float, float]] = {}
+    output tokens/s and total (prompt + output) tokens/s over the stage's span from its
+    first request sent to its last finished, mean time per output token s)."""
+    from xmemplan.sizing import model as M
+
+    got: dict[tuple[str, float], tuple[float, float, float, float]] = {}
     by_sched: dict[str, list[dict[str, str]]] = defaultdict(list)
     for row in rows:
         by_sched[row["router_measured"]].append(row)
     for measured, rs in by_sched.items():
         row = rs[0]
-        stages = STAGES[row["benchmark"]]
-        router, params = scheduler(measured)
+        bench = row["benchmark"]
+        stages = STAGES[bench]
         n = int(sum(int(r * d) for r, d in stages))
         prefix, question = int(row["prefix_tokens"]), int(row["question_tokens"])
+        option = "hbm-only" if row["tier"] == "none" else row["tier"]
         req, _ = build_request(
             ttft_slo="2s", prompt_tokens=str(prefix + question),
             hit_rate=prefix / (prefix + question), prefix_groups=int(row["groups"]),
-            output_tokens=int(row["output_tokens"]), rate=stages[1][0], model=row["model"],
-            gpu=row["gpu"], tp=int(row["tp"]), engine=row["engine"], router=router,
+            output_tokens=int(row["output_tokens"]), rate=stages[-1][0], model=row["model"],
+            gpu=row["gpu"], tp=int(row["tp"]), engine=row["engine"], router="session",
             requests=n, slo_on="all", slo_at="p90", seed=seed)
-        req = replace(req, router_params=params)
+        room = M.kv_room_tokens(req.model, req.gpu, req.shape, req.mem_fraction)
+        router, params = scheduler(measured, room)
+        req = replace(req, router=router, router_params=params)
         p = StagedPlanner(req)
-        p.run_stream = run_stream(row, stages, seed, p.hold_rates())
+        p.tier_per_replica = float(row["tier_tokens_per_replica"])
+        p.run_stream = run_stream(row, stages, seed, p.hold_rates(), LOAD[bench])
         gpus = int(row["tp"]) * int(row["replicas"])
-        tr = p.traffic("hbm-only", gpus, 0, 1.0)
-        res = p.simulate("hbm-only", gpus, 0, tr)
-        for _ in range(FEEDBACK):
-            p.run_stream = replace(p.run_stream, hold=res.done - res.arrival)
-            p.placements.clear()
-            res = p.simulate("hbm-only", gpus, 0, tr)
+        res = p.simulate(option, gpus, 0, p.traffic(option, gpus, 0, 1.0))
         ttft = res.ttft
         stage = (p.run_stream.arrival // STAGE_GAP_S).astype(np.int64)
+        tokens = (res.requests.prompt + res.requests.output).astype(float)
         for k, (rate, _) in enumerate(stages):
             sel = stage == k
             if k + 1 < len(stages) and res.done[sel].max() >= (k + 1) * STAGE_GAP_S:
                 raise SystemExit(f"{measured}: stage {k} did not drain within "
                                  f"{STAGE_GAP_S:g} s")
-            if k == 0:
-                continue  # the warm-up
+            if k == 0 and WARMUP[bench]:
+                continue
             span = float(res.done[sel].max() - p.run_stream.arrival[sel].min())
             out = float(res.requests.output[sel].sum())
             got[(measured, rate)] = (float(np.percentile(ttft[sel], 90)), out / span,
+                                     float(tokens[sel].sum()) / span,
                                      float(np.nanmean(res.tpot[sel])))
     return got
 
@@ -175,39 +219,43 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=3,
                     help="replays (prompt shuffles) per scheduler; the median is compared")
-    ap.add_argument("--feedback", type=int, default=0)
     a = ap.parse_args()
-    global FEEDBACK
-    FEEDBACK = a.feedback
     rows = list(csv.DictReader(DATA.open()))
     runs = [simulate(rows, s) for s in range(a.seeds)]
     by_router: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
-    tally = {"ttft": [0, 0], "tok": [0, 0]}  # [all, held-out] within the bound
-    n_held = 0
-    print(f"{'scheduler (measured -> ours)':<40}{'QPS':>4}{'TTFT p90 s':>11}{'ours':>8}"
-          f"{'err':>6}{'out tok/s':>10}{'ours':>7}{'err':>6}{'ITL ms':>7}{'TPOT':>6}"
-          f"  role")
+    # per benchmark: [all, held-out] within the bound, and the counts
+    tally: dict[str, dict[str, list[int]]] = defaultdict(
+        lambda: {"ttft": [0, 0], "tok": [0, 0], "n": [0, 0]})
+    print(f"{'scheduler (measured -> ours)':<46}{'QPS':>4}{'TTFT p90 s':>11}{'ours':>8}"
+          f"{'err':>6}{'tok/s':>9}{'ours':>9}{'err':>6}{'ITL ms':>7}{'TPOT':>5}  role")
     for row in rows:
         q = float(row["qps"])
         got = np.median(np.array([r[(row["router_measured"], q)] for r in runs]), axis=0)
         meas = float(row["ttft_p90_s"])
-        mtok = float(row["output_tok_s"])
-        e1, e2 = got[0] / meas - 1, got[1] / mtok - 1
+        total = bool(row["total_tok_s"])  # the run reports total tokens/s, else output
+        mtok = float(row["total_tok_s"] if total else row["output_tok_s"])
+        otok = float(got[2] if total else got[1])
+        e1, e2 = got[0] / meas - 1, otok / mtok - 1
         held = row["role"] == "held-out"
-        n_held += held
+        t = tally[row["benchmark"]]
+        t["n"][0] += 1
+        t["n"][1] += held
         for key, err, bound in (("ttft", e1, TTFT_BOUND), ("tok", e2, CEILING_BOUND)):
             if abs(err) <= bound:
-                tally[key][0] += 1
-                tally[key][1] += held
+                t[key][0] += 1
+                t[key][1] += held
         by_router[row["router_measured"]].append((q, meas, float(got[0])))
-        name = f"{row['router_measured']} -> {scheduler(row['router_measured'])[0]}"
-        print(f"{name:<40}{q:>4g}{meas:>11.3f}{got[0]:>8.3f}{e1:>+6.0%}{mtok:>10.0f}"
-              f"{got[1]:>7.0f}{e2:>+6.0%}{float(row['itl_mean_s']) * 1e3:>7.0f}"
-              f"{got[2] * 1e3:>6.0f}  {row['role']}")
-    print(f"TTFT p90 within {TTFT_BOUND:.0%}: {tally['ttft'][0]} of {len(rows)} points "
-          f"(held-out {tally['ttft'][1]} of {n_held}); output tokens/s within "
-          f"{CEILING_BOUND:.0%}: {tally['tok'][0]} of {len(rows)} (held-out "
-          f"{tally['tok'][1]} of {n_held}); median of {a.seeds} replays")
+        name = f"{row['router_measured']} -> {row['router_ours']}"
+        itl = f"{float(row['itl_mean_s']) * 1e3:>7.0f}" if row["itl_mean_s"] else f"{'-':>7}"
+        print(f"{name:<46}{q:>4g}{meas:>11.3f}{got[0]:>8.3f}{e1:>+6.0%}{mtok:>9.0f}"
+              f"{otok:>9.0f}{e2:>+6.0%}{itl}{got[3] * 1e3:>5.0f}  {row['role']}")
+    for bench, t in tally.items():
+        kind = "total" if bench == "llm-d-tiered-prefix-cache" else "output"
+        print(f"{bench}: TTFT p90 within {TTFT_BOUND:.0%}: {t['ttft'][0]} of {t['n'][0]} "
+              f"points (held-out {t['ttft'][1]} of {t['n'][1]}); {kind} tokens/s within "
+              f"{CEILING_BOUND:.0%}: {t['tok'][0]} of {t['n'][0]} (held-out "
+              f"{t['tok'][1]} of {t['n'][1]})")
+    print(f"(median of {a.seeds} replays)")
     print(f"Throughput ceiling (largest stage QPS with TTFT p90 <= {KNEE_S:g} s):")
     for r, pts in by_router.items():
         pts.sort()

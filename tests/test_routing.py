@@ -61,6 +61,41 @@ def test_kernel_matches_reference(router: str, seed: int) -> None:
     assert 0 < a.split()[0] + a.split()[1] < 1
 
 
+SCORERS = {  # llm-d's optional scorers on, at small index sizes so that they evict
+    "kv+active": RT.RouterParams(llmd_kv_weight=1.0, llmd_active_weight=1.0,
+                                 llmd_view_tokens=8_000.0),
+    "tiered": RT.RouterParams(llmd_prefix_weight=1.0, llmd_queue_weight=1.0,
+                              llmd_kv_weight=1.0, llmd_view_tokens=8_000.0,
+                              llmd_tier_weight=1.0, llmd_tier_view_tokens=30_000.0,
+                              llmd_nohit_weight=1.0),
+    "precise-nohit": RT.RouterParams(llmd_nohit_weight=1.0),
+}
+
+
+@pytest.mark.parametrize("name", list(SCORERS))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kernel_matches_reference_llmd_scorers(name: str, seed: int) -> None:
+    s = stream(250, 12, 3000, seed=seed, sessions=40 if seed else 0, hold=3.0)
+    dep = RT.Deployment(4, 20_000, np.array([0, 0, 1, 1]), np.array([40_000.0, 40_000.0]))
+    router = "llm-d-precise" if name.startswith("precise") else "llm-d-prefix"
+    a = RT.place(s, dep, router, SCORERS[name])
+    b = RT.place(s, dep, router, SCORERS[name], reference=True)
+    assert np.array_equal(a.replica, b.replica)
+    assert np.allclose(a.hit_hbm, b.hit_hbm)
+    assert len(set(a.replica.tolist())) == 4
+
+
+def test_llmd_no_hit_lru_spreads_cold_requests() -> None:
+    """no-hit-lru-scorer alone: cold requests (no index holds any of them) go to replicas
+    never given one, in index order, then to the least recently given (no_hit_lru.go)."""
+    only = RT.RouterParams(llmd_prefix_weight=0.0, llmd_queue_weight=0.0,
+                           llmd_nohit_weight=1.0)
+    s = stream(9, 9, 1000, hold=1e3)
+    s = replace(s, group=np.arange(9))  # every request its own group: all cold
+    got = RT.place(s, separate(3), "llm-d-prefix", only).replica.tolist()
+    assert got == [0, 1, 2, 0, 1, 2, 0, 1, 2]
+
+
 # --- the mechanism (issue 25, "Done when" 1) -----------------------------------------------
 
 def test_round_robin_loses_hits_as_replicas_are_added() -> None:
@@ -126,7 +161,7 @@ G = 1000.0
 FIRST = [(0.0, 1e-3, G + 10, 0), (0.0, 1e-3, G + 10, 1)]
 
 
-@pytest.mark.parametrize("router", RT.PREFIX_AWARE)
+@pytest.mark.parametrize("router", ("sglang-cache-aware", "dynamo-kv"))
 def test_first_requests_spread(router: str) -> None:
     p = RT.place(rows_stream(FIRST, G), separate(3), router)
     assert p.replica.tolist() == [0, 1]
@@ -166,24 +201,43 @@ def test_sglang_cache_aware_imbalance_thresholds() -> None:
     assert np.all(p.replica[2:19] == 1) and p.replica[19] == 0
 
 
+def _allowed(s: RT.Stream, dep: RT.Deployment, router: str, forced: list[int],
+             par: RT.RouterParams = RT.RouterParams()) -> list[int]:
+    """The reference's accepted replicas for the last request (its tie set), earlier
+    requests placed where `forced` says."""
+    g, ss, n_groups, n_keys = RT.keys_of(s)
+    allowed: list[list[int]] = []
+    RT.place_reference(s.arrival, s.hold, s.prompt, s.output, s.hit, g, s.group_tokens,
+                       ss, n_groups, n_keys, dep.replicas, RT.router_code(router),
+                       dep.hbm_tokens, dep.tier_of, dep.tier_tokens, par.array(),
+                       forced=np.array(forced), allowed=allowed)
+    return sorted(allowed[-1])
+
+
 def test_llmd_prefix_and_queue_scores() -> None:
     """3 x matched / blocks (the prompt cut at 4,096 tokens) + 2 x (max q - q) / (max q -
-    min q) (1 when all equal); the highest total wins."""
+    min q) over the replicas' waiting requests (1 when all equal); the highest total wins.
+    Replica 1 holds group 1 and is over its KV room (a 300,000-token request running):
+    1 x 100,001 / 300,001 of a request waits there, none on replica 0."""
     dep = separate(2)
-    busy = (1.0, 100.0, G + 10, 1)  # matches replica 1 (3 x 0.99): lands there, stays
+    over = (0.0, 100.0, 300_000.0, 1)
     # short prompt: replica 1 scores 3 x 0.99 + 0 = 2.97 against replica 0's 0 + 2 x 1
-    p = RT.place(rows_stream([*FIRST, busy, (2.0, 1.0, G + 10, 1)], G), dep,
-                 "llm-d-prefix")
-    assert p.replica[2] == 1 and p.replica[-1] == 1
+    assert _allowed(rows_stream([over, (1.0, 1.0, G + 10, 1)], G), dep, "llm-d-prefix",
+                    [1, -1]) == [1]
     # long prompt: 1000 of 4096 counted tokens = 3 x 0.244 = 0.73 < 2: replica 0
-    p = RT.place(rows_stream([*FIRST, busy, (2.0, 1.0, 20 * G, 1)], G), dep,
-                 "llm-d-prefix")
-    assert p.replica[-1] == 0
-    # without the 4,096-token cut the long prompt's match would be 0.05 x 3: still 0
+    assert _allowed(rows_stream([over, (1.0, 1.0, 20 * G, 1)], G), dep, "llm-d-prefix",
+                    [1, -1]) == [0]
+    # nobody waiting: the queue scores tie, the prefix decides (3 x 0.244 + 2 vs 0 + 2)
+    done = (0.0, 1e-3, 300_000.0, 1)
+    assert _allowed(rows_stream([done, (1.0, 1.0, 20 * G, 1)], G), dep, "llm-d-prefix",
+                    [1, -1]) == [1]
+    # without the 4,096-token cut and idle: 3 x 0.05 + 2 vs 0 + 2: still replica 1; no
+    # match anywhere: a tie, drawn
     uncut = replace(RT.RouterParams(), llmd_cap_tokens=1e12)
-    p = RT.place(rows_stream([*FIRST, (2.0, 1.0, 2.5 * G, 1)], G), dep, "llm-d-prefix",
-                 uncut)
-    assert p.replica[-1] == 1  # idle both: 3 x 0.4 + 2 vs 0 + 2
+    assert _allowed(rows_stream([done, (1.0, 1.0, 20 * G, 1)], G), dep, "llm-d-prefix",
+                    [1, -1], uncut) == [1]
+    assert _allowed(rows_stream([done, (1.0, 1.0, G, 0)], G), dep, "llm-d-prefix",
+                    [1, -1]) == [0, 1]
 
 
 def test_dynamo_cost_is_prefill_plus_decode_blocks() -> None:
@@ -224,10 +278,13 @@ def test_llmd_precise_scores_actual_hbm_min_max() -> None:
     s = _stream([0.0, 0.5, 2.0], [10.0, 1e-3, 1e-3], [S, G + 20, S], [0, 0, 0],
                 [0, 1, 0], [0.0, 0.0, S])
     dep = separate(3)
-    assert _reference(s, dep, "llm-d-precise", [0, 1, -1])[-1] == 0
-    assert _reference(s, dep, "llm-d-prefix", [0, 1, -1])[-1] == 1
-    # without the normalisation (raw matched / prompt) replica 1 would win: 2.97 + 4 > 5
-    assert 3 * G / S + 2 + 2 > 3 + 0 + 2 * (1 - (S + 1) / 200_000)
+    busy = RT.RouterParams(llmd_active_weight=2.0, precise_active_weight=2.0)
+    # precise: 3 x 1 + 2 (queue) + 2 x 0.995 (KV free) + 0 (active) against 0 + 2 + 2 + 2
+    assert _allowed(s, dep, "llm-d-precise", [0, 1, -1], busy) == [0]
+    # approximate: 3 x 1 + 2 + 0 against 3 x 0.99 + 2 + 2 x 1
+    assert _allowed(s, dep, "llm-d-prefix", [0, 1, -1], busy) == [1]
+    # without the normalisation (raw matched / prompt) replica 1 would win: 8.97 > 6.99
+    assert 3 * G / S + 2 + 2 + 2 > 3 + 2 + 2 * (1 - (S + 1) / 200_000)
 
 
 def test_llmd_kv_cache_scorer_counts_a_shared_prefix_once() -> None:
@@ -240,21 +297,21 @@ def test_llmd_kv_cache_scorer_counts_a_shared_prefix_once() -> None:
                   np.array([big + 10, 150_000.0, big + 10, 100.0]), np.ones(4), np.zeros(4),
                   np.array([0, -1, 0, -1]), np.array([big, 0.0, big, 0.0]), np.arange(4))
     dep = separate(2)
-    assert _reference(s, dep, "llm-d-prefix", [-1, -1, -1, -1], kv) == [0, 1, 0, 0]
+    assert _allowed(s, dep, "llm-d-prefix", [0, 1, 0, -1], kv) == [0]
     # counted twice, replica 0 would hold 200,022 of 200,000 tokens: replica 1 (0.25 free)
-    assert RT.place(s, dep, "llm-d-prefix", kv).replica.tolist() == [0, 1, 0, 0]
+    assert 1 - (2 * big + 22) / 200_000 < 1 - 150_001 / 200_000
 
 
 def test_llmd_prefix_index_is_an_lru_of_its_capacity() -> None:
     """GIE's approximate index holds lruCapacityPerServer blocks per server: once later
     groups push group 0 out of replica 0's entry, the router no longer sees it there."""
     S = G + 10
-    rows = [(0.0, 1e-3, S, 0), (0.0, 1e-3, S, 1), (2.0, 10.0, S, 2), (3.0, 1e-3, S, 0)]
+    rows = [(0.0, 1e-3, S, 0), (0.0, 1e-3, S, 1), (2.0, 1e-3, S, 2), (3.0, 1e-3, S, 0)]
     s = rows_stream(rows, G)
     dep = separate(2)
-    assert RT.place(s, dep, "llm-d-prefix").replica.tolist() == [0, 1, 0, 0]
-    small = RT.RouterParams(llmd_view_tokens=1.5 * G)
-    assert RT.place(s, dep, "llm-d-prefix", small).replica.tolist() == [0, 1, 0, 1]
+    assert _allowed(s, dep, "llm-d-prefix", [0, 1, 0, -1]) == [0]
+    small = RT.RouterParams(llmd_view_tokens=1.5 * G)  # group 2 pushed group 0 out
+    assert _allowed(s, dep, "llm-d-prefix", [0, 1, 0, -1], small) == [0, 1]
 
 
 def test_random_router_draws_uniformly_and_repeatably() -> None:

@@ -48,15 +48,21 @@ at random, and said so):
   scheduling/framework/plugins/multi/prefix/plugin.go): prefix score = matched blocks /
   the request's blocks, the prompt cut at 256 blocks of 64 characters (`llmd_cap_tokens`,
   4 characters a token: 4,096 tokens); queue score = (max q - q) / (max q - min q), 1 when
-  all equal; total = 3 x prefix + 2 x queue (the weights of llm-d's default profile, Red
+  all equal, q the replica's waiting requests (GIE queue-scorer reads vLLM's
+  WaitingQueueSize): none while the tokens its running requests hold fit its KV room, else
+  its in-flight requests x the share of those tokens beyond the room; total = 3 x prefix
+  + 2 x queue (the weights of llm-d's default profile, Red
   Hat OpenShift AI 3.4 "Configuring scheduler settings", chapter 6); the highest total
-  wins (the real picker draws among equal totals; we take the lowest index). Queue depth
-  is taken as the unfinished requests.
+  wins; among equal totals the max-score picker draws at random (it shuffles the
+  endpoints first: GIE max_score_picker.go), ours by the request's splitmix64 draw
+  (RANDOM's).
 - LLMD also takes the kv-cache-utilization scorer (1 - the replica's KV cache usage, usage =
   the tokens its running requests hold, a shared prefix once: vLLM's kv_cache_usage_perc)
   and llm-d's active-request scorer ((max c - c) / max c over the router's in-flight
   counts c, 1 where c = 0; llm-d-inference-scheduler pkg/plugins/scorer/active_request.go)
-  at weights 0 by default; its prefix index is an LRU of `llmd_view_tokens` per replica
+  at weights 0 by default (the active-request scorer counts what the router sent and has
+  not seen finish: in-flight, unlike the queue scorer); its prefix index is an LRU of
+  `llmd_view_tokens` per replica
   (GIE prefix plugin lruCapacityPerServer 31,250 blocks of hashBlockSize 64 characters,
   4 characters a token: 500,000 tokens), evicting the least recently routed objects.
 - LLMD_PRECISE: llm-d's precise prefix-cache scorer (llm-d-inference-scheduler
@@ -66,7 +72,15 @@ at random, and said so):
   indexedScoresToNormalizedScoredPods: all equal -> 1, none held -> 0); with the
   kv-cache-utilization and queue scorers at the llm-d guide's weights 3 / 2 / 2
   (guides/precise-prefix-cache-aware/gaie-kv-events/values.yaml); the highest total wins
-  (lowest index on ties).
+  (ties drawn as LLMD's).
+- LLMD with llm-d's tiered prefix cache (guides/tiered-prefix-cache/router/
+  tiered-prefix-cache-cpu.values.yaml): a second approximate index per replica for its
+  CPU tier (`llmd_tier_view_tokens`, its own lruCapacityPerServer), scored like the first
+  at `llmd_tier_weight`; and the no-hit-lru-scorer (llm-d-inference-scheduler
+  pkg/plugins/scorer/no_hit_lru.go) at `llmd_nohit_weight`: for a cold request (no
+  replica's index holds any of the prompt) 1 - rank / (R - 1), replicas never given a cold
+  request first in index order, then from the least recently given; 0.5 for every
+  replica otherwise.
 - RANDOM: a replica drawn uniformly per request (GIE random-picker): splitmix64 of the
   request's index and `seed`, the same integers in the kernel and the reference.
 - DYNAMO: Dynamo KV router (docs.nvidia.com/dynamo, "KV Router", "Cost Calculation"):
@@ -141,6 +155,11 @@ class RouterParams:
     precise_kv_weight: float = 2.0
     precise_active_weight: float = 0.0
     seed: int = 0  # the random router's draws
+    # llm-d tiered prefix cache (guides/tiered-prefix-cache): a second approximate index
+    # for the CPU tier (its own lruCapacityPerServer), and the no-hit-lru-scorer
+    llmd_tier_weight: float = 0.0
+    llmd_tier_view_tokens: float = 0.0
+    llmd_nohit_weight: float = 0.0
 
     def array(self) -> np.ndarray:
         return np.array([self.cache_threshold, self.balance_abs, self.balance_rel,
@@ -150,7 +169,11 @@ class RouterParams:
                          self.llmd_active_weight, self.llmd_view_tokens,
                          self.precise_prefix_weight, self.precise_queue_weight,
                          self.precise_kv_weight, self.precise_active_weight,
-                         float(self.seed)])
+                         float(self.seed), self.llmd_tier_weight,
+                         self.llmd_tier_view_tokens, self.llmd_nohit_weight])
+
+
+TIE = 1e-9  # relative: scores this close are equal (routing_kernel.TIE)
 
 
 def draw_reference(i: int, seed: int, replicas: int) -> int:
@@ -221,7 +244,11 @@ def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  #
     replicas our rule accepts for that request (every replica tied under the rule)."""
     R = replicas
     (cache_thr, b_abs, b_rel, w_pre, w_q, cap_tok, w_ov, blk, w_kv, w_act, view_cap,
-     *precise, seed) = (float(x) for x in par)
+     p_pre, p_q, p_kv, p_act, seed, w_tier, tier_view_cap, w_nohit) = (float(x) for x in par)
+    precise = (p_pre, p_q, p_kv, p_act)
+    tview = router == LLMD and w_tier != 0.0
+    view2: list[dict[int, list[float]]] = [{} for _ in range(R)]
+    cold_tick = [-1.0] * R
     if router == LLMD_PRECISE:
         w_pre, w_q, w_kv, w_act = precise
     if router != LLMD:
@@ -285,6 +312,7 @@ def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  #
         S = float(prompt[i])
         s = int(session[i])
         ok: list[int] | None = None  # the replicas tied under the rule
+        cold = False  # llm-d no-hit-lru-scorer: no replica's index holds any of it
         if router == ROUND_ROBIN:
             r = i % R
         elif router == LEAST_LOADED:
@@ -305,7 +333,11 @@ def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  #
         elif router == RANDOM:
             r = draw_reference(i, int(seed), R)
         elif router in (LLMD, LLMD_PRECISE):
-            mx, mn = max(load), min(load)
+            held_tok = [sum(v[0] for v in hbm[q].values() if v[2] > 0) for q in range(R)]
+            wait = [load[q] * (held_tok[q] - float(hbm_tokens)) / held_tok[q]
+                    if held_tok[q] > float(hbm_tokens) else 0.0 for q in range(R)]
+            mx, mn = max(wait), min(wait)
+            amax = max(load)
             total = min(S, cap_tok)
             if router == LLMD_PRECISE:  # actual HBM, min-max over replicas holding any
                 held = [match(hbm[q], i) for q in range(R)]
@@ -315,15 +347,29 @@ def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  #
             else:
                 pre_of = [min(match(view[q], i), cap_tok) / total if total > 0 else 0.0
                           for q in range(R)]
+            gpu_view = hbm if router == LLMD_PRECISE else view
+            cold = w_nohit != 0.0 and all(match(gpu_view[q], i) <= 0 for q in range(R))
+            never = [q for q in range(R) if cold_tick[q] < 0]
+            given = sorted((q for q in range(R) if cold_tick[q] >= 0),
+                           key=lambda q: cold_tick[q])
+            rank = {q: k for k, q in enumerate(never + given)}
             scores = []
             for q in range(R):
-                qs = 1.0 if mx == mn else (mx - load[q]) / (mx - mn)
-                act = 1.0 if load[q] <= 0 or mx <= 0 else (mx - load[q]) / mx
-                used = sum(v[0] for v in hbm[q].values() if v[2] > 0)
-                use = used / float(hbm_tokens) if hbm_tokens > 0 else 1.0
-                scores.append(w_pre * pre_of[q] + w_q * qs + w_kv * (1.0 - min(1.0, use))
-                              + w_act * act)
-            r = max(range(R), key=lambda q: (scores[q], -q))
+                qs = 1.0 if mx == mn else (mx - wait[q]) / (mx - mn)
+                act = 1.0 if load[q] <= 0 or amax <= 0 else (amax - load[q]) / amax
+                use = held_tok[q] / float(hbm_tokens) if hbm_tokens > 0 else 1.0
+                tot = (w_pre * pre_of[q] + w_q * qs + w_kv * (1.0 - min(1.0, use))
+                       + w_act * act)
+                if tview:
+                    tot += w_tier * (min(match(view2[q], i), cap_tok) / total
+                                     if total > 0 else 0.0)
+                if w_nohit != 0.0:
+                    tot += w_nohit * ((1.0 - rank[q] / (R - 1) if R > 1 else 1.0)
+                                      if cold else 0.5)
+                scores.append(tot)
+            top = max(scores)
+            ok = [q for q in range(R) if scores[q] >= top - TIE * max(1.0, abs(top))]
+            r = ok[draw_reference(i, int(seed), len(ok))]  # the picker draws among ties
         else:
             costs = [w_ov * (S - match(hbm[q], i)) / blk + active[q] / blk for q in range(R)]
             r = min(range(R), key=lambda q: (costs[q], q))
@@ -331,6 +377,8 @@ def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  #
             allowed.append(ok if ok is not None else [r])
         if forced is not None and forced[i] >= 0:
             r = int(forced[i])
+        if cold:
+            cold_tick[r] = i + 1.0
         rep[i] = r
         own = match(hbm[r], i)
         out_hbm[i] = own
@@ -356,6 +404,11 @@ def place_reference(arrival, hold, prompt, output, hit, group, gtok, session,  #
                 put(view[r], g, G, tick, False)
             put(view[r], skey, tail, tick, False)
             evict(view[r], view_cap)
+        if tview:
+            if g >= 0 and G > 0:
+                put(view2[r], g, G, tick, False)
+            put(view2[r], skey, tail, tick, False)
+            evict(view2[r], tier_view_cap)
         running.append((t + float(hold[i]), i))
     return (np.array(rep, np.int64), np.array(out_hbm), np.array(out_tier))
 

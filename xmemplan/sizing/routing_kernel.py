@@ -22,6 +22,9 @@ __all__ = ["DYNAMO", "LEAST_LOADED", "LLMD", "LLMD_PRECISE", "RANDOM", "ROUND_RO
            "SESSION", "SGLANG", "draw", "place_kernel"]
 
 
+TIE = 1e-9  # relative: totals this close are equal (the kernel and reference sum alike)
+
+
 @njit(cache=True, inline="always")
 def draw(i, seed, R):  # noqa: ANN001, ANN201
     """Request i's replica under RANDOM: splitmix64 of (seed, i) mod R (the same integers
@@ -92,6 +95,24 @@ def _unlock(lens, lock, locked, row, k):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
+def _lru_ranks(cold_tick, rank, R):  # noqa: ANN001, ANN202
+    """llm-d no-hit-lru-scorer ranks (no_hit_lru.go): replicas never given a cold request
+    first, in index order, then the others from the least recently given one."""
+    k = 0
+    for q in range(R):
+        if cold_tick[q] < 0:
+            rank[q] = k
+            k += 1
+    for q in range(R):
+        if cold_tick[q] >= 0:
+            older = 0
+            for p in range(R):
+                if cold_tick[p] >= 0 and cold_tick[p] < cold_tick[q]:
+                    older += 1
+            rank[q] = k + older
+
+
+@njit(cache=True)
 def _hpush(ht, hi, n, t, i):  # noqa: ANN001, ANN202
     k = n
     ht[k] = t
@@ -152,6 +173,15 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
     vlast = np.zeros((R, K)) if tree else np.zeros((1, 1))
     vlock = np.zeros((R, K), np.int64) if tree else np.zeros((1, 1), np.int64)
     vused = np.zeros(R)
+    # llm-d's second approximate index (the CPU tier's prefix-cache scorer), when weighted
+    tview = router == LLMD and par[16] != 0.0
+    v2 = np.zeros((R, K)) if tview else np.zeros((1, 1))
+    v2last = np.zeros((R, K)) if tview else np.zeros((1, 1))
+    v2used = np.zeros(R)
+    cold_tick = np.full(R, -1.0)  # no-hit LRU scorer: when each replica last took a cold one
+    cold_rank = np.zeros(R)
+    wait = np.zeros(R)
+    tots = np.zeros(R)
     out_n = np.zeros(R)
     out_tok = np.zeros(R)
     sess_rep = np.full(max(K - n_groups, 1), -1, np.int64)
@@ -168,6 +198,7 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
     if router == LLMD_PRECISE:
         w_pre, w_q, w_kv, w_act = par[11], par[12], par[13], par[14]
     seed = np.int64(par[15])
+    w_tier, tier_view_cap, w_nohit = par[16], par[17], par[18]
     if router != LLMD:
         view_cap = np.inf  # SGLang's router tree: no eviction modelled
     for i in range(n):
@@ -187,6 +218,7 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
         skey = n_groups + s
         S = prompt[i]
         H = hit[i]
+        cold = False  # llm-d: no replica's index holds any of the prompt
         # least-loaded replica (lowest index on ties)
         ll = 0
         for q in range(1, R):
@@ -219,8 +251,15 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
         elif router == RANDOM:
             r = draw(i, seed, R)
         elif router in (LLMD, LLMD_PRECISE):
-            mx = out_n.max()
-            mn = out_n.min()
+            # the queue scorer reads vLLM's waiting requests: none while what the
+            # running requests hold fits the replica's KV room, else the share of its
+            # in-flight requests beyond it
+            for q in range(R):
+                over = hlocked[q] - hbm_tokens
+                wait[q] = out_n[q] * over / hlocked[q] if over > 0 else 0.0
+            mx = wait.max()
+            mn = wait.min()
+            amax = out_n.max()
             total = min(S, cap_tok)
             # precise: matched tokens on the replica's actual HBM (KV events), min-max
             # normalised over the replicas holding any of the prompt
@@ -233,6 +272,15 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
                     if m > 0:
                         pmax = max(pmax, m)
                         pmin = min(pmin, m)
+            cold = w_nohit != 0.0
+            if cold:  # no replica's (GPU) index holds any of the prompt
+                for q in range(R):
+                    if _match(hl if router == LLMD_PRECISE else view, q, g, G, skey, H,
+                              S) > 0:
+                        cold = False
+                        break
+            if cold:
+                _lru_ranks(cold_tick, cold_rank, R)
             r = 0
             bs = -np.inf
             for q in range(R):
@@ -245,14 +293,33 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
                     if m > cap_tok:
                         m = cap_tok
                     pre = m / total if total > 0 else 0.0
-                qs = 1.0 if mx == mn else (mx - out_n[q]) / (mx - mn)
-                act = 1.0 if out_n[q] <= 0 or mx <= 0 else (mx - out_n[q]) / mx
+                qs = 1.0 if mx == mn else (mx - wait[q]) / (mx - mn)
+                act = 1.0 if out_n[q] <= 0 or amax <= 0 else (amax - out_n[q]) / amax
                 use = hlocked[q] / hbm_tokens if hbm_tokens > 0 else 1.0
                 kv = 1.0 - (use if use < 1.0 else 1.0)
                 tot = w_pre * pre + w_q * qs + w_kv * kv + w_act * act
+                if tview:
+                    m2 = _match(v2, q, g, G, skey, H, S)
+                    tot += w_tier * (min(m2, cap_tok) / total if total > 0 else 0.0)
+                if w_nohit != 0.0:
+                    tot += w_nohit * ((1.0 - cold_rank[q] / (R - 1) if R > 1 else 1.0)
+                                      if cold else 0.5)
+                tots[q] = tot
                 if tot > bs:
                     bs = tot
-                    r = q
+            # the max-score picker draws among equal totals (GIE max_score_picker.go
+            # shuffles the endpoints first): the draw of this request among the tied
+            nt = 0
+            for q in range(R):
+                if tots[q] >= bs - TIE * max(1.0, abs(bs)):
+                    nt += 1
+            k = draw(i, seed, nt)
+            for q in range(R):
+                if tots[q] >= bs - TIE * max(1.0, abs(bs)):
+                    if k == 0:
+                        r = q
+                        break
+                    k -= 1
         else:  # DYNAMO
             r = 0
             bc = np.inf
@@ -288,6 +355,13 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
                 _put(view, vlast, vused, r, g, G, tick)
             _put(view, vlast, vused, r, skey, tail, tick)
             _evict(view, vlast, vlock, vused, r, view_cap, K)
+        if tview:
+            if g >= 0 and G > 0:
+                _put(v2, v2last, v2used, r, g, G, tick)
+            _put(v2, v2last, v2used, r, skey, tail, tick)
+            _evict(v2, v2last, vlock, v2used, r, tier_view_cap, K)
+        if cold:
+            cold_tick[r] = tick
         out_n[r] += 1.0
         out_tok[r] += S + output[i]
         nh = _hpush(ht, hi, nh, t + hold[i], i)
