@@ -235,6 +235,9 @@ _CALIBRATION_FIELDS: dict[str, tuple[Callable[[Any], Any], bool]] = {
     "hbm_efficiency": (_eta, False),
     "host_efficiency": (_eta, False),
     "layer_latency": (_time, False),
+    "step_base": (_time, False),
+    "step_per_token": (_time, False),
+    "step_per_seq": (_time, False),
     "points": (_int0, False),
 }
 _FIELDS = {"model": _MODEL_FIELDS, "gpu": _GPU_FIELDS, "tier": _TIER_FIELDS,

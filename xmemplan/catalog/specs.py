@@ -193,7 +193,8 @@ class CalibrationSpec:
     """A `[calibration.ENGINE]` table: fitted TTFT-model constants for one engine.
 
     `values` keys (SI units): eta_linear, eta_attention, fixed_overhead (s),
-    per_token_overhead (s), host_bandwidth (B/s), xmem_bandwidth (B/s), points.
+    per_token_overhead (s), host_bandwidth (B/s), xmem_bandwidth (B/s), step_base,
+    step_per_token, step_per_seq (s: the engine's step overheads), points.
     `xmemplan.sizing.model.calibration_for(catalog, engine)` applies them.
     """
 

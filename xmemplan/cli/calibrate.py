@@ -18,8 +18,8 @@ def register(app: typer.Typer) -> None:
 
 def calibrate(
     files: list[Path] = typer.Argument(
-        ..., help="CSV or JSON of (gpu, model, engine, tier, prompt_tokens, hit_tokens, "
-        "concurrency, ttft_ms), or 'validate --format json' results."),
+        None, help="CSV or JSON of (gpu, model, engine, tier, prompt_tokens, hit_tokens, "
+        "concurrency, ttft_ms), or 'validate --format json' results.", show_default=False),
     extra: list[Path] = typer.Option(
         [], "--catalog", help="A TOML file that adds or overrides entries (repeatable)."),
     out: Path = typer.Option(
@@ -30,12 +30,33 @@ def calibrate(
     fit_hbm: bool = typer.Option(
         False, "--fit-hbm", help="Also fit the HBM efficiency of the memory roofline."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+    loaded: list[Path] = typer.Option(
+        [], "--loaded", help="A loaded run: a `vllm bench serve --save-result` JSON, an "
+        "AIPerf artifact folder or a CSV as data/measurements/loaded.csv (repeatable); fits "
+        "the engine's step overheads instead of the TTFT constants."),
+    engine: str = typer.Option(
+        "vllm", "--engine", help="With --loaded: the engine the JSON / AIPerf runs used "
+        "(vllm or sglang)."),
+    model: str | None = typer.Option(
+        None, "--model", help="With --loaded: the catalog model the JSON / AIPerf runs "
+        "served."),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help="With --loaded: the catalog GPU the JSON / AIPerf runs used."),
+    tp: int = typer.Option(1, "--tp", help="With --loaded: GPUs per replica (tensor "
+                           "parallel) of the JSON / AIPerf runs."),
+    step_per_token: bool = typer.Option(
+        False, "--step-per-token", help="With --loaded: also fit the per-scheduled-token "
+        "step overhead (decode-heavy runs cannot tell it from the per-request one)."),
 ) -> None:
     """Fit t0, bandwidths and efficiencies to measured TTFTs; write a catalog overlay.
 
     Full-hit points (hit >= 90 % of the prompt) fit each engine's fixed overhead and the
     tier bandwidths; miss and partial-hit points fit the compute efficiencies. Prints every
     point's error and its leave-one-out error, and refuses a fit the points cannot pin.
+
+    With --loaded, fits the simulated engine's own overheads per step and per scheduled
+    request (docs/model.md section 6) to loaded runs replayed through the engine, with the
+    same per-point and leave-one-out report.
     """
     from xmemplan.catalog import load_catalog
     from xmemplan.cli.views import render
@@ -46,7 +67,18 @@ def calibrate(
         raise UsageError(f"unknown output format '{fmt}'", "use table or json")
     from xmemplan.jsonio import check_output
 
-    check_output(out, "--out", [*files, *extra])  # before the work: never over an input
+    files = list(files or [])
+    if loaded and files:
+        raise UsageError("give single-request measurement files or --loaded runs, not both",
+                         "run calibrate once for each and pass both overlays with --catalog")
+    if not loaded and not files:
+        raise UsageError("no measurements given",
+                         "pass measurement files, or loaded runs with --loaded")
+    check_output(out, "--out", [*files, *loaded, *extra])  # before the work
+    if loaded:
+        _calibrate_loaded(loaded, extra, out, fmt, engine=engine, model=model, gpu=gpu, tp=tp,
+                          per_token=step_per_token)
+        return
     cat = load_catalog(extra)
     points = [p for f in files for p in cal.read_measurements(f)]
     for p in points:
@@ -126,6 +158,112 @@ def calibrate(
               "LOO = fitted without that point")
     for n in notes:
         render.line(f"note: {n}")
+
+
+def _calibrate_loaded(paths: list[Path], extra: list[Path], out: Path, fmt: str, *,
+                      engine: str, model: str | None, gpu: str | None, tp: int,
+                      per_token: bool) -> None:
+    """`calibrate --loaded`: the engine's step overheads from loaded runs."""
+    from xmemplan.catalog import load_catalog
+    from xmemplan.cli.views import render
+    from xmemplan.errors import InputError, UsageError
+    from xmemplan.sizing import loaded as L
+    from xmemplan.validate.loadedruns import read_loaded
+
+    if engine not in L.ENGINES:
+        raise UsageError(f"unknown engine '{engine}'", "use vllm or sglang")
+    units.check_int(tp, "--tp", 1, 1024)
+    cat = load_catalog(extra)
+    for name, look in ((model, cat.model), (gpu, cat.gpu)):
+        if name is not None:
+            look(name)  # an unknown name: UsageError naming the catalog's entries
+    dep = L.Deployment(engine=engine, model=model and cat.model(model).name,
+                       gpu=gpu and cat.gpu(gpu).name, tp=tp)
+    points = [p for f in paths for p in read_loaded(f, dep)]
+    for p in points:
+        for what, look in (("model", cat.model), ("gpu", cat.gpu)):
+            try:
+                look(getattr(p.run, what))
+            except UsageError as exc:
+                path, _, line = p.where.rpartition(":")
+                raise InputError(exc.message, path=Path(path or p.where),
+                                 line=int(line) if line.isdigit() else None, field=what,
+                                 hint=exc.hint) from None
+    names = ("base_s", "per_token_s", "per_seq_s") if per_token else ("base_s", "per_seq_s")
+    for e in L.ENGINES:
+        n_fit = sum(1 for p in points if p.run.engine == e and p.role == "fit")
+        if 0 < n_fit <= len(names):
+            raise InputError(
+                f"the {e} fit is underdetermined: {n_fit} measured figures for "
+                f"{len(names)} constants ({', '.join(names)})", path=paths[0],
+                hint=f"add at least {len(names) + 1 - n_fit} more (leave-one-out needs one "
+                "more than the constants): another run at a different load")
+    if not any(p.role == "fit" for p in points):
+        raise InputError("no point to fit (every row is held-out or excluded)", path=paths[0])
+    sim = L.Simulator(catalog=tuple(extra))
+    runs = len({p.run for p in points})
+    with render.spinner(f"Fitting {len(names)} step constants per engine on {len(points)} "
+                        f"figures of {runs} runs (each a full engine simulation)"):
+        fits = L.fit_all(points, sim, constants=names)
+    _write_step_overlay(out, fits, [*paths, *extra])
+    doc: dict[str, Any] = {"mode": "loaded", "overlay": str(out), "engines": {}}
+    for f in fits:
+        doc["engines"][f.engine] = {
+            "constants": f.constants, "fitted": f.fitted, "summary": L.summary(f),
+            "notes": f.notes,
+            "rows": [{"id": p.id, "role": p.role, "quantity": p.quantity,
+                      "measured": p.value, "predicted": f.predicted[p.id],
+                      "error": f.predicted[p.id] / p.value - 1,
+                      "loo_predicted": f.loo.get(p.id),
+                      "loo_error": (f.loo[p.id] / p.value - 1) if p.id in f.loo else None}
+                     for p in f.points]}
+    if fmt == "json":
+        render.emit_json(doc)
+        return
+    for f in fits:
+        s = L.summary(f)["fit"]
+        loo = s["median_abs_loo_error"]
+        render.line(f"{f.engine}: fitted {', '.join(f.fitted) or 'nothing'} on {s['points']} "
+                    f"figures: median |error| {s['median_abs_error']:.1%}, leave-one-out "
+                    + (f"{loo:.1%}." if math.isfinite(loo) else "n/a."))
+    render.line(f"Overlay written to {out} (pass it to size/validate --catalog).")
+    render.table(["engine", "per step", "per token", "per request"],
+                 [[f.engine, f"{f.constants['base_s'] * 1e3:.3f} ms",
+                   f"{f.constants['per_token_s'] * 1e6:.3f} us",
+                   f"{f.constants['per_seq_s'] * 1e6:.1f} us"] for f in fits],
+                 title="Fitted step overheads")
+    rows = []
+    for f in fits:
+        for p in f.points:
+            pr = f.predicted[p.id]
+            lo = f.loo.get(p.id)
+            rows.append([p.id, p.role, p.quantity, f"{p.value:,.2f}", f"{pr:,.2f}",
+                         f"{pr / p.value - 1:+.1%}",
+                         f"{lo / p.value - 1:+.1%}" if lo is not None else "n/a"])
+    render.table(["point", "role", "quantity", "measured", "predicted", "error", "LOO error"],
+                 rows, title="Per figure (ms, tokens/s); LOO = fitted without that figure "
+                 "(one Gauss-Newton step)")
+    for f in fits:
+        for n in f.notes:
+            render.line(f"note: {n}")
+
+
+def _write_step_overlay(out: Path, fits: list[Any], inputs: list[Path]) -> None:
+    from xmemplan.jsonio import write_output
+
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = ["# Engine step overheads fitted by `xmemplan calibrate --loaded`; pass this",
+             "# file to `xmemplan size --catalog` or `xmemplan validate --catalog`.", ""]
+    for f in fits:
+        c = f.constants
+        src = (f"xmemplan calibrate --loaded on {', '.join(str(p) for p in inputs)} "
+               f"({len(f.points)} figures, {stamp})")
+        lines += [f"[calibration.{f.engine}]", f"source = {_toml_str(src)}",
+                  f'step_base = "{c["base_s"] * 1e6:.4f}us"',
+                  f'step_per_token = "{c["per_token_s"] * 1e6:.6f}us"',
+                  f'step_per_seq = "{c["per_seq_s"] * 1e6:.4f}us"',
+                  f"points = {sum(1 for p in f.points if p.role == 'fit')}", ""]
+    write_output(out, "\n".join(lines), "--out", inputs)
 
 
 def _write_overlay(out: Path, params: dict[str, float], points: list[Any],

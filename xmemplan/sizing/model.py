@@ -77,6 +77,11 @@ class Calibration:
     hbm_efficiency: share of HBM bandwidth reached reading weights and KV (memory roofline).
     layer_latency_s: time per layer that every forward pass adds on top of its FLOP and
     byte rooflines (small kernels, launches, MoE routing; dominant for 1-token passes).
+    step_base_s, step_per_token_s, step_per_seq_s: the serving engine's own overheads per
+    step, per scheduled token and per scheduled request (the simulated engine's step time,
+    engine/steptime.py), fitted on loaded runs (`xmemplan.sizing.loaded`, docs/model.md
+    section 6); `step_overheads_by_engine` keeps one triple per engine (`for_engine`). One
+    request alone pays them inside t0 (simmodel.config_for), so it still costs model.ttft.
     """
 
     eta_linear: float
@@ -92,6 +97,11 @@ class Calibration:
     eta_linear_by_dtype: Mapping[str, float] = field(default_factory=dict)
     host_efficiency: float | None = None
     layer_latency_s: float = 0.0
+    step_base_s: float = 0.0
+    step_per_token_s: float = 0.0
+    step_per_seq_s: float = 0.0
+    step_overheads_by_engine: Mapping[str, tuple[float, float, float]] = field(
+        default_factory=dict)
 
     def eta_attn(self, gpu: GpuSpec) -> float:
         return float(self.eta_attention_by_gpu.get(gpu.name, self.eta_attention))
@@ -108,7 +118,11 @@ class Calibration:
             engine, self.fixed_overhead_by_engine.get(base, self.fixed_overhead_s))
         per_tok = self.per_token_overhead_by_engine.get(
             engine, self.per_token_overhead_by_engine.get(base, self.per_token_overhead_s))
-        return replace(self, fixed_overhead_s=t0, per_token_overhead_s=per_tok)
+        step = self.step_overheads_by_engine.get(
+            engine, self.step_overheads_by_engine.get(
+                base, (self.step_base_s, self.step_per_token_s, self.step_per_seq_s)))
+        return replace(self, fixed_overhead_s=t0, per_token_overhead_s=per_tok,
+                       step_base_s=step[0], step_per_token_s=step[1], step_per_seq_s=step[2])
 
 
 # Fitted by `xmemplan.sizing.calibration.fit()` on the fit points of
@@ -133,6 +147,12 @@ DEFAULT_CALIBRATION = Calibration(
     hbm_efficiency=0.8,
     # Per-layer floor of a forward pass, fitted on batch-1 decode steps (A100 TPOT).
     layer_latency_s=1.169e-4,
+    # The engines' step overheads (base, per token, per request), fitted by
+    # `python -m xmemplan.sizing.loaded` on the fit rows of data/measurements/loaded.csv
+    # (docs/model.md section 6; a test re-runs the fit and fails if these drift from it).
+    # per token is not fitted (decode-heavy runs cannot tell it from per request; the
+    # single-request per-token overhead above is the host's per-token work).
+    step_overheads_by_engine={"vllm": (0.0, 0.0, 8.70e-5), "sglang": (0.0, 0.0, 6.40e-5)},
 )
 
 
@@ -153,7 +173,9 @@ def calibration_for(catalog: Any, engine: str,
                       ("xmem_bandwidth", "xmem_bandwidth_bytes_per_s"),
                       ("hbm_efficiency", "hbm_efficiency"),
                       ("host_efficiency", "host_efficiency"),
-                      ("layer_latency", "layer_latency_s")):
+                      ("layer_latency", "layer_latency_s"),
+                      ("step_base", "step_base_s"), ("step_per_token", "step_per_token_s"),
+                      ("step_per_seq", "step_per_seq_s")):
         if key in v:
             changes[attr] = float(v[key])
     if "eta_attention" in v:

@@ -157,13 +157,20 @@ def sim_block_tokens(engine_block: int, prompt_p50: float) -> int:
 
 def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem",
                policy: str = "sglang", prompt_p50: float = 0.0,
-               overheads: tuple[float, float, float] = (0.0, 0.0, 0.0),
+               overheads: tuple[float, float, float] | None = None,
                tier_write: bool = True) -> Config:
     """The engine's Config for `replicas` replicas of `s.shape`: the same per-token rates
     and links as engine_for (the single-request model), the block pool from the KV room,
     the batch limits as the engine's defaults on this GPU. `overheads`: the engine's own
-    (per step, per scheduled token, per scheduled request) seconds."""
+    (per step, per scheduled token, per scheduled request) seconds; None: the
+    calibration's (`s.calibration.step_*`, fitted on loaded runs). One request alone pays
+    them inside the model's t0 and per-prompt-token overhead (which were fitted on
+    single-request TTFTs that include them), so t0 and that overhead are reduced by them:
+    one request alone still costs model.ttft."""
     e = engine_for(s, replicas=replicas, nodes=nodes, load_tier=load_tier)
+    cal = s.calibration
+    if overheads is None:
+        overheads = (cal.step_base_s, cal.step_per_token_s, cal.step_per_seq_s)
     engine_block = VLLM_BLOCK_TOKENS if policy == "vllm" else 16
     bs = sim_block_tokens(engine_block, prompt_p50)
     room = M.kv_room_tokens(s.model, s.gpu, s.shape, s.mem_fraction)
@@ -178,8 +185,9 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         lin_s_per_token=e.lin_s_per_token, attn_s_per_unit=e.attn_s_per_unit,
         dense_weight_bytes=e.dense_weight_bytes, expert_weight_bytes=e.expert_weight_bytes,
         expert_miss=e.expert_miss, hbm_bandwidth=e.hbm_bandwidth,
-        kv_bytes_per_token=e.kv_bytes_per_token, fixed_s=e.fixed_s,
-        per_prompt_token_s=e.per_token_s, pass_fixed_s=e.pass_fixed_s,
+        kv_bytes_per_token=e.kv_bytes_per_token,
+        fixed_s=max(0.0, e.fixed_s - overheads[0] - overheads[2]),
+        per_prompt_token_s=max(0.0, e.per_token_s - overheads[1]), pass_fixed_s=e.pass_fixed_s,
         decode_fixed_s=e.decode_fixed_s, base_s=overheads[0], per_token_s=overheads[1],
         per_seq_s=overheads[2], layers=e.layers, gpus_per_switch=e.gpus_per_switch,
         dram_bandwidth=e.dram_bandwidth, switch_bandwidth=e.switch_bandwidth,
