@@ -164,19 +164,26 @@ SIZE_ARGS = ("--model", "qwen3-30b-a3b-fp8", "--mem-fraction", "0.42", "--tp", "
 
 def test_size_split_follows_the_profiles_cache_model(cli, placed_profiles):
     """The same trace profiled with lru, vllm and sglang: `size --workload` places its
-    sessions on replicas, and the HBM / tier / recompute split is each model's own,
-    equal to a replay of the requests through the model's plain-Python reference at the
-    replica's HBM room and the tier's capacity."""
+    sessions on replicas, and the placement's HBM / tier / recompute split (what the
+    replicas' and tiers' caches hold: the tier holding the engine run loads) is each
+    model's own, equal to a replay of the requests through the model's plain-Python
+    reference at the replica's HBM room and the tier's capacity; the answer's split
+    (`hit_split`) moves with the model."""
     from xmemplan.sizing.planner import Planner
     from xmemplan.sizing.request import build_request
 
-    splits = {}
+    splits, placed = {}, {}
     for m in ("lru", "vllm", "sglang"):
         path = placed_profiles / f"{m}.json"
         r = cli("size", "--workload", path, *SIZE_ARGS)
         assert r.code == 0, r.err
         opts = {o["option"]: o for o in json.loads(r.out)["options"]}
         splits[m] = {k: opts[k]["hit_split"] for k in ("hbm-only", "host-dram")}
+        req, _ = build_request(ttft_slo="5s", workload=path, model="qwen3-30b-a3b-fp8",
+                               mem_fraction="0.42", tp=1)
+        p = Planner(req)
+        placed[m] = {o: p.placement(o, opts[o]["gpus"], 0, 1.0, 0).split()
+                     for o in ("hbm-only", "host-dram")}
         if m == "lru":
             continue
         doc = json.loads(path.read_text())
@@ -185,25 +192,22 @@ def test_size_split_follows_the_profiles_cache_model(cli, placed_profiles):
         order = np.argsort(np.asarray(sample["timestamp_s"]), kind="stable")
         prompts = _prefix_model_tokens(sample, order)
         outs = [max(1, int(sample["output_tokens"][i])) for i in order]
-        total = sum(len(p) for p in prompts)
-        req, _ = build_request(ttft_slo="5s", workload=path, model="qwen3-30b-a3b-fp8",
-                               mem_fraction="0.42", tp=1)
-        p = Planner(req)
+        total = sum(len(q) for q in prompts)
         for option in ("hbm-only", "host-dram"):
-            gpus = opts[option]["gpus"]
-            dep = p.deployment(option, gpus, 0)
+            dep = p.deployment(option, opts[option]["gpus"], 0)
             assert dep.replicas == 1  # one replica: every request is its own
             hbm = reference_replay(m, prompts, outs, 64, int(dep.hbm_tokens), True).hit_tokens
-            got = splits[m][option]
-            assert got["hbm"] == pytest.approx(sum(hbm) / total, abs=1e-12), (m, option)
+            got = placed[m][option]
+            assert got[0] == pytest.approx(sum(hbm) / total, abs=1e-12), (m, option)
             if option == "host-dram":
                 tier = reference_replay(m, prompts, outs, 64, int(dep.tier_tokens[0]),
                                         True).hit_tokens
                 want = sum(max(0, t - h) for t, h in zip(tier, hbm, strict=True)) / total
-                assert got["tier"] == pytest.approx(want, abs=1e-12), m
+                assert got[1] == pytest.approx(want, abs=1e-12), m
     # the models part: HBM shares 0.44 (lru) / 0.47 (vllm) / 0.42 (sglang) at 31.5k tokens
     for a, b in (("lru", "vllm"), ("lru", "sglang"), ("vllm", "sglang")):
-        assert abs(splits[a]["hbm-only"]["hbm"] - splits[b]["hbm-only"]["hbm"]) > 0.01, splits
+        assert abs(placed[a]["hbm-only"][0] - placed[b]["hbm-only"][0]) > 0.01, placed
+        assert splits[a] != splits[b], (a, b, splits)
 
 
 def test_follow_at_unlimited_capacity_hits_the_profiles_hits_by_the_engines_rules():
@@ -237,3 +241,43 @@ def test_follow_at_unlimited_capacity_hits_the_profiles_hits_by_the_engines_rule
     for engine in ("vllm", "sglang"):
         f = CM.Follower(CM.CacheModel(engine, P, True), st)
         assert (f.hits(np.arange(n), 1e9) == want).all(), engine
+
+
+def test_follow_replays_each_replica_and_each_tier_domain_apart():
+    """Three replicas, two tier domains (replicas 0 and 1 share one): HBM hits are each
+    replica's requests alone, tier hits each domain's beyond them (plain-Python
+    reference on the routed subsets, both engines)."""
+    from xmemplan.sizing import cachemodel as CM
+    from xmemplan.sizing import routing as RT
+
+    rng = np.random.default_rng(4)
+    n, P = 150, 4
+    session = rng.integers(0, 12, n)
+    prompt, hit = np.zeros(n), np.zeros(n)
+    ctx: dict[int, float] = {}
+    for i in range(n):
+        c = ctx.get(int(session[i]), 0.0)
+        prompt[i] = c + rng.integers(5, 60)
+        hit[i] = c
+        ctx[int(session[i])] = prompt[i]
+    st = RT.Stream(np.arange(n, dtype=float), np.ones(n), prompt, np.full(n, 7.0), hit,
+                   np.full(n, -1), np.zeros(n), session)
+    rep = rng.integers(0, 3, n)
+    dep = RT.Deployment(3, 300.0, np.array([0, 0, 1]), np.array([900.0, 500.0]))
+    pl = RT.Placement(rep, np.zeros(n), np.zeros(n), prompt)
+    sample = {"prompt_tokens": prompt, "hit_tokens": hit, "session": session}
+    toks = _prefix_model_tokens(sample, np.arange(n))
+    for engine in ("vllm", "sglang"):
+        got = CM.follow(CM.CacheModel(engine, P, True), st, dep, pl)
+        assert (got.replica == rep).all()
+        for r in range(3):
+            idx = np.flatnonzero(rep == r)
+            want = reference_replay(engine, [toks[i] for i in idx], [7] * len(idx), P, 300,
+                                    True).hit_tokens
+            assert got.hit_hbm[idx].tolist() == want, (engine, r)
+        for d, members, cap in ((0, (0, 1), 900), (1, (2,), 500)):
+            idx = np.flatnonzero(np.isin(rep, members))
+            t = reference_replay(engine, [toks[i] for i in idx], [7] * len(idx), P, cap,
+                                 True).hit_tokens
+            want = np.maximum(0, np.array(t) - got.hit_hbm[idx])
+            assert got.hit_tier[idx].tolist() == want.tolist(), (engine, d)
