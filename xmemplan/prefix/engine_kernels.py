@@ -402,7 +402,7 @@ def _checkpoint(
     keys: np.ndarray, ss: int, key_n: int, prompt_n: int, old: int, protected: int,
     nd: np.ndarray, tb: np.ndarray, epoch: int, mask: int,
     h_time: np.ndarray, h_node: np.ndarray, clock: int, n_nodes: int, hsize: int,
-    free_pages: int, evictable: int, path: np.ndarray,
+    free_pages: int, evictable: int, path: np.ndarray, protected_pos: int,
 ) -> tuple[int, int, int, int, int, int]:
     """RadixCache.checkpoint in one walk: insert the first `key_n` pages of the KV, insert
     the prompt's again (split_prompt), free the duplicates past `protected` pages, look the
@@ -410,7 +410,11 @@ def _checkpoint(
 
     The engine walks the path three times (insert t1, prompt insert t2, lookup t3); what is
     left of it is: every node of the path stamped t3, the part split off where the insert
-    parted from the tree stamped t1, and the splits. One walk does exactly that.
+    parted from the tree stamped t1, and the splits. One walk does exactly that, and it
+    starts below `old`, the locked node this request's first `protected_pos` pages end at
+    (its ancestors are the path there: a locked node is never evicted, and a split above
+    or of it keeps it the node where those pages end), so the pages matched already are
+    not matched again.
     Returns (new last node, clock, nodes, heap size, free pages, evictable pages).
     """
     t_a = clock  # the insert's time: what the insert split off keeps it
@@ -420,6 +424,16 @@ def _checkpoint(
     node = 0
     pos = 0
     plen = 0
+    if old != 0 and 0 < protected_pos <= key_n:
+        x = old
+        while x != 0:
+            path[plen] = x
+            plen += 1
+            x = nd[x, PA]
+        for i in range(plen // 2):
+            path[i], path[plen - 1 - i] = path[plen - 1 - i], path[i]
+        node = old
+        pos = protected_pos
     while pos < key_n:
         k = keys[ss + pos]
         sl = _slot(node, k, mask)
@@ -595,7 +609,7 @@ def sglang_replay(
             last, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
                 keys, offsets[rr], kk // page, prompt[rr] // page, held_node[q], held_h[q],
                 nd, tb, epoch, mask, h_time, h_node, clock, n_nodes, hsize, free_pages,
-                evictable, path)
+                evictable, path, held_h[q])
             free_pages += (kk + page - 1) // page - kk // page  # the partial page
             x = last
             while x != 0:  # dec_lock_ref
@@ -660,7 +674,8 @@ def sglang_replay(
             if pos_t == L - 1 and K > L:  # unfinished after prefill: checkpoint_kv_cache
                 node, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
                     keys, s, L // page, L // page, node, pos, nd, tb, epoch, mask,
-                    h_time, h_node, clock, n_nodes, hsize, free_pages, evictable, path)
+                    h_time, h_node, clock, n_nodes, hsize, free_pages, evictable, path,
+                    pos)
                 pos = L // page
             if pos_t == L - 1 or take > 0 or pos_t == L:
                 pos_t += 1
