@@ -295,29 +295,29 @@ def replay_capacity(
         page[token_rows] = page_size
     engine = spec.cache_model != "lru"
     points = np.empty(0, dtype=np.int64) if engine else spec.points
-    res = lru_match(keys, offsets, resets, page, points, prompt, timestamps)
+    # engine models: the same pass gives the infinite figures and the page ids they replay
+    want = _engine_ids(page, prompt, outputs, spec) if engine else None
+    res = lru_match(keys, offsets, resets, page, points, prompt, timestamps, engine_ids=want)
     prompt = np.asarray(prompt)
     inf = np.minimum(res.matched * page, prompt)
     rejected = None
     if engine:
-        hit, rejected = _engine_hits(keys, offsets, resets, page, prompt, outputs, spec)
+        assert want is not None
+        hit, rejected = _engine_hits(keys, offsets, resets, want[1], prompt, want[0], spec,
+                                     res.engine_ids)
     else:
         hit = np.minimum(res.hits * page[:, None], prompt[:, None])
     return CapacityPart(hit, inf, page, res.gap_s, res.gap_tokens, res.distinct_tokens,
                         rejected)
 
 
-def _engine_hits(
-    keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray, page: np.ndarray,
-    prompt: np.ndarray, outputs: np.ndarray | None, spec: CapacitySpec,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Hit tokens and rejections of the vllm / sglang model at every point, in tokens."""
-    from xmemplan.prefix.engine_cache import engine_replay, kv_tokens
+def _engine_ids(page: np.ndarray, prompt: np.ndarray, outputs: np.ndarray | None,
+                spec: CapacitySpec) -> tuple[np.ndarray, int, int]:
+    """(KV tokens per request, the page, the never-hit id) the LRU pass writes the engine
+    model's page ids for (`lru_match(engine_ids=...)`)."""
+    from xmemplan.prefix.engine_cache import kv_tokens
+    from xmemplan.prefix.engine_kernels import NEVER
 
-    n = len(prompt)
-    if n == 0:
-        z = np.zeros((0, spec.points.size), dtype=np.int64)
-        return z, z.astype(bool)
     pages = np.unique(page)
     if pages.size > 1:
         raise UsageError(
@@ -325,10 +325,26 @@ def _engine_hits(
             f"{', '.join(str(int(p)) for p in pages)} tokens",
             "an engine has one block size: replay traces of one page size together",
         )
-    p = int(pages[0])
+    p = int(pages[0]) if pages.size else 1
     out = None if outputs is None else np.where(np.asarray(outputs) >= 0, outputs, 0)
     kv = kv_tokens(prompt, out, spec.with_outputs)
-    rep = engine_replay(spec.cache_model, keys, offsets, resets, prompt, kv, p, spec.points)
+    return kv, p, NEVER if spec.cache_model == "vllm" else 0
+
+
+def _engine_hits(
+    keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray, page: int,
+    prompt: np.ndarray, kv: np.ndarray, spec: CapacitySpec,
+    page_ids: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hit tokens and rejections of the vllm / sglang model at every point, in tokens."""
+    from xmemplan.prefix.engine_cache import engine_replay
+
+    n = len(prompt)
+    if n == 0:
+        z = np.zeros((0, spec.points.size), dtype=np.int64)
+        return z, z.astype(bool)
+    rep = engine_replay(spec.cache_model, keys, offsets, resets, prompt, kv, page,
+                        spec.points, page_ids=page_ids)
     return rep.hits, rep.rejected
 
 

@@ -75,12 +75,15 @@ def engine_replay(
     page: int,
     capacities: Sequence[int] | np.ndarray,
     inflight: int = 1,
+    page_ids: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> EngineReplay:
     """Hit tokens of each request in `engine`'s cache at every capacity (tokens).
 
     `keys`/`offsets`: the trace's page keys per request (as `prefix.matcher.match` takes
     them); `resets[r]` starts an empty cache at r (a new session under --scope session);
-    `prompt` = L and `kv` = K tokens per request (`kv_tokens`).
+    `prompt` = L and `kv` = K tokens per request (`kv_tokens`). `page_ids`: (ids,
+    offsets) from the LRU pass over the same keys and resets (`lru_match(engine_ids=(kv,
+    page, NEVER for vLLM, else 0))`): no radix pass of their own.
     """
     from xmemplan.prefix import engine_kernels as ek
     from xmemplan.prefix.matcher import check_requests
@@ -92,7 +95,12 @@ def engine_replay(
     keys, offsets, resets = check_requests(keys, offsets, resets)
     prompt = np.ascontiguousarray(prompt, dtype=np.int64)
     kv = np.ascontiguousarray(kv, dtype=np.int64)
-    canon, offsets = kv_page_ids(keys, offsets, resets, prompt, kv, page)
+    if page_ids is None:
+        canon, offsets = kv_page_ids(keys, offsets, resets, prompt, kv, page)
+        n_ids = canon.shape[0]
+    else:  # ids are positions in keys (and, for SGLang, len(keys) + i past them)
+        canon, offsets = page_ids
+        n_ids = keys.shape[0]
     caps = np.asarray(capacities, dtype=np.int64).reshape(-1)
     n = offsets.shape[0] - 1
     hits = np.zeros((n, caps.size), dtype=np.int64)
@@ -110,8 +118,7 @@ def engine_replay(
     out_r = np.empty(n, dtype=bool)
     if engine == "vllm":
         blocks_used = int(np.add.reduceat(need, starts).max())
-        n_ids = max(1, canon.shape[0])
-        pg = np.zeros((n_ids, 4), dtype=np.int64)  # epochs start at 1: zeros are empty rows
+        pg = np.zeros((max(1, n_ids), 4), dtype=np.int64)  # epochs start at 1: zeros are empty rows
         for j, c in enumerate(caps):
             n_blocks = int(c) // page
             b = max(1, min(n_blocks, blocks_used))

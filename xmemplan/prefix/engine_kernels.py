@@ -19,6 +19,8 @@ from numba import njit
 from xmemplan.prefix.kernels import _add_child, _common, _find_child, _set_child, _slot
 
 EMPTY = -1
+NEVER = -2  # vLLM: the page id of a full block no prompt can ask for (output, no key):
+#   hashed (freed to the tail) but in no chain, as a unique id of its own would be
 
 
 @njit(cache=True)
@@ -202,7 +204,7 @@ def vllm_replay(
         lim = (L - 1) // page
         for j in range(lim):
             k = canon[s + j]
-            if pg[k, EPOCH] != epoch:
+            if k < 0 or pg[k, EPOCH] != epoch:
                 break
             b = pg[k, FIRST]
             if b == EMPTY:
@@ -228,7 +230,7 @@ def vllm_replay(
                 b = f
                 _q_unlink(blk, b)
                 k = blk[b, KEY]
-                if k != EMPTY:  # the block leaves the cache now
+                if k >= 0:  # the block leaves the cache now
                     dp = blk[b, DP]
                     dn = blk[b, DN]
                     if dp == EMPTY:
@@ -248,6 +250,9 @@ def vllm_replay(
         for j in range(nh, K // page):
             b = held[slot_q, j]
             k = canon[s + j]
+            if k < 0:  # NEVER: hashed, asked for by no prompt
+                blk[b, KEY] = NEVER
+                continue
             if pg[k, EPOCH] != epoch:
                 pg[k, EPOCH] = epoch
                 pg[k, FIRST] = EMPTY
@@ -369,12 +374,14 @@ def _walk(
         if child == EMPTY:
             break
         nd[child, ST] = t
-        if nd[child, NC] == 0 and nd[child, LK] == 0:
-            hsize = _heap_push(h_time, h_node, hsize, t, child)
         length = nd[child, EL]
         m = _match_len(keys, nd[child, ES], s + pos, min(length, n_walk - pos))
         pos += m
         if m < length:
+            # the part below the split stays an unlocked leaf if it was one: evictable at
+            # t (a leaf matched whole ends the walk and is locked: its unlock pushes it)
+            if nd[child, NC] == 0 and nd[child, LK] == 0:
+                hsize = _heap_push(h_time, h_node, hsize, t, child)
             mid = n_nodes
             n_nodes += 1
             nd[mid, ES] = nd[child, ES]
@@ -424,11 +431,18 @@ def _checkpoint(
     node = 0
     pos = 0
     plen = 0
+    # below `old`: its ancestors (and it) are the path's top, stamped here and not kept,
+    # unless split_prompt must look for a boundary among them
+    below = old != 0 and 0 < protected_pos <= key_n and not (
+        0 < prompt_n < key_n and prompt_n != protected_pos)
     if old != 0 and 0 < protected_pos <= key_n:
         x = old
         while x != 0:
-            path[plen] = x
-            plen += 1
+            if below:
+                nd[x, ST] = t_b
+            else:
+                path[plen] = x
+                plen += 1
             x = nd[x, PA]
         for i in range(plen // 2):
             path[i], path[plen - 1 - i] = path[plen - 1 - i], path[i]
@@ -521,6 +535,18 @@ def _checkpoint(
             start += nd[x, EL]
     for i in range(plen):
         nd[path[i], ST] = t_b
+    if below:
+        # the lock moves from `old` to a node below it: only the nodes between change
+        # (unlocking and locking the shared part again nets to nothing, and a node
+        # locked again here is pushed when it is finally unlocked)
+        new_last = path[plen - 1] if plen > 0 else old
+        x = new_last
+        while x != old:
+            if nd[x, LK] == 0:
+                evictable -= nd[x, EL]
+            nd[x, LK] += 1
+            x = nd[x, PA]
+        return new_last, clock, n_nodes, hsize, free_pages, evictable
     new_last = path[plen - 1] if plen > 0 else 0
     if new_last != 0 and nd[new_last, NC] == 0 and nd[new_last, LK] == 0:
         hsize = _heap_push(h_time, h_node, hsize, t_b, new_last)

@@ -51,6 +51,8 @@ class LRUReplay:
     gap_edges_s: np.ndarray  # float64 (G + 1,)
     gap_tokens: np.ndarray  # float64 (G,): hit tokens of the infinite cache by reuse gap
     distinct_tokens: int  # tokens of distinct pages in the largest single cache
+    # with engine_ids: the engine models' page ids and their offsets (kv_page_ids' layout)
+    engine_ids: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def lru_match(
@@ -62,6 +64,7 @@ def lru_match(
     prompt: np.ndarray | None = None,
     timestamps: np.ndarray | None = None,
     gap_edges_s: np.ndarray = GAP_EDGES_S,
+    engine_ids: tuple[np.ndarray, int, int] | None = None,
 ) -> LRUReplay:
     """Replay requests through LRU caches of every capacity (tokens) in one pass.
 
@@ -69,7 +72,9 @@ def lru_match(
     empties the caches before request r. `page_tokens` (per request or one int) is what a
     page weighs against the capacity; `prompt` caps the hit tokens of a partial last page
     (for the reuse-gap histogram only); `timestamps` (seconds, NaN = unknown) give the reuse
-    gaps.
+    gaps. `engine_ids` = (KV tokens per request, page, never): also the page ids the
+    engine models replay (`engine_cache.kv_page_ids`' layout, from this pass's tree: no
+    radix pass of their own; `engine_cache.engine_replay(page_ids=...)`).
     """
     keys, offsets, resets = check_requests(keys, offsets, resets)
     n = offsets.shape[0] - 1
@@ -96,6 +101,16 @@ def lru_match(
     gap = np.full(n, np.nan)
     gap_tokens = np.zeros(max(edges.size - 1, 0), dtype=np.float64)
     stats = np.zeros(1, dtype=np.int64)
+    ids_off = np.zeros(0, dtype=np.int64)
+    ids_have = ids_off
+    never = 0
+    if engine_ids is not None:
+        kv, page, never = engine_ids
+        ids_have = np.ascontiguousarray(np.minimum(lengths, prompt // int(page)))
+        total = np.maximum(np.asarray(kv, dtype=np.int64) // int(page), ids_have)
+        ids_off = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(total, out=ids_off[1:])
+    out_ids = np.empty(int(ids_off[-1]) if ids_off.size else 0, dtype=np.int64)
     if n:
         resets, nodes, table = tree_sizes(resets)
         longest = int(lengths.max()) + 2
@@ -116,10 +131,12 @@ def lru_match(
             np.empty(longest, dtype=np.int64),
             np.empty(longest, dtype=np.int64),
             np.empty(longest, dtype=np.int64),
+            ids_off, ids_have, int(never), out_ids,
         )
     hits = np.empty_like(hits_sorted)
     hits[:, order] = hits_sorted
-    return LRUReplay(matched, hits, caps, gap, edges, gap_tokens, int(stats[0]))
+    return LRUReplay(matched, hits, caps, gap, edges, gap_tokens, int(stats[0]),
+                     None if engine_ids is None else (out_ids, ids_off))
 
 
 def token_pages(

@@ -96,6 +96,11 @@ def lru_replay(
     run_owner: np.ndarray,  # int64, same size: owner runs along the path
     run_pos: np.ndarray,  # int64, same size: position where each run starts
     run_w: np.ndarray,  # int64, same size: W(owner) of each run
+    ids_off: np.ndarray,  # int64, n + 1 or 0 (no ids wanted): the engine models' layout
+    ids_have: np.ndarray,  # int64, n: pages of request r whose ids come from its keys
+    ids_never: int,  # id of every later page when < 0, else each its own (len(keys) + i)
+    out_ids: np.ndarray,  # int64, ids_off[n]: one id per full page of each request's KV,
+    #   where its prefix first appeared (a position in keys: equal ids, equal prefixes)
 ) -> None:
     """For each request in order: its hits at every capacity, then touch its path."""
     mask = np.int64(t_node.shape[0] - 1)
@@ -159,6 +164,22 @@ def lru_replay(
             if m < length:
                 break
         out_matched[r] = pos
+        if ids_off.shape[0] > 0:  # edges are slices of the input where they first appeared
+            o = ids_off[r]
+            h = ids_have[r]
+            for i in range(depth):
+                a = path_pos[i]
+                if a >= h:
+                    break
+                b = min(path_pos[i + 1] if i + 1 < depth else pos, h)
+                e0 = e_start[path[i]] - a
+                for j in range(a, b):
+                    out_ids[o + j] = e0 + j
+            for j in range(pos, h):
+                out_ids[o + j] = s + j
+            base = keys.shape[0]
+            for i in range(o + h, ids_off[r + 1]):
+                out_ids[i] = ids_never if ids_never < 0 else base + i
 
         # Owner runs along the path (owners only get older going down): W per run.
         runs = 0
