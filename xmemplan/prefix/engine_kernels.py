@@ -103,7 +103,9 @@ def kv_page_ids(
 
 # One row per block (blk) and per page id (pg), so that one block's or one page's fields
 # share a cache line: the replay is a walk over random blocks, bound by memory latency.
-NXT, PRV, REF, KEY, DN, DP = 0, 1, 2, 3, 4, 5  # blk columns (sentinel rows: NXT, PRV only)
+NXT, PRV, REF, KEY, DN, DP, MK = 0, 1, 2, 3, 4, 5, 6  # blk columns (sentinel rows: NXT,
+#   PRV only); MK: 2r + 1 while request r is about to hit the block, 2r + 2 once a release
+#   before r handed it over
 FIRST, LAST, EPOCH = 0, 1, 2  # pg columns
 
 
@@ -157,6 +159,7 @@ def vllm_replay(
     nfree = np.int64(0)
     q0 = 0  # ring of in-flight requests: first slot, count
     qn = 0
+    hits = np.empty(tmp.shape[0], dtype=np.int64)  # the blocks request r hits
     for r in range(offsets.shape[0] - 1):
         if resets[r] or r == 0:
             epoch += 1
@@ -178,12 +181,35 @@ def vllm_replay(
         if need > n_blocks or L <= 0:
             out_rejected[r] = True
             continue
-        # release the oldest in-flight requests until r fits (and fewer than k run)
-        while qn > 0 and (qn >= inflight or nfree < need):
+        # r's hits first (the releases below change no page id's blocks): leading cached
+        # full blocks, at most (L - 1) // page
+        lim = (L - 1) // page
+        nh = 0
+        for j in range(lim):
+            k = canon[s + j]
+            if k < 0 or pg[k, EPOCH] != epoch:
+                break
+            b = pg[k, FIRST]
+            if b == EMPTY:
+                break
+            blk[b, MK] = 2 * r + 1
+            hits[nh] = b
+            nh += 1
+        # release the oldest in-flight requests until r fits (and fewer than k run). A
+        # released block r hits is handed over: freeing it (to the queue's tail) and
+        # touching it (out of the queue) again leave the queue and counts as they were,
+        # but the first release of it counts as freeing it (`handed`) while r waits
+        handed = np.int64(0)
+        while qn > 0 and (qn >= inflight or nfree + handed < need):
             q = q0
             nf = 0
             for j in range(held_n[q] - 1, -1, -1):  # tail first
                 b = held[q, j]
+                if blk[b, MK] == 2 * r + 1:
+                    blk[b, MK] = 2 * r + 2
+                    if blk[b, REF] == 1:
+                        handed += 1
+                    continue
                 blk[b, REF] -= 1
                 if blk[b, REF] == 0:
                     if blk[b, KEY] == EMPTY:
@@ -199,22 +225,15 @@ def vllm_replay(
         slot_q = (q0 + qn) % inflight
         qn += 1
         held_r[slot_q] = r
-        nh = 0
-        # lookup: leading cached full blocks, at most (L - 1) // page
-        lim = (L - 1) // page
-        for j in range(lim):
-            k = canon[s + j]
-            if k < 0 or pg[k, EPOCH] != epoch:
-                break
-            b = pg[k, FIRST]
-            if b == EMPTY:
-                break
+        for j in range(nh):
+            b = hits[j]
+            held[slot_q, j] = b
+            if blk[b, MK] == 2 * r + 2:  # handed over: held as it was
+                continue
             if blk[b, REF] == 0:  # touch
                 _q_unlink(blk, b)
                 nfree -= 1
             blk[b, REF] += 1
-            held[slot_q, nh] = b
-            nh += 1
         out_hit[r] = nh * page
         # new blocks for the rest of the prefill and every decode step, from the front
         for j in range(nh, need):
@@ -226,6 +245,7 @@ def vllm_replay(
                 if fresh == 0:
                     _q_unlink(blk, fresh_node)
                 blk[b, KEY] = EMPTY
+                blk[b, MK] = EMPTY
             else:
                 b = f
                 _q_unlink(blk, b)
