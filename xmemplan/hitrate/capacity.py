@@ -334,7 +334,7 @@ def _engine_ids(page: np.ndarray, prompt: np.ndarray, outputs: np.ndarray | None
 def _engine_hits(
     keys: np.ndarray, offsets: np.ndarray, resets: np.ndarray, page: int,
     prompt: np.ndarray, kv: np.ndarray, spec: CapacitySpec,
-    page_ids: tuple[np.ndarray, np.ndarray] | None = None,
+    page_ids: tuple[np.ndarray, np.ndarray, int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Hit tokens and rejections of the vllm / sglang model at every point, in tokens."""
     from xmemplan.prefix.engine_cache import engine_replay

@@ -75,15 +75,16 @@ def engine_replay(
     page: int,
     capacities: Sequence[int] | np.ndarray,
     inflight: int = 1,
-    page_ids: tuple[np.ndarray, np.ndarray] | None = None,
+    page_ids: tuple[np.ndarray, np.ndarray, int] | None = None,
 ) -> EngineReplay:
     """Hit tokens of each request in `engine`'s cache at every capacity (tokens).
 
     `keys`/`offsets`: the trace's page keys per request (as `prefix.matcher.match` takes
     them); `resets[r]` starts an empty cache at r (a new session under --scope session);
     `prompt` = L and `kv` = K tokens per request (`kv_tokens`). `page_ids`: (ids,
-    offsets) from the LRU pass over the same keys and resets (`lru_match(engine_ids=(kv,
-    page, NEVER for vLLM, else 0))`): no radix pass of their own.
+    offsets, the bound of key pages' ids) from the LRU pass over the same keys and resets
+    (`lru_match(engine_ids=(kv, page, NEVER for vLLM, else 0))`): no radix pass of their
+    own.
     """
     from xmemplan.prefix import engine_kernels as ek
     from xmemplan.prefix.matcher import check_requests
@@ -98,9 +99,8 @@ def engine_replay(
     if page_ids is None:
         canon, offsets = kv_page_ids(keys, offsets, resets, prompt, kv, page)
         n_ids = canon.shape[0]
-    else:  # ids are positions in keys (and, for SGLang, len(keys) + i past them)
-        canon, offsets = page_ids
-        n_ids = keys.shape[0]
+    else:  # key pages' ids are numbers below n_ids (the rest NEVER, or len(keys) + i)
+        canon, offsets, n_ids = page_ids
     caps = np.asarray(capacities, dtype=np.int64).reshape(-1)
     n = offsets.shape[0] - 1
     hits = np.zeros((n, caps.size), dtype=np.int64)

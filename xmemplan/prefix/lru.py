@@ -51,8 +51,9 @@ class LRUReplay:
     gap_edges_s: np.ndarray  # float64 (G + 1,)
     gap_tokens: np.ndarray  # float64 (G,): hit tokens of the infinite cache by reuse gap
     distinct_tokens: int  # tokens of distinct pages in the largest single cache
-    # with engine_ids: the engine models' page ids and their offsets (kv_page_ids' layout)
-    engine_ids: tuple[np.ndarray, np.ndarray] | None = None
+    # with engine_ids: the engine models' page ids, their offsets (kv_page_ids' layout)
+    # and how many prefixes they number (ids of key pages are below it)
+    engine_ids: tuple[np.ndarray, np.ndarray, int] | None = None
 
 
 def lru_match(
@@ -111,6 +112,8 @@ def lru_match(
         ids_off = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(total, out=ids_off[1:])
     out_ids = np.empty(int(ids_off[-1]) if ids_off.size else 0, dtype=np.int64)
+    dense = np.empty(keys.shape[0] if engine_ids is not None else 0, dtype=np.int64)
+    count = np.zeros(1, dtype=np.int64)
     if n:
         resets, nodes, table = tree_sizes(resets)
         longest = int(lengths.max()) + 2
@@ -131,12 +134,12 @@ def lru_match(
             np.empty(longest, dtype=np.int64),
             np.empty(longest, dtype=np.int64),
             np.empty(longest, dtype=np.int64),
-            ids_off, ids_have, int(never), out_ids,
+            ids_off, ids_have, int(never), out_ids, dense, count,
         )
     hits = np.empty_like(hits_sorted)
     hits[:, order] = hits_sorted
     return LRUReplay(matched, hits, caps, gap, edges, gap_tokens, int(stats[0]),
-                     None if engine_ids is None else (out_ids, ids_off))
+                     None if engine_ids is None else (out_ids, ids_off, int(count[0])))
 
 
 def token_pages(

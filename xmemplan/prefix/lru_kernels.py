@@ -99,8 +99,11 @@ def lru_replay(
     ids_off: np.ndarray,  # int64, n + 1 or 0 (no ids wanted): the engine models' layout
     ids_have: np.ndarray,  # int64, n: pages of request r whose ids come from its keys
     ids_never: int,  # id of every later page when < 0, else each its own (len(keys) + i)
-    out_ids: np.ndarray,  # int64, ids_off[n]: one id per full page of each request's KV,
-    #   where its prefix first appeared (a position in keys: equal ids, equal prefixes)
+    out_ids: np.ndarray,  # int64, ids_off[n]: one id per full page of each request's KV
+    #   (equal ids, equal prefixes): its prefix's number, in order of first appearance
+    ids_dense: np.ndarray,  # int64, len(keys) when ids are wanted: the number of the
+    #   prefix ending at each key, written where the key first appears
+    ids_count: np.ndarray,  # int64, 1: [0] prefixes numbered (the ids below it)
 ) -> None:
     """For each request in order: its hits at every capacity, then touch its path."""
     mask = np.int64(t_node.shape[0] - 1)
@@ -174,9 +177,14 @@ def lru_replay(
                 b = min(path_pos[i + 1] if i + 1 < depth else pos, h)
                 e0 = e_start[path[i]] - a
                 for j in range(a, b):
-                    out_ids[o + j] = e0 + j
-            for j in range(pos, h):
-                out_ids[o + j] = s + j
+                    out_ids[o + j] = ids_dense[e0 + j]
+            c = ids_count[0]
+            for j in range(pos, n):  # new prefixes: numbered here, found by later requests
+                ids_dense[s + j] = c
+                if j < h:
+                    out_ids[o + j] = c
+                c += 1
+            ids_count[0] = c
             base = keys.shape[0]
             for i in range(o + h, ids_off[r + 1]):
                 out_ids[i] = ids_never if ids_never < 0 else base + i
