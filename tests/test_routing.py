@@ -600,3 +600,51 @@ def test_closed_loop_users_say_they_are_not_placed(capsys: pytest.CaptureFixture
                 "--prefix-groups", "4", "--prompt-tokens", "8k"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "closed-loop users are not placed on per-replica caches" in out
+
+
+# --- the public multi-replica check's data and replay (benchmarks/replicas_check.py) ------
+
+def _check_module():  # noqa: ANN202
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import replicas_check
+
+    return replicas_check
+
+
+def test_multi_replica_rows_are_read_and_a_third_held_out() -> None:
+    import csv
+
+    C = _check_module()
+    rows = list(csv.DictReader(C.DATA.open()))
+    by: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        by.setdefault(row["benchmark"], []).append(row)
+        C.scheduler(row["router_measured"], 1e5)  # every scheduler maps to ours
+        assert row["router_ours"] == C.scheduler(row["router_measured"], 1e5)[0]
+        assert float(row["qps"]) in {r for r, _ in C.STAGES[row["benchmark"]]}
+        assert (row["tier"] == "none") == (float(row["tier_tokens_per_replica"]) == 0)
+        assert row["source"]
+    assert set(by) == set(C.STAGES) == {"llm-d-37-capacity", "llm-d-tiered-prefix-cache"}
+    for b, rs in by.items():
+        held = sum(r["role"] == "held-out" for r in rs)
+        assert 3 * held >= len(rs) - 1, b
+
+
+def test_cpu_offload_replay_keeps_ttft_where_hbm_alone_queues(monkeypatch) -> None:  # noqa: ANN001
+    """The tiered-prefix-cache run's shape, its first stage (5 QPS, 60 s) then 30 s at 10
+    QPS: 250 groups of a 16,000-token prefix overflow 8 replicas' HBM; with each
+    replica's CPU tier the same placed requests load their prefixes instead of
+    recomputing them (the run: TTFT p90 16.6 s HBM only, 1.31 s with CPU offload at 10)."""
+    import csv
+
+    C = _check_module()
+    monkeypatch.setitem(C.STAGES, "llm-d-tiered-prefix-cache", [(5.0, 60.0), (10.0, 30.0)])
+    rows = [r for r in csv.DictReader(C.DATA.open())
+            if r["benchmark"] == "llm-d-tiered-prefix-cache" and r["qps"] == "10"]
+    got = C.simulate(rows, 0)
+    hbm = got[("optimized-baseline-hbm-only", 10.0)][0]
+    cpu = got[("gpu-cpu-tier-prefix-aware", 10.0)][0]
+    assert cpu < 0.5 * hbm, (cpu, hbm)
