@@ -312,7 +312,12 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
         # the step ends: computed tokens, sampling, finishing
         if sg and not prefill_step:
             ratio = max(ratio - decay, ratio_min)
-        for q, k in sched:
+        # SGLang: the chunked request's KV enters the tree first (the engine's order, loop.py),
+        # so a prefix it computed alongside a finishing request is shared, not held twice:
+        # SGLang's insert frees the duplicate and points the request at the tree's copy
+        # (RadixCache.cache_unfinished_req).
+        order = [x for x in sched if x[0] is chunked] + [x for x in sched if x[0] is not chunked]
+        for q, k in order:
             q.comp += k
             if sg and caching:  # SGLang: the step's KV enters the radix tree now
                 nfull = min(q.comp // bs, q.ntok // bs, len(q.keys))
