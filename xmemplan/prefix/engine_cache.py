@@ -135,19 +135,50 @@ def engine_replay(
         nodes = 1 + 8 * per_universe_requests
         table = 1 << max(4, int(2 * nodes - 1).bit_length())
         heap = 12 * per_universe_requests + nodes + 16
-        nd = np.empty((nodes, 8), dtype=np.int64)
-        tb = np.zeros((table, 4), dtype=np.int64)  # epochs start at 1: zeros are empty slots
-        for j, c in enumerate(caps):
-            ek.sglang_replay(
-                canon, offsets, resets, prompt, kv, page, int(c) // page, inflight,
-                1 + j * universes, out_h, out_r, nd, tb,
-                np.empty(heap, dtype=np.int64), np.empty(heap, dtype=np.int64),
-                np.zeros(inflight, np.int64), np.zeros(inflight, np.int64),
-                np.zeros(inflight, np.int64), np.empty(most + 3, dtype=np.int64),
-            )
-            hits[:, j] = out_h
-            rejected[:, j] = out_r
+        sc = _sglang_scratch(nodes, table, heap)
+        try:
+            for j, c in enumerate(caps):
+                ek.sglang_replay(
+                    canon, offsets, resets, prompt, kv, page, int(c) // page, inflight,
+                    sc.epoch + j * universes, out_h, out_r, sc.nd, sc.tb,
+                    sc.h_time, sc.h_node,
+                    np.zeros(inflight, np.int64), np.zeros(inflight, np.int64),
+                    np.zeros(inflight, np.int64), np.empty(most + 3, dtype=np.int64),
+                )
+                hits[:, j] = out_h
+                rejected[:, j] = out_r
+        finally:
+            sc.epoch += caps.size * universes
+            if sc.tb.nbytes <= _SCRATCH_KEEP:
+                _SCRATCH[table] = sc
     return EngineReplay(hits, rejected, caps)
+
+
+@dataclass
+class _Scratch:
+    """SGLang's tables kept between calls of one table size: the child table's slots are
+    live only at the epochs a call stamps (each call starts above the last one's), so it
+    is zeroed once, not per call, and the node rows and heaps are written before read."""
+
+    nd: np.ndarray
+    tb: np.ndarray
+    h_time: np.ndarray
+    h_node: np.ndarray
+    epoch: int = 1
+
+
+_SCRATCH: dict[int, _Scratch] = {}
+_SCRATCH_KEEP = 1 << 25  # bytes of child table kept after a call (larger: freed)
+
+
+def _sglang_scratch(nodes: int, table: int, heap: int) -> _Scratch:
+    sc = _SCRATCH.pop(table, None)  # taken while in use: a second caller makes its own
+    if sc is None or sc.nd.shape[0] < nodes or sc.h_time.shape[0] < heap:
+        sc = _Scratch(np.empty((nodes, 8), dtype=np.int64),
+                      np.zeros((table, 4), dtype=np.int64),  # epochs from 1: zeros empty
+                      np.empty(heap, dtype=np.int64), np.empty(heap, dtype=np.int64),
+                      1 if sc is None else sc.epoch)
+    return sc
 
 
 class Picker:

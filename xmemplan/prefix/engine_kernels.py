@@ -430,6 +430,7 @@ def _checkpoint(
     nd: np.ndarray, tb: np.ndarray, epoch: int, mask: int,
     h_time: np.ndarray, h_node: np.ndarray, clock: int, n_nodes: int, hsize: int,
     free_pages: int, evictable: int, path: np.ndarray, protected_pos: int,
+    stamp_above: bool,
 ) -> tuple[int, int, int, int, int, int]:
     """RadixCache.checkpoint in one walk: insert the first `key_n` pages of the KV, insert
     the prompt's again (split_prompt), free the duplicates past `protected` pages, look the
@@ -459,7 +460,8 @@ def _checkpoint(
         x = old
         while x != 0:
             if below:
-                nd[x, ST] = t_b
+                if stamp_above:  # else the caller's walk over them stamps them t_b
+                    nd[x, ST] = t_b
             else:
                 path[plen] = x
                 plen += 1
@@ -655,10 +657,12 @@ def sglang_replay(
             last, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
                 keys, offsets[rr], kk // page, prompt[rr] // page, held_node[q], held_h[q],
                 nd, tb, epoch, mask, h_time, h_node, clock, n_nodes, hsize, free_pages,
-                evictable, path, held_h[q])
+                evictable, path, held_h[q], False)
             free_pages += (kk + page - 1) // page - kk // page  # the partial page
+            t_rel = clock - 1  # the checkpoint's lookup time: its whole path has it
             x = last
             while x != 0:  # dec_lock_ref
+                nd[x, ST] = t_rel
                 nd[x, LK] -= 1
                 if nd[x, LK] == 0:
                     evictable += nd[x, EL]
@@ -676,8 +680,14 @@ def sglang_replay(
                 keys, s, n_walk, nd, tb, epoch, mask, h_time, h_node, clock,
                 n_nodes, hsize)
         out_hit[r] = pos * page
+        # the prefill checkpoint (when decoding follows) walks on from `node` and stamps
+        # its ancestors with its lookup time, clock + 1: done here, nothing in between
+        # reads a locked node's time
+        early = K > L and node != 0
         x = node
         while x != 0:  # inc_lock_ref
+            if early:
+                nd[x, ST] = clock + 1
             if nd[x, LK] == 0:
                 evictable -= nd[x, EL]
             nd[x, LK] += 1
@@ -721,7 +731,7 @@ def sglang_replay(
                 node, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
                     keys, s, L // page, L // page, node, pos, nd, tb, epoch, mask,
                     h_time, h_node, clock, n_nodes, hsize, free_pages, evictable, path,
-                    pos)
+                    pos, not early)
                 pos = L // page
             if pos_t == L - 1 or take > 0 or pos_t == L:
                 pos_t += 1

@@ -200,7 +200,9 @@ def lru_replay(
             run_owner[runs] = o
             run_pos[runs] = path_pos[i]
             # tokens owned by requests o+1 .. r-1: what they added less what was taken
-            run_w[runs] = added[r] - added[o + 1] - _fen_range(fen, o + 1, r)
+            # (depths: only capacities ask for them)
+            run_w[runs] = added[r] - added[o + 1] - _fen_range(fen, o + 1, r) \
+                if n_caps > 0 else 0
             runs += 1
             i = j
         run_pos[runs] = pos
@@ -235,7 +237,7 @@ def lru_replay(
                     out_gap_tokens[g] += tok
 
         # Ownership moves to r: first the runs' pages, then the new pages.
-        for q in range(runs):
+        for q in range(runs if n_caps > 0 else 0):
             _fen_add(fen, run_owner[q], (run_pos[q + 1] - run_pos[q]) * bt)
         added[r + 1] = added[r] + n * bt
         for i in range(depth):
