@@ -365,7 +365,7 @@ def _match_len(ids: np.ndarray, a: int, b: int, lim: int) -> int:
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _walk(
     keys: np.ndarray, s: int, n_walk: int, nd: np.ndarray, tb: np.ndarray, epoch: int,
     mask: int, h_time: np.ndarray, h_node: np.ndarray,
@@ -424,7 +424,7 @@ def _walk(
     return pos, node, clock, n_nodes, hsize
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _checkpoint(
     keys: np.ndarray, ss: int, key_n: int, prompt_n: int, old: int, protected: int,
     nd: np.ndarray, tb: np.ndarray, epoch: int, mask: int,
