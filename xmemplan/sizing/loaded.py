@@ -32,11 +32,15 @@ from xmemplan.catalog.loader import data_dir
 from xmemplan.errors import InputError
 
 ENGINES = ("vllm", "sglang")
-QUANTITIES = ("ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "out_tok_s", "req_s")
+QUANTITIES = ("ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "e2e_p50_ms", "out_tok_s",
+              "req_s")
 ROLES = ("fit", "held-out", "excluded")
 CONSTANTS = ("base_s", "per_token_s", "per_seq_s")
 # finite-difference steps (seconds): a fraction of a typical decode step's overheads
 STEPS = {"base_s": 2e-4, "per_token_s": 2e-7, "per_seq_s": 2e-6}
+# typical sizes: the other starts of the least squares (a millisecond per step, 0.1 us
+# per token, 100 us per request)
+START = {"base_s": 1e-3, "per_token_s": 1e-7, "per_seq_s": 1e-4}
 MAX_REQUESTS = 20_000  # per simulated run
 COLUMNS = ("id", "engine", "model", "gpu", "tp", "prompt_tokens", "output_tokens",
            "requests", "rate", "quantity", "value")
@@ -60,6 +64,9 @@ class Run:
     concurrency: int = 0  # > 0: that many closed-loop clients
     burstiness: float = 1.0  # gamma-distributed gaps of this shape (vllm bench serve)
     # per-request lengths and send times (s) as recorded (an AIPerf run); None: the means
+    # > 0: lengths drawn uniform in [1, max] (sglang.bench_serving random, range ratio 0)
+    prompt_max: int = 0
+    output_max: int = 0
     prompts: tuple[int, ...] | None = None
     outputs: tuple[int, ...] | None = None
     arrivals: tuple[float, ...] | None = None
@@ -114,6 +121,12 @@ def _num(raw: Any, fld: str, path: Path, line: int | None, *, lo: float = 0.0,
     return v
 
 
+def _opt_int(raw: Any, fld: str, path: Path, line: int | None) -> int:
+    if raw in (None, ""):
+        return 0
+    return int(_num(raw, fld, path, line, integer=True))
+
+
 def point_from_row(d: dict[str, Any], path: Path, line: int | None) -> Point:
     """A point from one CSV row (columns as data/measurements/loaded.csv)."""
     for c in COLUMNS:
@@ -144,6 +157,8 @@ def point_from_row(d: dict[str, Any], path: Path, line: int | None) -> Point:
         output_tokens=int(round(_num(d["output_tokens"], "output_tokens", path, line))),
         requests=int(_num(d["requests"], "requests", path, line, integer=True)),
         rate=_num(d["rate"], "rate", path, line, inf_ok=True),
+        prompt_max=_opt_int(d.get("prompt_max"), "prompt_max", path, line),
+        output_max=_opt_int(d.get("output_max"), "output_max", path, line),
         concurrency=0 if conc in (None, "") else int(_num(conc, "concurrency", path, line,
                                                              lo_open=False, integer=True)))
     if mf not in (None, "") and run.mem_fraction is not None and run.mem_fraction > 1:
@@ -334,8 +349,10 @@ def replay(run: Run, setup: Any, ov: tuple[float, float, float], *, seed: int = 
     n = run.requests
     rng = np.random.default_rng(seed)
     prompt = (np.asarray(run.prompts, float) if run.prompts is not None
+              else rng.integers(1, run.prompt_max + 1, n).astype(float) if run.prompt_max
               else np.full(n, float(run.prompt_tokens)))
     output = (np.asarray(run.outputs, np.int64) if run.outputs is not None
+              else rng.integers(1, run.output_max + 1, n).astype(np.int64) if run.output_max
               else np.full(n, int(run.output_tokens), np.int64))
     prev = think = None
     if run.arrivals is not None and run.concurrency <= 0:
@@ -375,6 +392,7 @@ def simulate(run: Run, setup: Any, ov: tuple[float, float, float], *, seed: int 
             "tpot_p50_ms": float(np.median(tpot_ok)) if tpot_ok.size else math.nan,
             "out_tok_s": float(output.sum()) / span if span > 0 else math.nan,
             "req_s": n / span if span > 0 else math.nan,
+            "e2e_p50_ms": float(np.median(r.done - r.arrival)) * 1e3,
             "preemptions_per_request": r.preemptions_per_request(),
             "kv_usage": r.kv_usage()}
 
@@ -456,6 +474,49 @@ def _pinned(J: np.ndarray, names: list[str]) -> list[str]:
     return names
 
 
+def _ss(pts: Sequence[Point], sim: Simulator, names: Sequence[str], x: np.ndarray,
+        base: tuple[float, float, float]) -> float:
+    r = _residuals(pts, sim, _vec(names, x, base))
+    return float(r @ r)
+
+
+def _search(pts: Sequence[Point], sim: Simulator, names: Sequence[str],
+            base: tuple[float, float, float], *, progress: Callable[[str], None] | None,
+            engine: str, iterations: int) -> np.ndarray:
+    """The least squares: the simulated figures move in jumps (whole steps, and queues
+    past saturation), so a derivative-free search. A coarse grid (each constant at 0, 0.3,
+    1 and 3 times its typical size START), then a compass search from the best point
+    (each constant up and down by a step, the step halved when neither helps, down to 1 %
+    of START), constants >= 0."""
+    scale = np.array([START[n] for n in names])
+    grid = np.array(np.meshgrid(*[[0.0, 0.3, 1.0, 3.0]] * len(names))).reshape(
+        len(names), -1).T
+    cands = [np.array([base[CONSTANTS.index(n)] for n in names]) / scale, *grid]
+    best = min(((_ss(pts, sim, names, c * scale, base), k, c) for k, c in enumerate(cands)),
+               key=lambda t: (t[0], t[1]))
+    f, x = best[0], best[2].copy()
+    step = 0.5
+    for it in range(iterations * 4):
+        moved = False
+        for j in range(len(names)):
+            for sgn in (1.0, -1.0):
+                y = x.copy()
+                y[j] = max(0.0, y[j] + sgn * step)
+                if y[j] == x[j]:
+                    continue
+                fy = _ss(pts, sim, names, y * scale, base)
+                if fy < f - 1e-12:
+                    x, f, moved = y, fy, True
+                    break
+        if progress:
+            progress(f"{engine}: search {it + 1}, step {step:g}, sum of squares {f:.6f}")
+        if not moved:
+            step /= 2
+            if step < 0.01:
+                break
+    return np.asarray(x * scale)
+
+
 def fit(points: Sequence[Point], engine: str, sim: Simulator, *,
         start: Overheads | None = None, iterations: int = 20,
         constants: Sequence[str] = ("base_s", "per_seq_s"),
@@ -479,32 +540,8 @@ def fit(points: Sequence[Point], engine: str, sim: Simulator, *,
                 notes.append(f"{engine}: {n} not pinned by the points (kept at "
                              f"{base[CONSTANTS.index(n)]:g} s)")
         names = keep[: max(0, len(fitp) - 1)]
-        x = np.array([base[CONSTANTS.index(n)] for n in names])
-        lam, fd = 1e-3, 1.0
-        cur = _residuals(fitp, sim, _vec(names, x, base))
-        for it in range(iterations):
-            if not names:
-                break
-            J = _jacobian(fitp, sim, names, x, base, cur, fd)
-            improved = False
-            for _ in range(6):
-                step = _gn_step(J, cur, lam)
-                nx = np.maximum(0.0, x + step)
-                nr = _residuals(fitp, sim, _vec(names, nx, base))
-                if float(nr @ nr) < float(cur @ cur) - 1e-12:
-                    x, cur, lam, improved = nx, nr, max(lam / 10, 1e-6), True
-                    break
-                lam *= 10
-            if progress:
-                progress(f"{engine}: iteration {it + 1}, sum of squares {float(cur @ cur):.6f}")
-            if not improved:
-                # the simulated figures move in small jumps (discrete steps): a finer
-                # difference, then stop
-                if fd < 1 / 60:
-                    break
-                fd, lam = fd / 4, 1e-3
-            elif float(cur @ cur) < 1e-10:
-                break
+        x = _search(fitp, sim, names, base, progress=progress, engine=engine,
+                    iterations=iterations)
     ov = _vec(names, x, base)
     pred = {p.id: sim.predict(p, ov) for p in pts}
     loo: dict[str, float] = {}

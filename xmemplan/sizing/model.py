@@ -152,7 +152,7 @@ DEFAULT_CALIBRATION = Calibration(
     # (docs/model.md section 6; a test re-runs the fit and fails if these drift from it).
     # per token is not fitted (decode-heavy runs cannot tell it from per request; the
     # single-request per-token overhead above is the host's per-token work).
-    step_overheads_by_engine={"vllm": (0.0, 0.0, 8.70e-5), "sglang": (0.0, 0.0, 6.40e-5)},
+    step_overheads_by_engine={"vllm": (0.0, 0.0, 8.75e-5), "sglang": (5.0e-4, 0.0, 1.25e-4)},
 )
 
 

@@ -42,7 +42,10 @@ class Setup:
     chunk_tokens: int | None = None
     mixed: bool = False  # vLLM: decodes ride in every prefill batch
     decode_fixed_s: float = 0.0
-    max_batch: int = 256
+    max_batch: int = 256  # the old simulator's (sim.py) batch cap
+    # SGLang's running-request cap in the engine; None: SGLang's own default from the KV
+    # room (sglang_max_running)
+    max_running: int | None = None
     attention_dtype: str = "bf16"  # "fp8": FP8 attention at the GPU's FP8 peak (model.ttft)
     mem_fraction: float = HBM_USABLE  # share of HBM the engine takes for weights + KV
 
@@ -145,6 +148,17 @@ def vllm_defaults(gpu: GpuSpec) -> tuple[int, int]:
     return 2048, 256
 
 
+def sglang_max_running(room_tokens: float, context_len: int) -> int:
+    """SGLang's default cap on running requests: its request pool holds
+    min(max(KV tokens / context length x 512, 2,048), 4,096) requests (ModelRunner
+    init_memory_pool, `max_num_reqs`) and the scheduler runs at most that many and at most
+    KV tokens / 2 (`max_running_requests` unset). context_len 0 (unknown): 256."""
+    if context_len <= 0:
+        return 256
+    pool = min(max(int(room_tokens / context_len * 512), 2048), 4096)
+    return max(1, min(pool, int(room_tokens) // 2))
+
+
 def sim_block_tokens(engine_block: int, prompt_p50: float) -> int:
     """The engine's block, doubled until a median prompt spans at most
     MAX_BLOCKS_PER_PROMPT blocks (docs/size.md: prefix hits and evictions then move in
@@ -179,7 +193,8 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     return Config(
         policy=policy, replicas=replicas, block_tokens=bs, engine_block_tokens=engine_block,
         blocks=max(1, int(room // bs)),
-        max_num_seqs=seqs if policy == "vllm" else s.max_batch,
+        max_num_seqs=seqs if policy == "vllm" else (
+            s.max_running or sglang_max_running(room, s.model.max_context)),
         max_batched_tokens=(s.chunk_tokens or budget) if policy == "vllm" else chunk,
         chunked_prefill_size=chunk,
         lin_s_per_token=e.lin_s_per_token, attn_s_per_unit=e.attn_s_per_unit,
