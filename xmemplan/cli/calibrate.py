@@ -221,11 +221,14 @@ def _calibrate_loaded(paths: list[Path], extra: list[Path], out: Path, fmt: str,
         render.emit_json(doc)
         return
     for f in fits:
-        s = L.summary(f)["fit"]
+        sm = L.summary(f)
+        s, h = sm["fit"], sm["held-out"]
         loo = s["median_abs_loo_error"]
+        held = (f"; {h['points']} held out: {h['median_abs_error']:.1%}" if h["points"]
+                else "")
         render.line(f"{f.engine}: fitted {', '.join(f.fitted) or 'nothing'} on {s['points']} "
                     f"figures: median |error| {s['median_abs_error']:.1%}, leave-one-out "
-                    + (f"{loo:.1%}." if math.isfinite(loo) else "n/a."))
+                    + (f"{loo:.1%}" if math.isfinite(loo) else "n/a") + held + ".")
     render.line(f"Overlay written to {out} (pass it to size/validate --catalog).")
     render.table(["engine", "per step", "per token", "per request"],
                  [[f.engine, f"{f.constants['base_s'] * 1e3:.3f} ms",
@@ -237,12 +240,13 @@ def _calibrate_loaded(paths: list[Path], extra: list[Path], out: Path, fmt: str,
         for p in f.points:
             pr = f.predicted[p.id]
             lo = f.loo.get(p.id)
-            rows.append([p.id, p.role, p.quantity, f"{p.value:,.2f}", f"{pr:,.2f}",
+            fmt_v = "{:,.0f}" if p.quantity in ("out_tok_s",) else "{:,.2f}"
+            rows.append([p.id, p.role, fmt_v.format(p.value), fmt_v.format(pr),
                          f"{pr / p.value - 1:+.1%}",
                          f"{lo / p.value - 1:+.1%}" if lo is not None else "n/a"])
-    render.table(["point", "role", "quantity", "measured", "predicted", "error", "LOO error"],
-                 rows, title="Per figure (ms, tokens/s); LOO = fitted without that figure "
-                 "(one Gauss-Newton step)")
+    render.table(["figure", "role", "measured", "predicted", "error", "LOO"],
+                 rows, title="Per figure (its quantity in its name: ms, tokens/s); LOO = "
+                 "fitted without it (one Gauss-Newton step)")
     for f in fits:
         for n in f.notes:
             render.line(f"note: {n}")
