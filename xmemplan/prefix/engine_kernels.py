@@ -211,7 +211,9 @@ def vllm_replay(
                         handed += 1
                     continue
                 blk[b, REF] -= 1
-                if blk[b, REF] == 0:
+                if blk[b, REF] == 1 and blk[b, MK] == 2 * r + 2:
+                    handed += 1  # its last other holder: free until r touches it
+                elif blk[b, REF] == 0:
                     if blk[b, KEY] == EMPTY:
                         tmp[nf] = b
                         nf += 1
