@@ -154,8 +154,9 @@ def build_request(
                 f"with --cache-model {engine} for this engine's"
             )
         if work.capacity_curve and prof.cache_model is not None:
-            said.append((f"hit ratio vs capacity: the {prof.cache_model} cache model's curve",
-                         "profile (cache_model)"))
+            said.append((f"cache model {prof.cache_model}: its hit ratio vs capacity where "
+                         "requests are not placed on replicas, its replays of each replica "
+                         "and tier where they are", "profile (cache_model)"))
         if prompt is not None or hit_rate is not None:
             work = _override(work, prompt, hit_rate)
         model_name = model or work.model or wl.SEED_MODEL
