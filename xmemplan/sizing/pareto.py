@@ -176,15 +176,21 @@ def _interactivity(r: EngineResult, s: Schedule) -> float:
     return float(np.mean(1.0 / itl)) if itl.size else 0.0
 
 
-def run_point(req: SweepRequest, option: str, kind: str, load: float, run: int
-              ) -> tuple[SweepPoint, int]:
-    """One option at one load; returns the point and the simulations it took."""
+def load_schedule(req: SweepRequest, kind: str, load: float) -> Schedule:
+    """The users' schedule at one load (the same for every option)."""
+    if kind == "qps":
+        return schedule(req.workload, rate_rps=load, requests=req.requests)
+    return schedule(req.workload, concurrency=int(load), requests=req.requests)
+
+
+def run_point(req: SweepRequest, option: str, kind: str, load: float, run: int,
+              s: Schedule | None = None) -> tuple[SweepPoint, int]:
+    """One option at one load (on schedule `s` when given: `load_schedule`'s); returns the
+    point and the simulations it took."""
     w = req.workload
     st = req.setup
-    if kind == "qps":
-        s = schedule(w, rate_rps=load, requests=req.requests)
-    else:
-        s = schedule(w, concurrency=int(load), requests=req.requests)
+    if s is None:
+        s = load_schedule(req, kind, load)
     kvb = float(st.model.kv_bytes_per_token)
     cap = req.tier_capacity_bytes.get(option, math.inf) / kvb if option != "hbm-only" else 0.0
     hits = tier_hits(w, s, cap, st.transfer.page_tokens) if cap > 0 else np.zeros(len(s))
@@ -308,11 +314,22 @@ def sweep(req: SweepRequest, assumptions: list[dict[str, str]] | None = None) ->
         raise UsageError(f"{len(loads)} loads, more than {MAX_LOADS}", "sweep fewer loads")
     points: list[SweepPoint] = []
     sims = 0
+    # a load listed twice (the post runs QPS 3.0 twice) is the same simulation at the same
+    # seed: run it once and give the repeat its own row
+    done: dict[tuple[str, str, float], SweepPoint] = {}
     for run, (kind, load) in enumerate(loads):
+        sched = None
         for opt in req.options:
-            p, n = run_point(req, opt, kind, load, run)
+            seen = done.get((opt, kind, load))
+            if seen is None:
+                if sched is None:
+                    sched = load_schedule(req, kind, load)
+                p, n = run_point(req, opt, kind, load, run, sched)
+                done[(opt, kind, load)] = p
+                sims += n
+            else:
+                p = replace(seen, run=run)
             points.append(p)
-            sims += n
     mark_pareto(points)
     g = gains(points)
     uniq = sorted({ld for _, ld in loads})

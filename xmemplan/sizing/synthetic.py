@@ -37,6 +37,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from xmemplan.errors import UsageError
 
@@ -209,11 +210,82 @@ def tier_hits(w: SyntheticWorkload, s: Schedule, capacity_tokens: float,
     sizes = np.asarray(s.prompt, np.float64) + np.asarray(s.output, np.float64)
     if capacity_tokens >= max(sys_pages, 0) + float(sizes[sizes > 0].sum()):
         return _tier_hits_unevicted(s, order, sys_pages, sizes, page_tokens)
-    return _tier_hits_lru(s, order, sys_pages, capacity_tokens, page_tokens)
+    _, sess = np.unique(np.asarray(s.session), return_inverse=True)
+    return _lru_kernel(order.astype(np.int64), np.asarray(s.turn, np.int64),
+                       sess.astype(np.int64), np.asarray(s.prev, np.int64),
+                       np.asarray(s.prompt, np.float64), np.asarray(s.output, np.float64),
+                       float(sys_pages), float(capacity_tokens), float(page_tokens))
+
+
+@njit(cache=True)
+def _lru_kernel(order: np.ndarray, turn: np.ndarray, sess: np.ndarray, prev: np.ndarray,
+                prompt: np.ndarray, output: np.ndarray, sys_pages: float, capacity: float,
+                page: float) -> np.ndarray:  # pragma: no cover - numba
+    """`_tier_hits_lru` as a kernel (a test compares them): slot 0 is the system prompt,
+    slot 1 + s session s, in one doubly linked list, least recently used at the head."""
+    n = len(order)
+    slots = (int(sess.max()) + 2) if n else 1
+    nxt = np.full(slots, -1, np.int64)
+    prv = np.full(slots, -1, np.int64)
+    size = np.zeros(slots)
+    held_in = np.zeros(slots, np.bool_)
+    head = -1
+    tail = -1
+    held = 0.0
+    hits = np.zeros(n)
+    seen_sys = False
+    for x in range(n):
+        i = order[x]
+        slot = 1 + sess[i]
+        base = sys_pages if seen_sys and held_in[0] else 0.0
+        h = base
+        if turn[i] > 0 and held_in[slot]:
+            j = prev[i]
+            prior = math.floor((prompt[j] + output[j]) / page) * page
+            h = max(base, prior)
+        hits[i] = min(h, prompt[i] - 1.0)
+        for step in range(2):
+            ent = 0 if step == 0 else slot
+            sz = sys_pages if step == 0 else prompt[i] + output[i]
+            if sz <= 0:
+                continue
+            if held_in[ent]:  # unlink
+                held -= size[ent]
+                a, b = prv[ent], nxt[ent]
+                if a >= 0:
+                    nxt[a] = b
+                else:
+                    head = b
+                if b >= 0:
+                    prv[b] = a
+                else:
+                    tail = a
+            prv[ent] = tail  # append at the tail (most recent)
+            nxt[ent] = -1
+            if tail >= 0:
+                nxt[tail] = ent
+            else:
+                head = ent
+            tail = ent
+            held_in[ent] = True
+            size[ent] = sz
+            held += sz
+        seen_sys = True
+        while held > capacity and head >= 0:
+            e = head
+            head = nxt[e]
+            if head >= 0:
+                prv[head] = -1
+            else:
+                tail = -1
+            held_in[e] = False
+            held -= size[e]
+    return hits
 
 
 def _tier_hits_lru(s: Schedule, order: np.ndarray, sys_pages: int, capacity_tokens: float,
                    page_tokens: int) -> np.ndarray:
+    """The LRU in plain Python: the reference `_lru_kernel` is tested against."""
     lru: OrderedDict[int, float] = OrderedDict()  # -1: the system prompt
     held = 0.0
     hits = np.zeros(len(s))
