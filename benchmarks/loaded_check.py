@@ -161,7 +161,8 @@ def _request(run: Run, mem_fraction: float):  # noqa: ANN202
 
 
 def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
-            seed: int = 0, pool_scale: float = 1.0, agents: int = AGENTS) -> Prediction:
+            seed: int = 0, pool_scale: float = 1.0, agents: int = AGENTS,
+            engine_pool: bool = False) -> Prediction:
     """The published deployment on the simulator's engine (vLLM policy, one replica), 12
     closed-loop agents, lengths drawn per request; the first tenth of requests left out
     (the published window starts after a warm-up)."""
@@ -188,6 +189,12 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
     cfg = config_for(req.setup, replicas=1, nodes=1, load_tier=tier, policy="vllm",
                      prompt_p50=float(run.isl_p50)).replace(
         max_batched_tokens=MAX_BATCHED, max_num_seqs=MAX_SEQS)
+    if engine_pool:  # vLLM's own accounting at the runs' 65,536-token profile run
+        from xmemplan.sizing import model as M
+
+        room = M.engine_kv_room_tokens(req.model, req.gpu, req.shape, "vllm",
+                                       mem_fraction, MAX_BATCHED)
+        cfg = cfg.replace(blocks=max(1, int(room // cfg.block_tokens)))
     if pool_scale != 1.0:  # a sensitivity only (docs/validation.md): never a default
         cfg = cfg.replace(blocks=max(1, round(cfg.blocks * pool_scale)))
     er = requests_for(tr, shared=shared, tier_tokens=shared,
@@ -206,14 +213,15 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
 
 
 def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float,
-           seeds: int) -> None:
+           seeds: int, engine_pool: bool = False) -> None:
     print(f"TTFT against concurrency (DRAM sweep of 04-18, think {think_s:.2f} s, pool x "
           f"{pool_scale}, medians of {seeds} seeds): measured / predicted")
     print(f"{'agents':>6} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
           f"{'err':>5} {'req/s':>5} {'pred':>5} {'KV':>4} {'pred':>4} {'GPU sh':>6} {'pred':>4}")
     for n, r in SWEEP:
         p, _, _ = predict_seeds(r, seeds, think_s=think_s, mem_fraction=mem_fraction,
-                                requests=requests, pool_scale=pool_scale, agents=n)
+                                requests=requests, pool_scale=pool_scale, agents=n,
+                                engine_pool=engine_pool)
         print(f"{n:6} {r.ttft_p50_ms:8,.0f} {p.ttft_p50_ms:6,.0f} "
               f"{_err(p.ttft_p50_ms, r.ttft_p50_ms):>5} {r.ttft_p90_ms:6,.0f} "
               f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} "
@@ -258,15 +266,19 @@ def main() -> None:
                     help="TTFT against concurrency: the 04-18 DRAM sweep, 4 to 24 agents")
     ap.add_argument("--pool-scale", type=float, default=1.0,
                     help="sensitivity: scale the simulated KV pool (not a fitted value)")
+    ap.add_argument("--engine-pool", action="store_true",
+                    help="size the KV pool as vLLM does (model.engine_kv_room_tokens: "
+                         "less the profile run's activations and non-torch memory)")
     a = ap.parse_args()
     from xmemplan import units
 
     think_s = units.parse_duration(a.think, "--think")
     if a.sweep:
-        _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds)
+        _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds, a.engine_pool)
         return
     preds = [predict_seeds(r, a.seeds, think_s=think_s, mem_fraction=a.mem_fraction,
-                           requests=a.requests, pool_scale=a.pool_scale) for r in RUNS]
+                           requests=a.requests, pool_scale=a.pool_scale,
+                           engine_pool=a.engine_pool) for r in RUNS]
     rows = [(r, p) for r, (p, _, _) in zip(RUNS, preds, strict=True)]
     fails: list[str] = []
     for r, p in rows:
@@ -313,7 +325,8 @@ def main() -> None:
         print(f"  outside: {f}")
     print(f"assumed: think {think_s:.2f} s, mem fraction {a.mem_fraction}, {a.requests:,} "
           f"requests x {a.seeds} seeds (medians), --max-num-batched-tokens {MAX_BATCHED}, --max-num-seqs {MAX_SEQS}"
-          + ("" if a.pool_scale == 1.0 else f", KV pool x {a.pool_scale}"))
+          + ("" if a.pool_scale == 1.0 else f", KV pool x {a.pool_scale}")
+          + (", vLLM's pool accounting" if a.engine_pool else ""))
     print(f"engine: {_overheads(a.mem_fraction)}")
 
 

@@ -390,6 +390,85 @@ def kv_room_tokens(model: ModelSpec, gpu: GpuSpec, shape: Shape,
     return max(0.0, room) / kv_bytes_per_token_per_gpu(model, shape)
 
 
+# --- the engines' own KV pool accounting (docs/model.md "KV pool"; data/measurements/
+# kv-pool.csv) ---------------------------------------------------------------------------
+# vLLM v1 (0.33 gpu_worker.determine_available_memory, utils/mem_utils.memory_profiling):
+#   KV bytes = util x total memory - weights - transient peak of the profile run (a dummy
+#              forward of max_num_batched_tokens tokens, profile_run) - non-torch memory
+#              (CUDA context, NCCL, cuBLAS workspaces) - CUDA graph estimate
+#              (profile_cudagraph_memory; on by VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1).
+#   The last two are measured on the device at start-up: VLLM_OTHER_BYTES stands for
+#   them (and the sampler's dummy logits), one constant fitted on the fit rows of
+#   kv-pool.csv (benchmarks/kv_pool_check.py prints the fit; a test pins it).
+# SGLang (0.5 kv_cache_configurator._profile_available_bytes): the pool gets the memory
+#   free after the weights less pre_model_load_memory x (1 - mem_fraction_static), where
+#   pre_model_load_memory is what was free before the weights (total less the CUDA
+#   context and NCCL buffers, SGLANG_CONTEXT_BYTES, fitted the same way); activations and
+#   CUDA graphs live outside mem_fraction_static.
+VLLM_OTHER_BYTES = 1.79 * 2**30  # non_torch_memory, vLLM PR 10511: Llama-3-8B on 1 H100
+SGLANG_CONTEXT_BYTES = 1.0 * 2**30  # provisional: fitted on kv-pool.csv next
+ACTIVATION_BYTES = 2  # BF16 activations (the profile run's dtype for BF16 and FP8 models)
+
+
+def mlp_intermediate(model: ModelSpec) -> tuple[float, int]:
+    """(intermediate size of one MLP or routed expert, experts each token goes to), from
+    the catalog's counts: MoE expert_params / (layers x experts x 3 x hidden) (gate, up,
+    down); dense (active params / layers - attention projections) / (3 x hidden)."""
+    h = model.hidden_size
+    if model.experts and model.expert_params:
+        return model.expert_params / (model.layers * model.experts * 3 * h), \
+            max(1, model.experts_per_token)
+    attn = h * model.head_dim * (2 * model.q_heads + 2 * model.kv_heads)
+    return max(0.0, (model.active_params / model.layers - attn) / (3 * h)), 0
+
+
+def profile_activation_bytes(tokens: float, hidden: float, intermediate: float,
+                             topk: int = 0, tp: int = 1, ep: int = 1) -> float:
+    """Peak transient bytes of vLLM's profile run on one GPU (one forward of `tokens`
+    tokens), from the tensors its largest layer holds at once (BF16):
+    dense: hidden states + residual (2 x H) and the MLP's gate_up and activation outputs
+    (2 I/tp + I/tp); MoE (fused_moe TritonExperts.workspace_shapes, 0.33): hidden states,
+    residual and the MoE output (3 x H) and the two workspaces M x topk x max(I', H) and
+    M x topk x max(2 I', H), I' the expert's intermediate on this rank (I / tp without
+    expert parallelism, I with it)."""
+    if topk:
+        i = intermediate if ep > 1 else intermediate / max(1, tp)
+        per = 3 * hidden + topk * (max(i, hidden) + max(2 * i, hidden))
+    else:
+        per = 2 * hidden + 3 * intermediate / max(1, tp)
+    return float(tokens) * per * ACTIVATION_BYTES
+
+
+def vllm_kv_bytes(total_bytes: float, util: float, weights: float, activation: float,
+                  other: float = VLLM_OTHER_BYTES) -> float:
+    """vLLM's KV cache bytes on one GPU: util x total - weights - profile peak - other."""
+    return max(0.0, total_bytes * util - weights - activation - other)
+
+
+def sglang_kv_bytes(total_bytes: float, mem_fraction: float, weights: float,
+                    context: float = SGLANG_CONTEXT_BYTES) -> float:
+    """SGLang's KV pool bytes on one GPU: (total - context) x mem_fraction_static - weights."""
+    return max(0.0, (total_bytes - context) * mem_fraction - weights)
+
+
+def engine_kv_room_tokens(model: ModelSpec, gpu: GpuSpec, shape: Shape, engine: str,
+                          usable_fraction: float = 0.9, batched_tokens: int = 8192) -> float:
+    """KV tokens one replica's GPUs hold as the engine sizes its pool (`engine` "vllm":
+    `batched_tokens` = max_num_batched_tokens of the profile run; "sglang"); any other
+    engine: kv_room_tokens (weights only)."""
+    w = weight_bytes_per_gpu(model, shape)
+    if engine == "vllm":
+        inter, k = mlp_intermediate(model)
+        act = profile_activation_bytes(batched_tokens, model.hidden_size, inter, k,
+                                       shape.tp, shape.ep)
+        room = vllm_kv_bytes(gpu.hbm_capacity_bytes, usable_fraction, w, act)
+    elif engine == "sglang":
+        room = sglang_kv_bytes(gpu.hbm_capacity_bytes, usable_fraction, w)
+    else:
+        return kv_room_tokens(model, gpu, shape, usable_fraction)
+    return room / kv_bytes_per_token_per_gpu(model, shape)
+
+
 def shape_fits(model: ModelSpec, gpu: GpuSpec, shape: Shape, kv_tokens: float,
                usable_fraction: float = 0.9) -> bool:
     return hbm_need_bytes(model, shape, kv_tokens) <= gpu.hbm_capacity_bytes * usable_fraction
