@@ -12,11 +12,27 @@ def test_vllm_pool_is_smaller_by_the_profile_runs_activations() -> None:
     plain = M.kv_room_tokens(m, g, M.ONE_GPU, 0.75)
     small = M.engine_kv_room_tokens(m, g, M.ONE_GPU, "vllm", 0.75, 2048)
     big = M.engine_kv_room_tokens(m, g, M.ONE_GPU, "vllm", 0.75, 65536)
-    assert big < small < plain
+    assert big < small
+    # the engine multiplies the memory the driver reports (79.22 GiB), not the nominal 80 GB
+    seen = g.device_memory_bytes * 0.75 - M.weight_bytes_per_gpu(m, M.ONE_GPU)
+    assert abs(seen / M.kv_bytes_per_token_per_gpu(m, M.ONE_GPU) - plain) > 1e4
+    assert big < seen / M.kv_bytes_per_token_per_gpu(m, M.ONE_GPU)
     # the MoE workspaces: 65,536 x 8 x (2,048 + 2,048) x 2 B = 4 GiB, plus 3 x hidden
     act = M.profile_activation_bytes(65536, 2048, 768, 8)
     assert abs(act / GIB - 65536 * (3 * 2048 + 8 * 4096) * 2 / GIB) < 1e-9
     assert M.engine_kv_room_tokens(m, g, M.ONE_GPU, "other", 0.75) == plain
+
+
+def test_the_fitted_constant_is_the_fit_and_the_check_runs() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "kv_pool_check.py")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "(shipped 41.2: the fit)" in out
+    assert "held-out: 4 rows" in out
 
 
 def test_intermediate_sizes_follow_from_the_catalogs_counts() -> None:

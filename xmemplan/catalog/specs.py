@@ -119,6 +119,9 @@ class GpuSpec:
     socket_dram_bandwidth_bytes_per_s: float | None = None
     # Measured pinned host -> GPU copy bandwidth, large DMA copies (None: not measured).
     host_copy_bandwidth_bytes_per_s: float | None = None
+    # What the CUDA driver reports as the GPU's total memory (vLLM total_gpu_memory):
+    # what --gpu-memory-utilization / --mem-fraction-static multiply; 0: hbm_capacity.
+    device_memory_bytes: float = 0.0
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     aliases: tuple[str, ...] = ()
     origin: str = ""

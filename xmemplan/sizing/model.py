@@ -391,23 +391,29 @@ def kv_room_tokens(model: ModelSpec, gpu: GpuSpec, shape: Shape,
 
 
 # --- the engines' own KV pool accounting (docs/model.md "KV pool"; data/measurements/
-# kv-pool.csv) ---------------------------------------------------------------------------
+# kv-pool.csv; benchmarks/kv_pool_check.py) ------------------------------------------------
 # vLLM v1 (0.33 gpu_worker.determine_available_memory, utils/mem_utils.memory_profiling):
-#   KV bytes = util x total memory - weights - transient peak of the profile run (a dummy
-#              forward of max_num_batched_tokens tokens, profile_run) - non-torch memory
-#              (CUDA context, NCCL, cuBLAS workspaces) - CUDA graph estimate
-#              (profile_cudagraph_memory; on by VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1).
-#   The last two are measured on the device at start-up: VLLM_OTHER_BYTES stands for
-#   them (and the sampler's dummy logits), one constant fitted on the fit rows of
-#   kv-pool.csv (benchmarks/kv_pool_check.py prints the fit; a test pins it).
-# SGLang (0.5 kv_cache_configurator._profile_available_bytes): the pool gets the memory
-#   free after the weights less pre_model_load_memory x (1 - mem_fraction_static), where
-#   pre_model_load_memory is what was free before the weights (total less the CUDA
-#   context and NCCL buffers, SGLANG_CONTEXT_BYTES, fitted the same way); activations and
-#   CUDA graphs live outside mem_fraction_static.
-VLLM_OTHER_BYTES = 1.79 * 2**30  # non_torch_memory, vLLM PR 10511: Llama-3-8B on 1 H100
-SGLANG_CONTEXT_BYTES = 1.0 * 2**30  # provisional: fitted on kv-pool.csv next
+#   KV bytes = util x total memory - weights - the profile run's peak (profile_run: a dummy
+#              forward of max_num_batched_tokens tokens, then _dummy_sampler_run on
+#              min(max_num_seqs, tokens) rows of logits) - non-torch memory (CUDA context,
+#              cuBLAS, NCCL) - the CUDA graph estimate (profile_cudagraph_memory, on by
+#              VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1).
+# SGLang (0.5 kv_cache_configurator._profile_available_bytes): the pool gets what is free
+#   after the weights less pre_model_load_memory x (1 - mem_fraction_static), i.e.
+#   (total - context) x mem_fraction_static - weights; activations and CUDA graphs live
+#   outside mem_fraction_static.
 ACTIVATION_BYTES = 2  # BF16 activations (the profile run's dtype for BF16 and FP8 models)
+# Bytes the dummy sampler run holds per logit (FP32 logits, their sort and indices, probs):
+# fitted on the one fit row of kv-pool.csv (Llama-3-8B, 1 H100, whose logged 1.26 GiB peak
+# is the sampler's: the same 1.26 GiB at TP 2, where the forward's share halves).
+VLLM_SAMPLER_BYTES_PER_LOGIT = 41.2
+# Non-torch memory vLLM logs (PR 10511, Llama-3-8B on H100): 1.79 GiB on one GPU, 3.58 GiB
+# per GPU at TP 2 (NCCL and custom all-reduce buffers); used for TP 1 and TP > 1.
+VLLM_NON_TORCH_BYTES = (1.79 * 2**30, 3.58 * 2**30)
+VLLM_CUDA_GRAPH_BYTES = 0.13 * 2**30  # 0.33's estimate as logged (club-3090 issue 1087)
+# SGLang's context before the weights load ("Init torch distributed ends. mem usage"):
+# 0.00 GB on one GPU (sglang issue 9574), 1.77-2.01 GB per GPU at TP 8 (sglang PR 11716).
+SGLANG_CONTEXT_BYTES = (0.0, 2.0 * 2**30)
 
 
 def mlp_intermediate(model: ModelSpec) -> tuple[float, int]:
@@ -422,52 +428,75 @@ def mlp_intermediate(model: ModelSpec) -> tuple[float, int]:
     return max(0.0, (model.active_params / model.layers - attn) / (3 * h)), 0
 
 
+def vocab_size(model: ModelSpec) -> float:
+    """The vocabulary from the catalog's counts: stored parameters a token does not use
+    (embedding and LM head, untied) less the unrouted experts, over 2 x hidden
+    (Llama-3-8B: 128 K, Qwen3-30B-A3B: 144 K of 152 K)."""
+    idle = model.expert_params * (1 - model.experts_per_token / model.experts) \
+        if model.experts else 0.0
+    return max(0.0, (model.total_params - model.active_params - idle) / (2 * model.hidden_size))
+
+
 def profile_activation_bytes(tokens: float, hidden: float, intermediate: float,
-                             topk: int = 0, tp: int = 1, ep: int = 1) -> float:
-    """Peak transient bytes of vLLM's profile run on one GPU (one forward of `tokens`
-    tokens), from the tensors its largest layer holds at once (BF16):
-    dense: hidden states + residual (2 x H) and the MLP's gate_up and activation outputs
-    (2 I/tp + I/tp); MoE (fused_moe TritonExperts.workspace_shapes, 0.33): hidden states,
-    residual and the MoE output (3 x H) and the two workspaces M x topk x max(I', H) and
-    M x topk x max(2 I', H), I' the expert's intermediate on this rank (I / tp without
-    expert parallelism, I with it)."""
+                             topk: int = 0, tp: int = 1, ep: int = 1, *,
+                             vocab: float = 0.0, seqs: int = 0) -> float:
+    """Peak bytes vLLM's profile run adds on one GPU (BF16 activations):
+    forward of `tokens` tokens, its largest layer: dense, hidden states + residual
+    (2 x H) and the MLP's gate_up and activation outputs (3 I/tp); MoE (fused_moe
+    TritonExperts.workspace_shapes, 0.33), hidden, residual and output (3 x H) and the two
+    workspaces M x topk x max(I', H) and M x topk x max(2 I', H), I' = I / tp without
+    expert parallelism, I with it;
+    sampler: min(seqs, tokens) x vocab logits x VLLM_SAMPLER_BYTES_PER_LOGIT.
+    Dense activations are freed before the sampler runs (the peak is the larger); the MoE
+    workspaces stay allocated (the workspace manager keeps its high-water mark: the sum)."""
     if topk:
         i = intermediate if ep > 1 else intermediate / max(1, tp)
-        per = 3 * hidden + topk * (max(i, hidden) + max(2 * i, hidden))
+        fwd = float(tokens) * (3 * hidden + topk * (max(i, hidden) + max(2 * i, hidden)))
     else:
-        per = 2 * hidden + 3 * intermediate / max(1, tp)
-    return float(tokens) * per * ACTIVATION_BYTES
+        fwd = float(tokens) * (2 * hidden + 3 * intermediate / max(1, tp))
+    fwd *= ACTIVATION_BYTES
+    samp = min(seqs, tokens) * vocab * VLLM_SAMPLER_BYTES_PER_LOGIT
+    return fwd + samp if topk else max(fwd, samp)
+
+
+def vllm_other_bytes(tp: int) -> float:
+    """Non-torch memory and the CUDA graph estimate of one vLLM GPU (cited constants)."""
+    return VLLM_NON_TORCH_BYTES[0 if tp <= 1 else 1] + VLLM_CUDA_GRAPH_BYTES
 
 
 def vllm_kv_bytes(total_bytes: float, util: float, weights: float, activation: float,
-                  other: float = VLLM_OTHER_BYTES) -> float:
+                  other: float) -> float:
     """vLLM's KV cache bytes on one GPU: util x total - weights - profile peak - other."""
     return max(0.0, total_bytes * util - weights - activation - other)
 
 
 def sglang_kv_bytes(total_bytes: float, mem_fraction: float, weights: float,
-                    context: float = SGLANG_CONTEXT_BYTES) -> float:
+                    context: float) -> float:
     """SGLang's KV pool bytes on one GPU: (total - context) x mem_fraction_static - weights."""
     return max(0.0, (total_bytes - context) * mem_fraction - weights)
 
 
 def engine_kv_room_tokens(model: ModelSpec, gpu: GpuSpec, shape: Shape, engine: str,
-                          usable_fraction: float = 0.9, batched_tokens: int = 8192) -> float:
-    """KV tokens one replica's GPUs hold as the engine sizes its pool (`engine` "vllm":
-    `batched_tokens` = max_num_batched_tokens of the profile run; "sglang"); any other
-    engine: kv_room_tokens (weights only)."""
+                          usable_fraction: float = 0.9, batched_tokens: int = 8192,
+                          max_num_seqs: int = 256) -> float:
+    """KV tokens one replica's GPUs hold as the engine sizes its pool: "vllm" (its profile
+    run at `batched_tokens` = max_num_batched_tokens and `max_num_seqs`), "sglang"; any
+    other engine: kv_room_tokens (weights only)."""
     w = weight_bytes_per_gpu(model, shape)
+    total = gpu.device_memory_bytes or gpu.hbm_capacity_bytes  # what the engine sees
     if engine == "vllm":
         inter, k = mlp_intermediate(model)
         act = profile_activation_bytes(batched_tokens, model.hidden_size, inter, k,
-                                       shape.tp, shape.ep)
-        room = vllm_kv_bytes(gpu.hbm_capacity_bytes, usable_fraction, w, act)
+                                       shape.tp, shape.ep, vocab=vocab_size(model),
+                                       seqs=max_num_seqs)
+        room = vllm_kv_bytes(total, usable_fraction, w, act,
+                             vllm_other_bytes(shape.tp))
     elif engine == "sglang":
-        room = sglang_kv_bytes(gpu.hbm_capacity_bytes, usable_fraction, w)
+        ctx = SGLANG_CONTEXT_BYTES[0 if shape.tp <= 1 else 1]
+        room = sglang_kv_bytes(total, usable_fraction, w, ctx)
     else:
         return kv_room_tokens(model, gpu, shape, usable_fraction)
     return room / kv_bytes_per_token_per_gpu(model, shape)
-
 
 def shape_fits(model: ModelSpec, gpu: GpuSpec, shape: Shape, kv_tokens: float,
                usable_fraction: float = 0.9) -> bool:
