@@ -35,6 +35,7 @@ Workload inputs, each derived from the published runs (docs/validation.md "Loade
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -186,15 +187,10 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
     tier = "host" if run.option == "host-dram" else "xmem"
     tr = Traffic(np.zeros(requests), prompt, output=output, prev=prev,
                  think=np.full(requests, think_s))
-    cfg = config_for(req.setup, replicas=1, nodes=1, load_tier=tier, policy="vllm",
-                     prompt_p50=float(run.isl_p50)).replace(
-        max_batched_tokens=MAX_BATCHED, max_num_seqs=MAX_SEQS)
-    if engine_pool:  # vLLM's own accounting at the runs' 65,536-token profile run
-        from xmemplan.sizing import model as M
-
-        room = M.engine_kv_room_tokens(req.model, req.gpu, req.shape, "vllm",
-                                       mem_fraction, MAX_BATCHED)
-        cfg = cfg.replace(blocks=max(1, int(room // cfg.block_tokens)))
+    setup = dataclasses.replace(req.setup, chunk_tokens=MAX_BATCHED, max_num_seqs=MAX_SEQS,
+                                engine_pool=engine_pool)
+    cfg = config_for(setup, replicas=1, nodes=1, load_tier=tier, policy="vllm",
+                     prompt_p50=float(run.isl_p50))
     if pool_scale != 1.0:  # a sensitivity only (docs/validation.md): never a default
         cfg = cfg.replace(blocks=max(1, round(cfg.blocks * pool_scale)))
     er = requests_for(tr, shared=shared, tier_tokens=shared,

@@ -48,6 +48,11 @@ class Setup:
     max_running: int | None = None
     attention_dtype: str = "bf16"  # "fp8": FP8 attention at the GPU's FP8 peak (model.ttft)
     mem_fraction: float = HBM_USABLE  # share of HBM the engine takes for weights + KV
+    # The KV pool as the engine sizes it (model.engine_kv_room_tokens: vLLM less its
+    # profile run and non-torch memory, SGLang less its context) instead of weights only;
+    # opt-in (docs/validation.md "KV pool check": the held-out pools do not settle it).
+    engine_pool: bool = False
+    max_num_seqs: int | None = None  # vLLM --max-num-seqs (None: its default on this GPU)
 
 
 def _raw_host_link(gpu: GpuSpec, tier: TierSpec) -> float:
@@ -187,9 +192,15 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         overheads = (cal.step_base_s, cal.step_per_token_s, cal.step_per_seq_s)
     engine_block = VLLM_BLOCK_TOKENS if policy == "vllm" else 16
     bs = sim_block_tokens(engine_block, prompt_p50)
-    room = M.kv_room_tokens(s.model, s.gpu, s.shape, s.mem_fraction)
     budget, seqs = vllm_defaults(s.gpu)
+    seqs = s.max_num_seqs or seqs
     chunk = s.chunk_tokens or M.default_chunk_tokens(s.gpu)
+    if s.engine_pool:
+        room = M.engine_kv_room_tokens(
+            s.model, s.gpu, s.shape, policy, s.mem_fraction,
+            (s.chunk_tokens or budget) if policy == "vllm" else chunk, seqs)
+    else:
+        room = M.kv_room_tokens(s.model, s.gpu, s.shape, s.mem_fraction)
     return Config(
         policy=policy, replicas=replicas, block_tokens=bs, engine_block_tokens=engine_block,
         blocks=max(1, int(room // bs)),
