@@ -132,3 +132,36 @@ def test_a_closed_stderr_too_keeps_the_exit_code():
     assert p.stdout is not None
     p.stdout.close()
     assert p.wait(timeout=120) == ExitCode.OK
+
+
+class _Panic(BaseException):
+    """What polars' pyo3 PanicException is: a BaseException, not an Exception."""
+
+
+@pytest.mark.parametrize("sig, code", [("SIGTERM", ExitCode.TERMINATED),
+                                       ("SIGINT", ExitCode.INTERRUPTED)])
+def test_a_signal_that_surfaces_as_another_base_exception_is_still_an_interruption(
+        sig, code, cli, trace, monkeypatch):
+    """The handler's KeyboardInterrupt raised inside native code (polars writing a CSV
+    through a Python file) can come back as a panic; the exit is still 143 / 130, no
+    traceback (seen once in tests/fuzz/test_kill.py: exit 99 for `hitrate --out`)."""
+    import os
+    import signal
+
+    def panic(*_a, **_k):
+        try:
+            os.kill(os.getpid(), getattr(signal, sig))
+        except KeyboardInterrupt as exc:
+            raise _Panic("KeyboardInterrupt in a native callback") from exc
+        raise AssertionError("the signal did not reach the handler")
+    monkeypatch.setattr("xmemplan.hitrate.analyze", panic)
+    r = cli("hitrate", trace)
+    assert r.code == code, (r.code, r.err[-800:])
+    assert "Traceback" not in r.err and "interrupted" in r.err
+
+
+def test_a_base_exception_without_a_signal_is_not_taken_for_one(cli, trace, monkeypatch):
+    """Without a signal, such an exception is a bug and is not turned into exit 130."""
+    monkeypatch.setattr("xmemplan.hitrate.analyze", _boom(_Panic("a real panic")))
+    with pytest.raises(_Panic):
+        cli("hitrate", trace)

@@ -200,6 +200,7 @@ def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
 STDOUT = "-"
 _LIVE: dict[str, int] = {}  # temporary files being written -> the pid that owns them
 _TERMINATED = [False]
+_SIGNALLED = [False]  # a SIGINT or SIGTERM reached this run's handler
 
 
 def _cannot(flag: str, path: Path | str, why: str, hint: str | None = None) -> UsageError:
@@ -287,6 +288,7 @@ def _on_signal(signum: int, frame: Any) -> None:
         os.kill(os.getpid(), signum)
         return
     remove_temporaries()
+    _SIGNALLED[0] = True
     if signum == signal.SIGTERM:
         _TERMINATED[0] = True
     raise KeyboardInterrupt
@@ -310,6 +312,11 @@ def terminated() -> bool:
     return _TERMINATED[0]
 
 
+def signalled() -> bool:
+    """Whether a SIGINT or SIGTERM reached the handler during this run."""
+    return _SIGNALLED[0]
+
+
 @contextlib.contextmanager
 def cleanup_on_signals() -> Iterator[None]:
     """While active (main thread only), SIGINT and SIGTERM remove the temporary outputs and
@@ -322,6 +329,7 @@ def cleanup_on_signals() -> Iterator[None]:
         return
     _LIVE_OWNER[0] = os.getpid()
     _TERMINATED[0] = False
+    _SIGNALLED[0] = False
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in old:
         signal.signal(s, _on_signal)

@@ -80,10 +80,20 @@ def run(argv: list[str] | None = None) -> int:
             # numpy's "Mean of empty slice" and "invalid value" warnings are about values the
             # commands already handle (NaN shown as '-'): not for the user's terminal.
             warnings.simplefilter("ignore", RuntimeWarning)
-        from xmemplan.jsonio import cleanup_on_signals, terminated
+        from xmemplan.jsonio import cleanup_on_signals, signalled, terminated
 
         with cleanup_on_signals():
-            code = _run(args)
+            try:
+                code = _run(args)
+            except BaseException as exc:
+                # The signal's KeyboardInterrupt raised inside a library's native code can
+                # come out as another BaseException (polars' pyo3 PanicException, seen once
+                # in the kill test while `hitrate --out` wrote its CSV), or a second signal
+                # can land in _run's own handler: still an interruption, not a traceback.
+                if isinstance(exc, SystemExit) or not signalled():
+                    raise
+                render.error(_INTERRUPTED)
+                code = 130  # ExitCode.INTERRUPTED
             if code == 130 and terminated():  # SIGTERM unwinds as Ctrl-C does; says so
                 return 143  # ExitCode.TERMINATED
             return code
