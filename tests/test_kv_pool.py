@@ -23,7 +23,7 @@ def test_vllm_pool_is_smaller_by_the_profile_runs_activations() -> None:
     assert M.engine_kv_room_tokens(m, g, M.ONE_GPU, "other", 0.75) == plain
 
 
-def test_the_fitted_constant_is_the_fit_and_the_check_runs() -> None:
+def test_the_check_runs_with_every_row_held_out() -> None:
     import subprocess
     import sys
     from pathlib import Path
@@ -31,8 +31,8 @@ def test_the_fitted_constant_is_the_fit_and_the_check_runs() -> None:
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, str(root / "benchmarks" / "kv_pool_check.py")],
                          capture_output=True, text=True, check=True).stdout
-    assert "(shipped 41.2: the fit)" in out
-    assert "held-out: 4 rows" in out
+    assert "held-out: 6 rows" in out and "fit:" not in out
+    assert "14 B per logit" in out
 
 
 def test_intermediate_sizes_follow_from_the_catalogs_counts() -> None:

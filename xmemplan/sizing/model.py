@@ -403,10 +403,13 @@ def kv_room_tokens(model: ModelSpec, gpu: GpuSpec, shape: Shape,
 #   (total - context) x mem_fraction_static - weights; activations and CUDA graphs live
 #   outside mem_fraction_static.
 ACTIVATION_BYTES = 2  # BF16 activations (the profile run's dtype for BF16 and FP8 models)
-# Bytes the dummy sampler run holds per logit (FP32 logits, their sort and indices, probs):
-# fitted on the one fit row of kv-pool.csv (Llama-3-8B, 1 H100, whose logged 1.26 GiB peak
-# is the sampler's: the same 1.26 GiB at TP 2, where the forward's share halves).
-VLLM_SAMPLER_BYTES_PER_LOGIT = 41.2
+# Bytes the dummy sampler run holds per logit at its peak, read in vLLM 0.33's sampler
+# (v1/sample/sampler.py, ops/topk_topp_sampler.py forward_native / random_sample): the BF16
+# logits (2 B, still referenced by _dummy_sampler_run), their FP32 copy (4), the softmax
+# probabilities (4) and the exponential noise (4; the division is in place). Top-k/top-p go
+# through the Triton kernel in place; FlashInfer's path holds less. Not fitted (a vLLM 0.6
+# log's 1.26 GiB on Llama-3-8B would give 41.2 B: that sampler also built log-probs).
+VLLM_SAMPLER_BYTES_PER_LOGIT = 14.0
 # Non-torch memory vLLM logs (PR 10511, Llama-3-8B on H100): 1.79 GiB on one GPU, 3.58 GiB
 # per GPU at TP 2 (NCCL and custom all-reduce buffers); used for TP 1 and TP > 1.
 VLLM_NON_TORCH_BYTES = (1.79 * 2**30, 3.58 * 2**30)
