@@ -269,27 +269,33 @@ def test_synthetic_export_replays_against_the_live_server(tmp_path):
     assert {c.name for c in res.classes} >= {"cold", "warm"}
 
 
+def _schedules(kind: str, requests: int):  # type: ignore[no-untyped-def]
+    """Three workloads (the post's, no system prompt, a short one) at three loads."""
+    for w in (POST, SyntheticWorkload(shared_system_prompt_length=0, num_users=4),
+              SyntheticWorkload(shared_system_prompt_length=63, osl=1, num_users=7,
+                                session_turns_mean=3)):
+        for load in (0.5, 3.0, 40.0):
+            yield w, load, (schedule(w, rate_rps=load, requests=requests) if kind == "qps"
+                            else schedule(w, concurrency=max(1, int(load)),
+                                          requests=requests))
+
+
 @pytest.mark.parametrize("kind", ["qps", "concurrency"])
 def test_unevicted_tier_hits_equal_the_lru_loop(kind: str) -> None:
     """tier_hits' array path (a tier that evicts nothing) gives the LRU loop's hits."""
     from xmemplan.sizing import synthetic as SY
 
-    for w in (POST, SyntheticWorkload(shared_system_prompt_length=0, num_users=4),
-              SyntheticWorkload(shared_system_prompt_length=63, osl=1, num_users=7,
-                                session_turns_mean=3)):
-        for load in (0.5, 3.0, 40.0):
-            s = (schedule(w, rate_rps=load, requests=600) if kind == "qps"
-                 else schedule(w, concurrency=max(1, int(load)), requests=600))
-            for page in (1, 16, 64):
-                order = np.argsort(s.ideal_send(), kind="stable")
-                sys_pages = (w.shared_system_prompt_length // page) * page
-                loop = SY._tier_hits_lru(s, order, sys_pages, math.inf, page)
-                fast = tier_hits(w, s, math.inf, page)
-                assert np.array_equal(loop, fast), (w, load, page)
-                # just below what the run writes, the loop (which may evict) answers
-                held = sys_pages + float((s.prompt + s.output).sum())
-                assert np.array_equal(tier_hits(w, s, held - 1, page),
-                                      SY._tier_hits_lru(s, order, sys_pages, held - 1, page))
+    for w, load, s in _schedules(kind, 600):
+        for page in (1, 16, 64):
+            order = np.argsort(s.ideal_send(), kind="stable")
+            sys_pages = (w.shared_system_prompt_length // page) * page
+            loop = SY._tier_hits_lru(s, order, sys_pages, math.inf, page)
+            fast = tier_hits(w, s, math.inf, page)
+            assert np.array_equal(loop, fast), (w, load, page)
+            # just below what the run writes, the loop (which may evict) answers
+            held = sys_pages + float((s.prompt + s.output).sum())
+            assert np.array_equal(tier_hits(w, s, held - 1, page),
+                                  SY._tier_hits_lru(s, order, sys_pages, held - 1, page))
 
 
 @pytest.mark.parametrize("kind", ["qps", "concurrency"])
@@ -298,20 +304,15 @@ def test_lru_kernel_equals_the_plain_python_lru(kind: str) -> None:
     from a little to nearly everything (sessions, the system prompt, both)."""
     from xmemplan.sizing import synthetic as SY
 
-    for w in (POST, SyntheticWorkload(shared_system_prompt_length=0, num_users=4),
-              SyntheticWorkload(shared_system_prompt_length=63, osl=1, num_users=7,
-                                session_turns_mean=3)):
-        for load in (0.5, 3.0, 40.0):
-            s = (schedule(w, rate_rps=load, requests=400) if kind == "qps"
-                 else schedule(w, concurrency=max(1, int(load)), requests=400))
-            for page in (1, 64):
-                order = np.argsort(s.ideal_send(), kind="stable")
-                sys_pages = (w.shared_system_prompt_length // page) * page
-                one = float((s.prompt + s.output).max())
-                evicted = 0
-                for cap in (0.0, 0.5 * one, one, 3 * one, 20 * one):
-                    loop = SY._tier_hits_lru(s, order, sys_pages, cap, page)
-                    fast = tier_hits(w, s, cap, page)
-                    assert np.array_equal(loop, fast), (w, load, page, cap)
-                    evicted += int(cap < sys_pages + float((s.prompt + s.output).sum()))
-                assert evicted >= 3  # the cases really evict
+    for w, load, s in _schedules(kind, 400):
+        for page in (1, 64):
+            order = np.argsort(s.ideal_send(), kind="stable")
+            sys_pages = (w.shared_system_prompt_length // page) * page
+            one = float((s.prompt + s.output).max())
+            evicted = 0
+            for cap in (0.0, 0.5 * one, one, 3 * one, 20 * one):
+                loop = SY._tier_hits_lru(s, order, sys_pages, cap, page)
+                fast = tier_hits(w, s, cap, page)
+                assert np.array_equal(loop, fast), (w, load, page, cap)
+                evicted += int(cap < sys_pages + float((s.prompt + s.output).sum()))
+            assert evicted >= 3  # the cases really evict

@@ -337,6 +337,35 @@ def _heap_pop(h_time: np.ndarray, h_node: np.ndarray, size: int) -> int:
 
 
 @njit(cache=True, inline="always")
+def _find(tb: np.ndarray, epoch: int, mask: int, node: int, k: int) -> tuple[int, int]:
+    """Child table: (child of `node` by first key `k`, or EMPTY; the slot it ends at)."""
+    sl = _slot(node, k, mask)
+    while tb[sl, TE] == epoch:
+        if tb[sl, TN] == node and tb[sl, TK] == k:
+            return tb[sl, TC], sl
+        sl = (sl + 1) & mask
+    return EMPTY, sl
+
+
+@njit(cache=True, inline="always")
+def _split(nd: np.ndarray, tb: np.ndarray, epoch: int, mask: int, keys: np.ndarray,
+           sl: int, child: int, m: int, mid: int) -> None:
+    """Split `child` (found at slot `sl`) after its first `m` keys: new node `mid` holds
+    them (one child, locks as `child`'s), `child` keeps the rest below it."""
+    nd[mid, ES] = nd[child, ES]
+    nd[mid, EL] = m
+    nd[mid, PA] = nd[child, PA]
+    nd[mid, LK] = nd[child, LK]
+    nd[mid, NC] = 1
+    nd[mid, AL] = 1
+    tb[sl, TC] = mid
+    nd[child, ES] += m
+    nd[child, EL] -= m
+    nd[child, PA] = mid
+    _put(tb, epoch, mask, mid, keys[nd[child, ES]], child)
+
+
+@njit(cache=True, inline="always")
 def _put(tb: np.ndarray, epoch: int, mask: int, node: int, k: int, child: int) -> None:
     """Child table: (node, k) -> child, reusing the slot of an evicted (node, k) child."""
     sl = _slot(node, k, mask)
@@ -386,13 +415,7 @@ def _walk(
     pos = 0
     while pos < n_walk:
         k = keys[s + pos]
-        sl = _slot(node, k, mask)
-        child = EMPTY
-        while tb[sl, TE] == epoch:
-            if tb[sl, TN] == node and tb[sl, TK] == k:
-                child = tb[sl, TC]
-                break
-            sl = (sl + 1) & mask
+        child, sl = _find(tb, epoch, mask, node, k)
         if child == EMPTY:
             break
         nd[child, ST] = t
@@ -406,20 +429,9 @@ def _walk(
                 hsize = _heap_push(h_time, h_node, hsize, t, child)
             mid = n_nodes
             n_nodes += 1
-            nd[mid, ES] = nd[child, ES]
-            nd[mid, EL] = m
-            nd[mid, PA] = nd[child, PA]
-            nd[mid, LK] = nd[child, LK]
+            _split(nd, tb, epoch, mask, keys, sl, child, m, mid)
             nd[mid, ST] = clock
             clock += 1
-            nd[mid, NC] = 1
-            nd[mid, AL] = 1
-            tb[sl, TC] = mid
-            nd[child, ES] += m
-            nd[child, EL] -= m
-            nd[child, PA] = mid
-            _put(tb, epoch, mask, mid, keys[nd[child, ES]],
-                 child)
             node = mid
             break
         node = child
@@ -474,13 +486,7 @@ def _checkpoint(
         pos = protected_pos
     while pos < key_n:
         k = keys[ss + pos]
-        sl = _slot(node, k, mask)
-        child = EMPTY
-        while tb[sl, TE] == epoch:
-            if tb[sl, TN] == node and tb[sl, TK] == k:
-                child = tb[sl, TC]
-                break
-            sl = (sl + 1) & mask
+        child, sl = _find(tb, epoch, mask, node, k)
         if child == EMPTY:
             break
         length = nd[child, EL]
@@ -489,18 +495,7 @@ def _checkpoint(
         if m < length:  # split: the upper part is on the path, the rest keeps t_a
             mid = n_nodes
             n_nodes += 1
-            nd[mid, ES] = nd[child, ES]
-            nd[mid, EL] = m
-            nd[mid, PA] = nd[child, PA]
-            nd[mid, LK] = nd[child, LK]
-            nd[mid, NC] = 1
-            nd[mid, AL] = 1
-            tb[sl, TC] = mid
-            nd[child, ES] += m
-            nd[child, EL] -= m
-            nd[child, PA] = mid
-            _put(tb, epoch, mask, mid, keys[nd[child, ES]],
-                 child)
+            _split(nd, tb, epoch, mask, keys, sl, child, m, mid)
             nd[child, ST] = t_a
             if nd[child, NC] == 0 and nd[child, LK] == 0:
                 hsize = _heap_push(h_time, h_node, hsize, t_a, child)

@@ -17,6 +17,7 @@ from xmemplan.sizing.routing import (
     SESSION,
     SGLANG,
 )
+from xmemplan.sizing.sim import _heap_pop, _heap_push  # the engine loop's heap too
 
 __all__ = ["DYNAMO", "LEAST_LOADED", "LLMD", "LLMD_PRECISE", "RANDOM", "ROUND_ROBIN",
            "SESSION", "SGLANG", "draw", "place_kernel"]
@@ -113,42 +114,6 @@ def _lru_ranks(cold_tick, rank, R):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _hpush(ht, hi, n, t, i):  # noqa: ANN001, ANN202
-    k = n
-    ht[k] = t
-    hi[k] = i
-    while k > 0:
-        p = (k - 1) >> 1
-        if ht[p] < ht[k] or (ht[p] == ht[k] and hi[p] < hi[k]):
-            break
-        ht[p], ht[k] = ht[k], ht[p]
-        hi[p], hi[k] = hi[k], hi[p]
-        k = p
-    return n + 1
-
-
-@njit(cache=True)
-def _hpop(ht, hi, n):  # noqa: ANN001, ANN202
-    n -= 1
-    ht[0] = ht[n]
-    hi[0] = hi[n]
-    k = 0
-    while True:
-        a = 2 * k + 1
-        if a >= n:
-            break
-        c = a
-        if a + 1 < n and (ht[a + 1] < ht[a] or (ht[a + 1] == ht[a] and hi[a + 1] < hi[a])):
-            c = a + 1
-        if ht[k] < ht[c] or (ht[k] == ht[c] and hi[k] < hi[c]):
-            break
-        ht[k], ht[c] = ht[c], ht[k]
-        hi[k], hi[c] = hi[c], hi[k]
-        k = c
-    return n
-
-
-@njit(cache=True)
 def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # noqa: ANN001, ANN201, PLR0913, PLR0912, PLR0915
                  n_groups, n_keys, replicas, router, hbm_tokens, tier_of, tier_tokens,
                  par):
@@ -205,7 +170,7 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
         t = arrival[i]
         while nh > 0 and ht[0] <= t:
             j = hi[0]
-            nh = _hpop(ht, hi, nh)
+            nh = _heap_pop(ht, hi, nh)
             r = rep[j]
             out_n[r] -= 1.0
             out_tok[r] -= prompt[j] + output[j]
@@ -364,7 +329,7 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
             cold_tick[r] = tick
         out_n[r] += 1.0
         out_tok[r] += S + output[i]
-        nh = _hpush(ht, hi, nh, t + hold[i], i)
+        nh = _heap_push(ht, hi, nh, t + hold[i], i)
     return rep, h_hbm, h_tier
 
 

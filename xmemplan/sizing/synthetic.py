@@ -40,6 +40,7 @@ import numpy as np
 from numba import njit
 
 from xmemplan.errors import UsageError
+from xmemplan.sizing.engine.pool import dl_append, dl_remove
 
 __all__ = ["SyntheticWorkload", "Schedule", "schedule", "tier_hits", "aiperf_command"]
 
@@ -222,15 +223,14 @@ def _lru_kernel(order: np.ndarray, turn: np.ndarray, sess: np.ndarray, prev: np.
                 prompt: np.ndarray, output: np.ndarray, sys_pages: float, capacity: float,
                 page: float) -> np.ndarray:  # pragma: no cover - numba
     """`_tier_hits_lru` as a kernel (a test compares them): slot 0 is the system prompt,
-    slot 1 + s session s, in one doubly linked list, least recently used at the head."""
+    slot 1 + s session s, in one of the engine's intrusive lists (`pool.dl_*`), least
+    recently used at the head."""
     n = len(order)
     slots = (int(sess.max()) + 2) if n else 1
-    nxt = np.full(slots, -1, np.int64)
-    prv = np.full(slots, -1, np.int64)
+    links = np.full((slots, 2), -1, np.int64)  # (previous, next) per slot
+    ends = np.full((1, 2), -1, np.int64)  # (head, tail)
     size = np.zeros(slots)
     held_in = np.zeros(slots, np.bool_)
-    head = -1
-    tail = -1
     held = 0.0
     hits = np.zeros(n)
     seen_sys = False
@@ -241,43 +241,24 @@ def _lru_kernel(order: np.ndarray, turn: np.ndarray, sess: np.ndarray, prev: np.
         h = base
         if turn[i] > 0 and held_in[slot]:
             j = prev[i]
-            prior = math.floor((prompt[j] + output[j]) / page) * page
-            h = max(base, prior)
+            h = max(base, math.floor((prompt[j] + output[j]) / page) * page)
         hits[i] = min(h, prompt[i] - 1.0)
-        for step in range(2):
+        for step in range(2):  # the system prompt, then this session: most recent last
             ent = 0 if step == 0 else slot
             sz = sys_pages if step == 0 else prompt[i] + output[i]
             if sz <= 0:
                 continue
-            if held_in[ent]:  # unlink
+            if held_in[ent]:
                 held -= size[ent]
-                a, b = prv[ent], nxt[ent]
-                if a >= 0:
-                    nxt[a] = b
-                else:
-                    head = b
-                if b >= 0:
-                    prv[b] = a
-                else:
-                    tail = a
-            prv[ent] = tail  # append at the tail (most recent)
-            nxt[ent] = -1
-            if tail >= 0:
-                nxt[tail] = ent
-            else:
-                head = ent
-            tail = ent
+                dl_remove(links, ends, 0, ent, 0, 1, 0, 1)
+            dl_append(links, ends, 0, ent, 0, 1, 0, 1)
             held_in[ent] = True
             size[ent] = sz
             held += sz
         seen_sys = True
-        while held > capacity and head >= 0:
-            e = head
-            head = nxt[e]
-            if head >= 0:
-                prv[head] = -1
-            else:
-                tail = -1
+        while held > capacity and ends[0, 0] >= 0:
+            e = ends[0, 0]
+            dl_remove(links, ends, 0, e, 0, 1, 0, 1)
             held_in[e] = False
             held -= size[e]
     return hits

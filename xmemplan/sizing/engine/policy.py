@@ -130,14 +130,21 @@ def allocate(P, RI, keys, rb, r, i, new_tokens, nhit, bs, caching):  # noqa: ANN
 
 
 @njit(cache=True, inline="always")
-def cache_full(P, RI, keys, rb, r, i, computed, bs):  # noqa: ANN001, ANN201
-    """Make request i's full blocks up to `computed` tokens findable."""
+def _full_blocks(RI, i, computed, bs):  # noqa: ANN001, ANN202
+    """Request i's blocks that are full at `computed` tokens and have a key (cacheable)."""
     full = computed // bs
     nt = ntokens(RI, i) // bs
     if full > nt:
         full = nt
     if full > RI[i, R_KN]:
         full = RI[i, R_KN]
+    return full
+
+
+@njit(cache=True, inline="always")
+def cache_full(P, RI, keys, rb, r, i, computed, bs):  # noqa: ANN001, ANN201
+    """Make request i's full blocks up to `computed` tokens findable."""
+    full = _full_blocks(RI, i, computed, bs)
     for j in range(RI[i, R_NCACHED], full):
         pool_cache(P, r, rb[RI[i, R_RBOFF] + j], keys[RI[i, R_KOFF] + j])
     if full > RI[i, R_NCACHED]:
@@ -153,13 +160,7 @@ def _no_alloc(RI, i, new, bs, caching):  # noqa: ANN001, ANN202
         return False
     if not caching or RI[i, R_CACHEABLE] == 0:
         return True
-    full = c // bs
-    nt = ntokens(RI, i) // bs
-    if full > nt:
-        full = nt
-    if full > RI[i, R_KN]:
-        full = RI[i, R_KN]
-    return full <= RI[i, R_NCACHED]
+    return _full_blocks(RI, i, c, bs) <= RI[i, R_NCACHED]
 
 
 @njit(cache=True, inline="always")

@@ -173,14 +173,7 @@ def dl_append(X, L, r, i, PREV, NEXT, HEAD, TAIL):  # noqa: ANN001, ANN201
 
 @njit(cache=True, inline="always")
 def dl_prepend(X, L, r, i, PREV, NEXT, HEAD, TAIL):  # noqa: ANN001, ANN201
-    h = L[r, HEAD]
-    X[i, NEXT] = h
-    X[i, PREV] = NONE
-    if h >= 0:
-        X[h, PREV] = i
-    else:
-        L[r, TAIL] = i
-    L[r, HEAD] = i
+    dl_append(X, L, r, i, NEXT, PREV, TAIL, HEAD)  # the same list read backwards
 
 
 @njit(cache=True, inline="always")
