@@ -102,6 +102,16 @@ def _requests(n: int, groups: int, seed: int) -> tuple[list[str], RT.Stream]:
     return texts, s
 
 
+def _all_registered(port: int, workers: int) -> bool:
+    """Whether the router lists all `workers` workers as healthy (its GET /workers)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/workers", timeout=5) as r:
+            listed = json.loads(r.read()).get("workers", [])
+    except (OSError, ValueError):
+        return False
+    return len(listed) == workers and all(w.get("is_healthy", True) for w in listed)
+
+
 def _route_with_real_router(texts: list[str], workers: int, threshold: float,
                             policy: str = "cache_aware", hold: bool = False,
                             extra: tuple[str, ...] = ()) -> list[int]:
@@ -137,6 +147,12 @@ def _route_with_real_router(texts: list[str], workers: int, threshold: float,
                 if time.time() > deadline or proc.poll() is not None:
                     pytest.fail("the sglang router did not start")
                 time.sleep(0.3)
+        # It serves once one worker is up; the others may register a moment later, which
+        # moves round robin's order mid-run (seen once in CI: [1, 1, 2] for 3 workers).
+        while not _all_registered(rport, workers):
+            if time.time() > deadline:
+                pytest.fail(f"the sglang router did not register its {workers} workers")
+            time.sleep(0.1)
         _Worker.seen.clear()
         _Worker.release.clear()
         threads = []
