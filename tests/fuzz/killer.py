@@ -42,8 +42,13 @@ def _child(argv: list[str], cwd: str) -> None:
         code = run(argv)
     except KeyboardInterrupt:  # SIGINT before run() took the signals: nothing written yet
         code = 130
-    except BaseException:  # noqa: BLE001 - the exit status says it
+    except BaseException:  # noqa: BLE001 - the exit status says it; the stack is kept
         code = 99
+        if os.environ.get("KILLER_ESCAPED"):  # a folder: what escaped run(), for the test
+            import traceback
+
+            Path(os.environ["KILLER_ESCAPED"], f"escaped.{os.getpid()}").write_text(
+                traceback.format_exc())
     os._exit(int(code))
 
 
@@ -98,14 +103,23 @@ def main() -> int:
     rnd = random.Random(spec.get("seed", 1))
     versions = Path(spec["versions"])
     versions.mkdir(exist_ok=True)
+    escaped = Path(spec["versions"]).parent / "escaped"
+    escaped.mkdir(exist_ok=True)
+    os.environ["KILLER_ESCAPED"] = str(escaped)
     code, whole = _once(argv, cwd, None, 0.0)  # the previous output, and how long a run takes
     result = {"first": {"code": code, "seconds": whole, **_state(output, versions)}, "runs": []}
     for i in range(spec.get("runs", 50)):
         sig = signal.SIGTERM if i % 2 == 0 else signal.SIGINT
         delay = rnd.uniform(0.0, 1.05 * whole)
         code, took = _once(argv, cwd, sig, delay)
-        result["runs"].append({"signal": int(sig), "delay": delay, "code": code,
-                               "seconds": took, **_state(output, versions)})
+        run = {"signal": int(sig), "delay": delay, "code": code, "seconds": took,
+               **_state(output, versions)}
+        if code == 99:  # the exception run() let out, named in the test's failure
+            logs = sorted(escaped.glob("escaped.*"))
+            run["escaped"] = logs[-1].read_text()[-2000:] if logs else ""
+            for f in logs:
+                f.unlink()
+        result["runs"].append(run)
     Path(sys.argv[2]).write_text(json.dumps(result))
     return 0
 
