@@ -165,3 +165,23 @@ def test_a_base_exception_without_a_signal_is_not_taken_for_one(cli, trace, monk
     monkeypatch.setattr("xmemplan.hitrate.analyze", _boom(_Panic("a real panic")))
     with pytest.raises(_Panic):
         cli("hitrate", trace)
+
+
+def test_a_ctrl_c_while_the_cli_imports_is_an_interruption(cli, monkeypatch):
+    """A KeyboardInterrupt that Python wraps (a RuntimeError from __set_name__ while a
+    module imports, before the CLI's handlers are in place) still exits 130, no traceback;
+    the same RuntimeError without one is not taken for it (the kill test's exit 99 case)."""
+    from xmemplan.cli import main as M
+
+    def importing(_args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as ki:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance") from ki
+    monkeypatch.setattr(M, "_run_with_signals", importing)
+    r = cli("hitrate", "x")
+    assert r.code == ExitCode.INTERRUPTED and "interrupted" in r.err
+    assert "Traceback" not in r.err
+    monkeypatch.setattr(M, "_run_with_signals", _boom(RuntimeError("a real bug")))
+    with pytest.raises(RuntimeError):
+        cli("hitrate", "x")

@@ -65,6 +65,20 @@ _INTERRUPTED = "interrupted. Outputs are replaced only whole: no file was left h
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (see `xmemplan.errors` for the table)."""
     args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _run_with_signals(args)
+    except BaseException as exc:
+        # A Ctrl-C while the CLI still imports (before its handlers are in place) can come
+        # out wrapped: Python turns a KeyboardInterrupt inside a class body's __set_name__
+        # into a RuntimeError (seen in the kill test: rich.progress imported 19 ms in).
+        if isinstance(exc, SystemExit) or not (isinstance(exc, KeyboardInterrupt)
+                                                or _during_interrupt(exc)):
+            raise
+        sys.stderr.write(f"xmemplan: {_INTERRUPTED}\n")
+        return 130  # ExitCode.INTERRUPTED
+
+
+def _run_with_signals(args: list[str]) -> int:
     _state["debug"] = "--debug" in args
     from xmemplan.cli import invocation
 
@@ -136,7 +150,10 @@ def _run(args: list[str]) -> int:
         render.error(exc.render())
         return exc.exit_code
     except Exception as exc:  # a bug: say so, keep the traceback for --debug
-        if _during_interrupt(exc):  # cleanup that failed while Ctrl-C unwound: still Ctrl-C
+        from xmemplan.jsonio import signalled
+
+        # cleanup that failed while Ctrl-C unwound, or anything after a signal: still Ctrl-C
+        if _during_interrupt(exc) or signalled():
             render.error(_INTERRUPTED)
             return errors.ExitCode.INTERRUPTED
         if _state["debug"]:
@@ -184,14 +201,17 @@ def _takes_value(flag: str) -> bool:
 
 
 def _during_interrupt(exc: BaseException) -> bool:
-    """Whether `exc` was raised while a KeyboardInterrupt was being handled."""
+    """Whether `exc` was raised while a KeyboardInterrupt was being handled, or from one."""
     seen: set[int] = set()
-    cur: BaseException | None = exc.__context__
-    while cur is not None and id(cur) not in seen:
+    todo: list[BaseException | None] = [exc.__context__, exc.__cause__]
+    while todo:
+        cur = todo.pop()
+        if cur is None or id(cur) in seen:
+            continue
         if isinstance(cur, KeyboardInterrupt):
             return True
         seen.add(id(cur))
-        cur = cur.__context__
+        todo += [cur.__context__, cur.__cause__]
     return False
 
 
