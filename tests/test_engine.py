@@ -22,7 +22,15 @@ from xmemplan.sizing.engine.pool import (
     pool_touch,
 )
 from xmemplan.sizing.engine.reference import PoolRef, replay_reference
-from xmemplan.sizing.engine.steptime import N_T, compute_time, overhead_time, steptime_reference
+from xmemplan.sizing.engine.steptime import (
+    N_T,
+    T_DEC,
+    T_FLOOR_MAX,
+    compute_time,
+    overhead_time,
+    pass_time,
+    steptime_reference,
+)
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -103,21 +111,27 @@ def test_pool_evicts_least_recently_freed_tail_first() -> None:
 @given(pieces=st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 50000), st.booleans(),
                                  st.booleans(), st.integers(1, 60000)), min_size=1,
                        max_size=8),
-       tv=st.lists(st.floats(0, 1e-3), min_size=N_T, max_size=N_T))
+       tv=st.lists(st.floats(0, 1e-3), min_size=N_T, max_size=N_T),
+       floor_max=st.booleans(), decode_run=st.booleans())
 @SETTINGS
 def test_steptime_kernel_matches_reference(pieces: list[tuple[Any, ...]],
-                                           tv: list[float]) -> None:
+                                           tv: list[float], floor_max: bool,
+                                           decode_run: bool) -> None:
     tp = np.array(tv)
     tp[5] = 3e12  # HBM bytes/s
     tp[4] = 0.9  # expert miss
     tp[2], tp[3] = 1e9, 3e10
+    tp[T_FLOOR_MAX] = 1.0 if floor_max else 0.0  # the floor as a minimum, or an overhead
+    tp[T_DEC] *= 30.0  # a floor that can exceed the roofline of the drawn step
+    if decode_run:  # a decode step: one token per request, no prefill piece
+        pieces = [(1, s0, False, False, pr) for _, s0, _, _, pr in pieces]
     tok = sum(k for k, *_ in pieces)
     lin = sum(tp[0] * k for k, *_ in pieces)
     attn = sum(tp[1] * ((s0 + k) ** 2 - s0 ** 2) for k, s0, *_ in pieces)
     kv = sum((s0 + k) * tp[6] for k, s0, *_ in pieces)
     pre = any(p for _, _, p, _, _ in pieces)
     starts = [pr for _, _, _, s, pr in pieces if s]
-    c = compute_time(float(tok), lin, attn, kv, tp)
+    c = pass_time(compute_time(float(tok), lin, attn, kv, tp), pre, tp)
     f = overhead_time(float(tok), float(len(pieces)), pre, len(starts), float(sum(starts)), tp)
     rc, rf = steptime_reference([tuple(map(float, p[:2])) + p[2:4] + (float(p[4]),)
                                  for p in pieces], list(tp))
@@ -286,10 +300,15 @@ def _loaded(policy: str, blocks: int, seed: int) -> tuple[Requests, Config]:
 
 @pytest.mark.parametrize("policy", ["vllm", "sglang"])
 @pytest.mark.parametrize("blocks", [150, 2000])
-def test_decode_runs_equal_one_step_per_event(policy: str, blocks: int) -> None:
+@pytest.mark.parametrize("floor", ["add", "max"])
+def test_decode_runs_equal_one_step_per_event(policy: str, blocks: int, floor: str) -> None:
     """Runs of decode steps priced in one event give the times of stepping one by one
-    (the trace mode steps one by one), with and without KV pressure."""
+    (the trace mode steps one by one), with and without KV pressure, with the layer floor
+    as an overhead or as the pass's minimum (a floor above some steps' roofline, and an
+    MoE fixed time)."""
     req, cfg = _loaded(policy, blocks, blocks)
+    if floor == "max":
+        cfg = cfg.replace(floor_rule="max", decode_fixed_s=0.0006, moe_fixed_s=1e-4)
     a, *_ = run(req, cfg)
     b, *_ = run(req, cfg, trace_rows=2, step_rows=2)
     assert a.steps == b.steps

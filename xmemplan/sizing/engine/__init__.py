@@ -79,10 +79,12 @@ from xmemplan.sizing.engine.steptime import (
     T_ATTN,
     T_BASE,
     T_DEC,
+    T_FLOOR_MAX,
     T_HBM,
     T_KVB,
     T_LIN,
     T_MISS,
+    T_MOE,
     T_PASS,
     T_PER_SEQ,
     T_PER_TOK,
@@ -132,6 +134,12 @@ class Config:
     per_prompt_token_s: float = 0.0
     pass_fixed_s: float = 0.0
     decode_fixed_s: float = 0.0
+    # the MoE kernels' fixed time of a pass (routing, block alignment, the expert GEMMs'
+    # launches and tails: the intercept of fused-MoE kernel time against expert bytes)
+    moe_fixed_s: float = 0.0
+    # the layer floor (pass_fixed_s, decode_fixed_s) as the pass's minimum ("max") instead
+    # of an overhead on top of its roofline ("add")
+    floor_rule: str = "add"
     base_s: float = 0.0
     per_token_s: float = 0.0
     per_seq_s: float = 0.0
@@ -177,6 +185,10 @@ class Config:
         tp[T_TOKOVH] = self.per_prompt_token_s
         tp[T_PASS] = self.pass_fixed_s
         tp[T_DEC] = self.decode_fixed_s
+        tp[T_MOE] = self.moe_fixed_s
+        if self.floor_rule not in ("add", "max"):
+            raise UsageError(f"engine: unknown floor rule '{self.floor_rule}'", "use add or max")
+        tp[T_FLOOR_MAX] = 1.0 if self.floor_rule == "max" else 0.0
         tp[T_BASE] = self.base_s
         tp[T_PER_TOK] = self.per_token_s
         tp[T_PER_SEQ] = self.per_seq_s

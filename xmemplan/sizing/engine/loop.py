@@ -78,10 +78,12 @@ from xmemplan.sizing.engine.steptime import (
     T_HBM,
     T_KVB,
     T_MISS,
+    T_MOE,
     T_WDENSE,
     T_WEXP,
     compute_time,
     overhead_time,
+    pass_time,
 )
 from xmemplan.sizing.sim import (
     _add_flow,
@@ -117,10 +119,12 @@ RETRACT_DECODE_STEPS = 20
 
 @njit(cache=True)
 def _lin_w(tok, lin_t, tp):  # noqa: ANN001, ANN202
-    """The linear part of compute_time: max(linear FLOP time, weight byte time)."""
+    """The linear part of compute_time: max(linear FLOP time, weight byte time), and the
+    MoE kernels' fixed time."""
     wb = tp[T_WDENSE] + tp[T_WEXP] * (1.0 - tp[T_MISS] ** tok) if tok > 0 else 0.0
     w_t = wb / tp[T_HBM]
-    return lin_t if lin_t >= w_t else w_t
+    moe = tp[T_MOE] if tok > 0 else 0.0
+    return (lin_t if lin_t >= w_t else w_t) + moe
 
 
 @njit(cache=True, inline="always")
@@ -349,7 +353,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                     RO[x, O_START] = now
                     starts += 1
                     start_tok += RI[x, R_PROMPT]
-            comp = compute_time(float(tok), lin_t, attn_t, kv_read, tp)
+            comp = pass_time(compute_time(float(tok), lin_t, attn_t, kv_read, tp), prefill, tp)
             fixed = overhead_time(float(tok), float(nseq), prefill, starts, start_tok, tp)
             rcomp[r] = comp
             rfixed[r] = fixed
@@ -443,7 +447,8 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                         rtok[r] = tok
                         d = 0.0
                         for jj in range(1, K):
-                            d = fixed + lw + _attn_j(attn_t, kv_read / tp[T_HBM], jj, da, dk)
+                            d = fixed + pass_time(
+                                lw + _attn_j(attn_t, kv_read / tp[T_HBM], jj, da, dk), False, tp)
                             e += d
                         rK[r] = K
                         rlast[r] = d
@@ -531,7 +536,8 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                 jj = 1
                 d = 0.0
                 while jj < rK[r] and e <= now:
-                    d = rfixed[r] + rLW[r] + _attn_j(rA0[r], rKV0[r], jj, rDA[r], rDK[r])
+                    d = rfixed[r] + pass_time(
+                        rLW[r] + _attn_j(rA0[r], rKV0[r], jj, rDA[r], rDK[r]), False, tp)
                     e += d
                     jj += 1
                 if jj < rK[r]:
