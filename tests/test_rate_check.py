@@ -25,7 +25,8 @@ def test_every_row_is_read_with_its_run_and_rates_in_file_order() -> None:
     assert points and all(p.run in runs for p in points)
     for run in runs.values():
         assert len(run.rates) == len(set(run.rates))
-        assert run.requests >= 1 and run.prompt_mean > 0 and run.output_mean > 0
+        assert all(n >= 1 for _, n in run.stages)
+        assert run.prompt_mean > 0 and run.output_mean > 0
     assert {p.quantity for p in points} <= set(rc.QUANTITIES)
 
 
@@ -40,7 +41,7 @@ def test_the_table_runs_on_one_point_and_a_far_measurement_is_reported_outside()
     rows = rc.rows_for([far, near], runs, seeds=1)
     assert [r.within for r in rows] == [False, True]
     text = rc.table(rows, 1)
-    assert text[0].startswith("FAIL: TTFT within 30% at 1 of 2 unseen points")
+    assert text[0].startswith("FAIL: TTFT within 30% at 1/2 unseen points")
     assert "outside" in text[3] and "outside" not in text[4]
     assert all(len(line) <= 80 for line in text)
 
