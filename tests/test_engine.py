@@ -4,6 +4,7 @@ references (Hypothesis), and the behaviours the engines show under KV pressure."
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -331,11 +332,16 @@ def test_hbm_hits_are_an_outcome_of_pool_pressure() -> None:
 @pytest.mark.parametrize("policy", ["sglang", "vllm"])
 @pytest.mark.parametrize("tier", ["host", "xmem"])
 @pytest.mark.parametrize(("prompt", "hit"), [(2000, 0), (16000, 0), (64000, 62000),
-                                             (100000, 99000), (40000, 20000)])
+                                             (100000, 99000), (40000, 20000),
+                                             (30000, 29984)])
+@pytest.mark.parametrize("floor", ["add", "max"])
 def test_one_request_alone_is_the_model(policy: str, tier: str, prompt: int,
-                                        hit: int) -> None:
+                                        hit: int, floor: str) -> None:
     """The engine prices one request alone as model.ttft does (the calibrated
-    single-request model): SGLang's layer overlap, vLLM's load-then-compute."""
+    single-request model): SGLang's layer overlap, vLLM's load-then-compute; with the
+    layer floor as an overhead or as the pass's minimum and an MoE fixed time ("max":
+    the opt-in calibration keys floor_rule and moe_layer_latency)."""
+
     from xmemplan.catalog import load_catalog
     from xmemplan.sizing import model as M
     from xmemplan.sizing.sim import Traffic
@@ -347,6 +353,9 @@ def test_one_request_alone_is_the_model(policy: str, tier: str, prompt: int,
               overlap="layer" if policy == "sglang" else "sum",
               transfer=M.SGLANG_HICACHE if policy == "sglang" else M.VLLM_OFFLOAD,
               calibration=M.calibration_for(cat, policy))
+    if floor == "max":
+        s = replace(s, calibration=replace(s.calibration, floor_rule="max",
+                                           layer_latency_s=2e-4, moe_layer_latency_s=3e-5))
     cfg = config_for(s, replicas=1, nodes=1, load_tier=tier, policy=policy,
                      prompt_p50=prompt, tier_write=False)
     tr = Traffic(np.zeros(1), np.array([float(prompt)]))
@@ -355,3 +364,32 @@ def test_one_request_alone_is_the_model(policy: str, tier: str, prompt: int,
     r, *_ = run(er, cfg)
     # vLLM loads whole 16-token blocks: up to 15 more tokens computed than the model's
     assert r.ttft[0] == pytest.approx(single_request_ttft(s, prompt, hit, tier), rel=0.01)
+
+
+def test_floor_rule_and_moe_latency_overlay(tmp_path: Any) -> None:
+    """The step-pricing keys reach the calibration through a catalog overlay
+    ([calibration.ENGINE] floor_rule, moe_layer_latency); a bad rule names its field."""
+    from xmemplan.catalog import load_catalog
+    from xmemplan.errors import InputError
+    from xmemplan.sizing import model as M
+
+    p = tmp_path / "o.toml"
+    p.write_text('[calibration.vllm]\nsource = "test"\nfloor_rule = "max"\n'
+                 'moe_layer_latency = "29us"\n')
+    cal = M.calibration_for(load_catalog([p]), "vllm")
+    assert cal.floor_rule == "max"
+    assert cal.moe_layer_latency_s == pytest.approx(29e-6)
+    assert M.calibration_for(load_catalog([p]), "sglang").floor_rule == "add"
+    cat = load_catalog()
+    m, g = cat.model("qwen3-30b-a3b"), cat.gpu("a100-sxm")
+    roof = M.compute_seconds(m, g, 129, 128, replace(cal, layer_latency_s=0.0))
+    assert float(M.compute_seconds(m, g, 129, 128, cal)) == pytest.approx(
+        max(float(roof), m.layers * cal.layer_latency_s))
+    dense = cat.model("llama-3.1-8b")
+    assert M.moe_pass_seconds(dense, cal) == 0.0
+    assert M.moe_pass_seconds(m, cal) == pytest.approx(m.layers * 29e-6)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[calibration.vllm]\nsource = "test"\nfloor_rule = "min"\n')
+    with pytest.raises(InputError) as info:
+        load_catalog([bad])
+    assert info.value.field == "floor_rule"

@@ -236,6 +236,8 @@ _CALIBRATION_FIELDS: dict[str, tuple[Callable[[Any], Any], bool]] = {
     "hbm_efficiency": (_eta, False),
     "host_efficiency": (_eta, False),
     "layer_latency": (_time, False),
+    "moe_layer_latency": (_time, False),
+    "floor_rule": (_choice("add", "max"), False),
     "step_base": (_time, False),
     "step_per_token": (_time, False),
     "step_per_seq": (_time, False),
@@ -357,7 +359,8 @@ def _build(kind: str, name: str, raw: _Raw) -> Any:
         return CalibrationSpec(
             engine=name, source=values["source"], origin=origin,
             values={k: float(v) for k, v in values.items()
-                    if k not in ("display_name", "source", "aliases")},
+                    if k not in ("display_name", "source", "aliases", "floor_rule")},
+            rules={k: str(values[k]) for k in ("floor_rule",) if k in values},
         )
     if kind == "model":
         attention = values["attention"]

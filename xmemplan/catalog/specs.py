@@ -197,7 +197,8 @@ class CalibrationSpec:
 
     `values` keys (SI units): eta_linear, eta_attention, fixed_overhead (s),
     per_token_overhead (s), host_bandwidth (B/s), xmem_bandwidth (B/s), step_base,
-    step_per_token, step_per_seq (s: the engine's step overheads), points.
+    step_per_token, step_per_seq (s: the engine's step overheads), layer_latency,
+    moe_layer_latency (s), points; `rules` the text ones: floor_rule ("add" or "max").
     `xmemplan.sizing.model.calibration_for(catalog, engine)` applies them.
     """
 
@@ -205,3 +206,4 @@ class CalibrationSpec:
     source: str
     values: dict[str, float] = field(default_factory=dict)
     origin: str = ""
+    rules: dict[str, str] = field(default_factory=dict)

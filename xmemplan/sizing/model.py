@@ -82,6 +82,10 @@ class Calibration:
     engine/steptime.py), fitted on loaded runs (`xmemplan.sizing.loaded`, docs/model.md
     section 6); `step_overheads_by_engine` keeps one triple per engine (`for_engine`). One
     request alone pays them inside t0 (simmodel.config_for), so it still costs model.ttft.
+    floor_rule: how a pass's layer floor combines with its rooflines: "add" (shipped: the
+    floor on top) or "max" (the floor as the pass's minimum); moe_layer_latency_s: the
+    MoE kernels' fixed time per MoE layer and pass, added to the rooflines (shipped 0;
+    docs/model.md section 6 gives what each did on the loaded checks).
     """
 
     eta_linear: float
@@ -102,6 +106,13 @@ class Calibration:
     step_per_seq_s: float = 0.0
     step_overheads_by_engine: Mapping[str, tuple[float, float, float]] = field(
         default_factory=dict)
+    # "add": a pass costs its rooflines + the layer floor; "max": the floor is the pass's
+    # minimum, max(rooflines, floor) (a chain of latency-bound kernels that bandwidth-
+    # bound work hides)
+    floor_rule: str = "add"
+    # the MoE kernels' fixed time per MoE layer and pass (the intercept of fused-MoE
+    # kernel time against the expert bytes a pass touches), on top of the rooflines
+    moe_layer_latency_s: float = 0.0
 
     def eta_attn(self, gpu: GpuSpec) -> float:
         return float(self.eta_attention_by_gpu.get(gpu.name, self.eta_attention))
@@ -174,10 +185,13 @@ def calibration_for(catalog: Any, engine: str,
                       ("hbm_efficiency", "hbm_efficiency"),
                       ("host_efficiency", "host_efficiency"),
                       ("layer_latency", "layer_latency_s"),
+                      ("moe_layer_latency", "moe_layer_latency_s"),
                       ("step_base", "step_base_s"), ("step_per_token", "step_per_token_s"),
                       ("step_per_seq", "step_per_seq_s")):
         if key in v:
             changes[attr] = float(v[key])
+    if "floor_rule" in getattr(spec, "rules", {}):
+        changes["floor_rule"] = spec.rules["floor_rule"]
     if "eta_attention" in v:
         changes["eta_attention_by_gpu"] = {}
     if "eta_linear" in v:
@@ -589,6 +603,13 @@ def pass_floor_seconds(model: ModelSpec, calibration: Calibration = DEFAULT_CALI
     return model.layers * calibration.layer_latency_s
 
 
+def moe_pass_seconds(model: ModelSpec, calibration: Calibration = DEFAULT_CALIBRATION
+                     ) -> float:
+    """The MoE kernels' fixed time of one forward pass: MoE layers x moe_layer_latency
+    (every layer of the catalog's MoE models routes to experts; 0 for dense models)."""
+    return (model.layers if model.experts else 0) * calibration.moe_layer_latency_s
+
+
 def pass_latency_seconds(model: ModelSpec, gpu: GpuSpec, prompt_tokens: ArrayLike,
                          hit_tokens: ArrayLike, calibration: Calibration = DEFAULT_CALIBRATION,
                          chunk_tokens: int | None = None) -> Any:
@@ -604,12 +625,19 @@ def compute_seconds(
     attention_dtype: str = "bf16", chunk_tokens: int | None = None,
 ) -> Any:
     """Prefill compute time without the fixed overhead: per operator class the larger of
-    FLOP time and HBM byte time, summed (`compute_parts`), plus the passes' layer floor."""
+    FLOP time and HBM byte time, summed (`compute_parts`), and the passes' MoE fixed time,
+    with the passes' layer floor on top (floor rule "add") or as the minimum ("max")."""
     flop_s, bytes_s = compute_parts(model, gpu, prompt_tokens, hit_tokens, calibration,
                                     shape=shape, attention_dtype=attention_dtype,
                                     chunk_tokens=chunk_tokens)
-    return flop_s + bytes_s + pass_latency_seconds(model, gpu, prompt_tokens, hit_tokens,
-                                                   calibration, chunk_tokens)
+    floor = pass_latency_seconds(model, gpu, prompt_tokens, hit_tokens, calibration,
+                                 chunk_tokens)
+    s, p = _check_tokens(prompt_tokens, hit_tokens)
+    passes = forward_passes(s - p, chunk_tokens or default_chunk_tokens(gpu))
+    comp = flop_s + bytes_s + passes * moe_pass_seconds(model, calibration)
+    if calibration.floor_rule == "max":
+        return np.maximum(comp, floor)
+    return comp + floor
 
 
 def transfer_efficiency(tier: TierSpec, chunk_bytes: float, io: str = "kernel") -> float:
@@ -840,15 +868,25 @@ def ttft(
                                     chunk_tokens=chunk_tokens)
     floor = pass_latency_seconds(model, gpu, prompt_tokens, hit_tokens, calibration,
                                  chunk_tokens)
-    comp = flop_s + bytes_s
-    # Loads overlap the first forward pass only (they start with its batch; later chunks
-    # attend to a prefix already loaded): the rest of a chunked prefill runs after.
     s_arr, p_arr = _check_tokens(prompt_tokens, hit_tokens)
     chunk = chunk_tokens or default_chunk_tokens(gpu)
+    passes = forward_passes(s_arr - p_arr, chunk)
+    moe1 = moe_pass_seconds(model, calibration)
+    comp = flop_s + bytes_s + passes * moe1
+    # Loads overlap the first forward pass only (they start with its batch; later chunks
+    # attend to a prefix already loaded): the rest of a chunked prefill runs after.
     f1, b1 = compute_parts(model, gpu, np.minimum(s_arr, p_arr + chunk), p_arr, calibration,
                            shape=shape, attention_dtype=attention_dtype, chunk_tokens=chunk)
-    first = np.minimum(f1 + b1, comp)
+    first = np.minimum(f1 + b1 + moe1, comp)
     rest = comp - first
+    if calibration.floor_rule == "max":
+        # each pass is at least its floor (the first pass, and the rest together: exact
+        # when each pass of the rest is on the same side of its floor)
+        one = floor / passes
+        first = np.maximum(first, one)
+        rest = np.maximum(rest, floor - one)
+        comp = first + rest
+        floor = np.zeros_like(np.asarray(floor, dtype=np.float64))
     bw = (effective_bandwidth(model, gpu, tier, nodes=nodes, gpus_loading=gpus_loading,
                               transfer=transfer, calibration=calibration, loaders=loaders)
           if bandwidth_bytes_per_s is None else np.asarray(bandwidth_bytes_per_s, np.float64))

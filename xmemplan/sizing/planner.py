@@ -595,8 +595,11 @@ class Planner:
             p50 = max(1.0, float(np.median(self.req.workload.prompt_tokens)))
             t = single_request_ttft(s, p50, 0.0, "host")
             e = engine_for(s, replicas=1, nodes=1)
-            step = ((e.dense_weight_bytes + e.expert_weight_bytes) / e.hbm_bandwidth
-                    + e.decode_fixed_s)
+            w = ((e.dense_weight_bytes + e.expert_weight_bytes) / e.hbm_bandwidth
+                 + M.moe_pass_seconds(s.model, s.calibration))
+            # the decode floor on top, or as the step's minimum (floor rule "max")
+            step = (max(w, e.decode_fixed_s) if s.calibration.floor_rule == "max"
+                    else w + e.decode_fixed_s)
             self._hold = (t / p50, step)
         return self._hold
 
