@@ -146,8 +146,11 @@ class Prediction:
     rps: float
     tok_s: float
     kv_usage: float
-    gpu_share: float
+    gpu_share: float  # from gpu_hit and ext_hit as Run.gpu_share (the published counters)
     preemptions: float
+    gpu_hit: float  # vllm:prefix_cache_hits / queries: every lookup (fork's vLLM)
+    ext_hit: float  # vllm:external_prefix_cache_hits / queries: once per admission
+    admit_share: float  # the HBM share of hits, each request once at its admission
 
 
 def _request(run: Run, mem_fraction: float):  # noqa: ANN202
@@ -200,12 +203,37 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
     ttft = r.ttft[keep]
     queue = (r.start - r.arrival)[keep]  # vLLM: QUEUED to first SCHEDULED
     span = float(r.done[keep].max() - r.arrival[keep].min())
+    g, e = published_hit_rates(r, keep)
     return Prediction(
         histogram_quantile(ttft, TTFT_BUCKETS, 0.5) * 1e3,
         histogram_quantile(ttft, TTFT_BUCKETS, 0.9) * 1e3,
         histogram_quantile(queue, LATENCY_BUCKETS, 0.5) * 1e3,
         len(keep) / span, float(output[keep].sum()) / span, r.kv_usage(),
-        r.hbm_share_of_hits(), r.preemptions_per_request())
+        gpu_share(g, e), r.preemptions_per_request(), g, e, r.hbm_share_of_hits())
+
+
+def gpu_share(gpu_hit: float, ext_hit: float) -> float:
+    """The GPU share of all prefix hits from the two published hit rates (Run.gpu_share)."""
+    tot = gpu_hit + (1.0 - gpu_hit) * ext_hit
+    return gpu_hit / tot if tot > 0 else 0.0
+
+
+def published_hit_rates(r, keep: np.ndarray) -> tuple[float, float]:  # noqa: ANN001
+    """The simulated run's `gpu_hit_rate_pct` and `cpu_hit_rate_pct` as run_concurrent.py
+    takes them: increase(vllm:prefix_cache_hits_total) / increase(..._queries_total), and
+    the same of vllm:external_prefix_cache_*. In the fork's vLLM, KVCacheManager.
+    get_computed_blocks records (request.num_tokens, local hit tokens) at every lookup, so
+    a waiting request is counted once per step that reaches it until it fits (vLLM issue
+    43736, fixed by PR 48860 after the runs); the scheduler records the connector's
+    (num_tokens - local hit, external hit) once, after allocate_slots succeeds.
+    A lookup or admission after a preemption counts in neither (vLLM keeps it in
+    preempted_queries): the engine counts lookups only before one; the connector's side
+    leaves preempted requests out (their first admission is not kept; 0-1 % of them here)."""
+    q_gpu = float((r.lookups[keep] * r.requests.prompt[keep].astype(float)).sum())
+    ok = keep[r.preemptions[keep] == 0]
+    q_ext = float((r.requests.prompt[ok] - r.hbm_hit[ok]).astype(float).sum())
+    return (float(r.lookup_hit[keep].sum()) / q_gpu if q_gpu > 0 else 0.0,
+            float(r.tier_hit[ok].sum()) / q_ext if q_ext > 0 else 0.0)
 
 
 def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float,
@@ -303,14 +331,21 @@ def main() -> None:
               f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} {q:>9} "
               f"{p.queue_p50_ms:6,.0f} {_err(lo, r.ttft_p50_ms):>6}..{_err(hi, r.ttft_p50_ms)}")
     print(f"{'run':24} {'req/s':>5} {'pred':>5} {'tok/s':>5} {'pred':>5} {'KV':>4} "
-          f"{'pred':>4} {'GPU share':>9} {'pred':>4} {'preempt':>7}")
+          f"{'pred':>4} {'preempt':>7}")
     for r, p in rows:
         rps = "-" if r.rps is None else f"{r.rps:.2f}"
         tok = "-" if r.tok_s is None else f"{r.tok_s:.0f}"
         kv = "-" if r.kv_usage is None else f"{r.kv_usage:.0%}"
         print(f"{r.name:24} {rps:>5} {p.rps:5.2f} {tok:>5} {p.tok_s:5.0f} {kv:>4} "
-              f"{p.kv_usage:4.0%} {r.gpu_share:9.0%} {p.gpu_share:4.0%} "
-              f"{p.preemptions:7.2f}")
+              f"{p.kv_usage:4.0%} {p.preemptions:7.2f}")
+    print(f"{'run':24} {'GPU hit':>7} {'pred':>5} {'ext hit':>7} {'pred':>4} "
+          f"{'GPU share':>9} {'pred':>4} {'admit':>5}")
+    for r, p in rows:
+        print(f"{r.name:24} {r.gpu_hit:7.1%} {p.gpu_hit:5.1%} {r.ext_hit:7.0%} "
+              f"{p.ext_hit:4.0%} {r.gpu_share:9.0%} {p.gpu_share:4.0%} {p.admit_share:5.0%}")
+    print("GPU hit: vllm:prefix_cache_hits / queries, every lookup (the fork's vLLM counts a\n"
+          "waiting request at each step that tries it); ext hit: the connector's, once per\n"
+          "admission; GPU share from both; admit: each request once, at its admission")
     x = [(r, p) for r, p in rows if r.name.endswith("(clean)")]
     if len(x) == 2:
         meas = x[0][0].ttft_p50_ms / x[1][0].ttft_p50_ms

@@ -317,6 +317,12 @@ def test_decode_runs_equal_one_step_per_event(policy: str, blocks: int, floor: s
     np.testing.assert_allclose(a.done, b.done, atol=1e-9)
     np.testing.assert_array_equal(a.preemptions, b.preemptions)
     np.testing.assert_array_equal(a.hbm_hit, b.hbm_hit)
+    # vLLM's prefix-cache lookups: a waiting request is looked up at every step, those a
+    # run of decode steps stands for included
+    np.testing.assert_array_equal(a.lookups, b.lookups)
+    np.testing.assert_array_equal(a.lookup_hit, b.lookup_hit)
+    if policy == "vllm" and blocks == 150:
+        assert a.lookups.max() > 1 and a.lookup_hit.sum() > 0  # retried under pressure
 
 
 def test_hbm_hits_are_an_outcome_of_pool_pressure() -> None:

@@ -155,3 +155,40 @@ def test_matches_vllm_scheduler_without_full_isl(vllm_engine: None, seed: int, b
     ours = replay(sc)
     msg = first_parting(list(ours), theirs)
     assert not msg, msg
+
+
+# Prefix-cache lookups (benchmarks/loaded_check.py, Netpreme's GPU hit %): the vLLM of
+# Netpreme's fork recorded vllm:prefix_cache_queries / hits inside get_computed_blocks, so a
+# waiting request that does not fit is counted at every step that tries it; vLLM 0.33 records
+# once per admission (PR 48860). The driver logs the calls vLLM's own Scheduler makes.
+LOOKUP_CASES = [  # seed, blocks, budget, max_num_seqs, rate
+    (21, 32, 64, 8, 200.0),   # pressure: requests wait for blocks
+    (22, 48, 32, 8, 400.0),   # heavy pressure, chunked prefills
+    (23, 64, 128, 16, 100.0),  # lighter
+]
+
+
+@pytest.mark.parametrize(("seed", "blocks", "budget", "seqs", "rate"), LOOKUP_CASES)
+def test_prefix_cache_lookups_match_vllm(vllm_engine: None, seed: int, blocks: int,
+                                         budget: int, seqs: int, rate: float) -> None:
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = sched_scenario("vllm", seed, 40, num_gpu_blocks=blocks,
+                        max_num_batched_tokens=budget, max_num_seqs=seqs, rate=rate,
+                        max_tokens=(4, 40))
+    theirs = sched_vllm.replay_scenario(sc)
+    ours = list(replay(sc))
+    msg = first_parting(ours, theirs)
+    assert not msg, msg
+    for a, b in zip(ours, theirs, strict=True):
+        assert a["lookups"] == b["lookups"], (a["step"], a["lookups"], b["lookups"])
+    # vLLM 0.33's own stats count each request once, at its first admission: its prompt
+    # and the hit of the lookup that fit (our first new_hits); the fork's count every lookup
+    req, queries, hits = (sum(s["admitted_stats"][j] for s in theirs) for j in range(3))
+    first: dict[str, int] = {}
+    for s in ours:
+        for rid, h in s["new_hits"].items():
+            first.setdefault(rid, h)
+    assert req == len(sc["requests"]) == len(first)
+    assert queries == sum(len(r["tokens"]) for r in sc["requests"])
+    assert hits == sum(first.values())
+    assert sum(len(s["lookups"]) for s in theirs) > req  # the case retries lookups

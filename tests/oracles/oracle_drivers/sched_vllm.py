@@ -12,6 +12,10 @@ Each step: requests that have arrived are `add_request`ed, `schedule()` runs, an
 `update_from_output()` gets a hand-made `ModelRunnerOutput` that gives one sampled token to
 every scheduled request whose computed tokens reach its length (its prefill completes or it
 decodes). The model runner is the only part replaced.
+
+Each step's record also carries `lookups`: the hit tokens of every prefix-cache lookup
+`schedule()` made (`_count_lookups`), and `admitted_stats`: vLLM 0.33's own
+`PrefixCacheStats` of the step (requests, queries, hits; recorded at admission).
 """
 
 from __future__ import annotations
@@ -103,13 +107,33 @@ def make_scheduler(scenario: dict[str, Any]) -> Any:
                                   dtype=v["torch"].float32)
     kv = v["KVCacheConfig"](num_blocks=blocks, kv_cache_tensors=[],
                             kv_cache_groups=[v["KVCacheGroupSpec"](["layer.0"], spec)])
-    return v["Scheduler"](config, kv, _NoGrammar(), block_size=block)
+    return v["Scheduler"](config, kv, _NoGrammar(), block_size=block, log_stats=True)
+
+
+def _count_lookups(scheduler: Any) -> list[tuple[str, int]]:
+    """Every call the scheduler makes to `KVCacheManager.get_computed_blocks`, as (request
+    id, hit tokens), for requests never preempted and with the cache on: what the vLLM of
+    Netpreme's fork recorded into vllm:prefix_cache_queries / hits at each call (vLLM 0.33
+    records at admission instead, PR 48860). The manager's own method runs unchanged."""
+    kvm = scheduler.kv_cache_manager
+    calls: list[tuple[str, int]] = []
+    inner = kvm.get_computed_blocks
+
+    def counted(request: Any, *args: Any, **kwargs: Any) -> Any:
+        out = inner(request, *args, **kwargs)
+        if kvm.prefix_cache_lookup_enabled(request) and request.num_preemptions == 0:
+            calls.append((request.request_id, int(out[1])))
+        return out
+
+    kvm.get_computed_blocks = counted
+    return calls
 
 
 def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[dict[str, Any]]:
     """Per-step records of vLLM's own scheduler on the scenario (contract part B)."""
     v = _vllm()
     scheduler = make_scheduler(scenario)
+    calls = _count_lookups(scheduler)
     hasher = v["get_request_block_hasher"](int(scenario["block_size"]), v["hash_fn"])
     st = scenario["step_time"]
     pending = sorted(enumerate(scenario["requests"]), key=lambda ir: (ir[1]["arrival_s"], ir[0]))
@@ -130,7 +154,13 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[
             )
             scheduler.add_request(req)
             live[req.request_id] = req
+        calls.clear()
         out = scheduler.schedule()
+        lookups = dict(calls)
+        if len(lookups) != len(calls):
+            raise RuntimeError(f"step {k}: a request was looked up twice in one schedule()")
+        # vLLM 0.33's own prefix-cache stats (one record per admission)
+        stats = scheduler.kv_cache_manager.make_prefix_cache_stats()
         if out.total_num_scheduled_tokens == 0:
             if pos >= len(pending):
                 raise RuntimeError(f"vLLM scheduled nothing at step {k} with "
@@ -165,7 +195,8 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[
             "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
             "preempted": sorted(out.preempted_req_ids or ()),
             "new_hits": new_hits, "finished": finished,
-            "kv_blocks_used": used,
+            "kv_blocks_used": used, "lookups": lookups,
+            "admitted_stats": (int(stats.requests), int(stats.queries), int(stats.hits)),
         })
         t += (st["base_s"] + st["per_token_s"] * out.total_num_scheduled_tokens
               + st["per_seq_s"] * len(out.num_scheduled_tokens))

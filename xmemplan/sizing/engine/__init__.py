@@ -258,6 +258,10 @@ class Result:
         # tokens hit in HBM / loaded from the tier at the admission that gave the first
         # token; tier_loaded: every load, reloads after preemption included
         self.hbm_hit, self.tier_hit = hits[:, 0], hits[:, 1]
+        # vLLM: prefix-cache lookups of the request before it first ran (one per step that
+        # reached it while it waited) and their hit tokens, as the Netpreme fork's
+        # vllm:prefix_cache_queries / hits count them (policy._count_lookup)
+        self.lookups, self.lookup_hit = hits[:, 2], hits[:, 3]
         self.arrival = ro[:, O_ARR]
         self.ready = ro[:, O_READY]
         self.start = ro[:, O_START]
@@ -380,7 +384,8 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
     """Step one replica through an oracle scenario (docs/oracles.md section B): the same
     arrivals and linear step times the engines' own schedulers are driven with; per step
     the scheduled tokens per request, preemptions, first-admission hits, finished
-    requests and blocks held."""
+    requests and blocks held; vLLM: `lookups`, the hit tokens of each prefix-cache lookup
+    the step made (policy._count_lookup)."""
     from xmemplan.errors import UsageError
 
     try:
@@ -425,7 +430,8 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
     for k in range(sn):
         t, a, b, held = steps[k]
         rec: dict[str, Any] = {"step": k, "t_s": float(t), "scheduled": {}, "preempted": [],
-                               "new_hits": {}, "finished": [], "kv_blocks_used": int(held)}
+                               "new_hits": {}, "finished": [], "kv_blocks_used": int(held),
+                               "lookups": {}}
         for kind, i, v in trace[int(a):int(b)]:
             if kind == 0:
                 rec["scheduled"][ids[i]] = int(v)
@@ -433,6 +439,8 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
                 rec["preempted"].append(ids[i])
             elif kind == 2:
                 rec["new_hits"][ids[i]] = int(v)
+            elif kind == 4:
+                rec["lookups"][ids[i]] = int(v)
             else:
                 rec["finished"].append(ids[i])
         out.append(rec)

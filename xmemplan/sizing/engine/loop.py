@@ -32,6 +32,8 @@ from xmemplan.sizing.engine.policy import (
     P_POLICY,
     Q_CHUNKED,
     Q_FLOWS,
+    Q_LOOKED,
+    Q_LOOKED_HIT,
     Q_NRUN,
     Q_PREEMPTED,
     Q_RHEAD,
@@ -49,6 +51,8 @@ from xmemplan.sizing.engine.policy import (
     R_KOFF,
     R_LOADED,
     R_LOADED_TOTAL,
+    R_LOOKUP_HIT,
+    R_LOOKUPS,
     R_NEWHIT,
     R_OUT,
     R_PREEMPT,
@@ -140,6 +144,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                fixhit, cacheable, pp, tp, lp, ep, cons, trace, steps_out):
     """The loop (module doc). tier[i]: 0 host DRAM, 1 X-Mem, -1 none. Returns per-request
     floats (n x N_O), replica of each, HBM hit tokens (first admission), tier tokens
+    (and vLLM's prefix-cache lookups and their hit tokens, policy._count_lookup),
     loaded, preemptions, busy seconds per replica, stats, trace rows used, steps used."""
     n = arrival.shape[0]
     R = ep[E_REPLICAS]
@@ -564,6 +569,11 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
         K = rK[r]
         rK[r] = 1
         stats[S_STEPS] += K - 1
+        if K > 1 and QI[r, Q_LOOKED] >= 0:
+            # vLLM looks the waiting request that did not fit up again at each step
+            x = QI[r, Q_LOOKED]
+            RI[x, R_LOOKUPS] += K - 1
+            RI[x, R_LOOKUP_HIT] += (K - 1) * QI[r, Q_LOOKED_HIT]
         if policy == SGLANG and rprefill[r] == 0:
             # decode steps: the ratio decays
             ratio[r] = ratio[r] - ratio_decay * K
@@ -658,13 +668,15 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             nkick += 1
 
     stats[S_SPAN_END] = now
-    hbm = np.zeros((n, 2), np.int64)
+    hbm = np.zeros((n, 4), np.int64)
     loaded = np.zeros(n, np.int64)
     pre = np.zeros(n, np.int64)
     rep = np.zeros(n, np.int64)
     for i in range(n):
         hbm[i, 0] = RI[i, R_HIT]
         hbm[i, 1] = RI[i, R_EXT]
+        hbm[i, 2] = RI[i, R_LOOKUPS]
+        hbm[i, 3] = RI[i, R_LOOKUP_HIT]
         loaded[i] = RI[i, R_LOADED_TOTAL]
         pre[i] = RI[i, R_PREEMPT]
         rep[i] = RI[i, R_REP]

@@ -48,15 +48,15 @@ from xmemplan.sizing.engine.pool import (
 # request int fields
 (R_PROMPT, R_OUT, R_GEN, R_COMP, R_STATUS, R_REP, R_KOFF, R_KN, R_RBOFF, R_HELD, R_NCACHED,
  R_WPREV, R_WNEXT, R_RPREV, R_RNEXT, R_STOK, R_HIT, R_TIER_TOK, R_EXT, R_PREEMPT, R_LOADED,
- R_STARTED, R_NEWHIT, R_FLOWS, R_S0, R_LOADED_TOTAL, R_HIT_TOTAL, R_FIXHIT, R_CACHEABLE
- ) = range(29)
-N_R = 29
+ R_STARTED, R_NEWHIT, R_FLOWS, R_S0, R_LOADED_TOTAL, R_HIT_TOTAL, R_FIXHIT, R_CACHEABLE,
+ R_LOOKUPS, R_LOOKUP_HIT) = range(31)
+N_R = 31
 # status
 ST_NEW, ST_WAIT, ST_LOADING, ST_RUN, ST_DONE = range(5)
 # replica int fields
 (Q_WHEAD, Q_WTAIL, Q_RHEAD, Q_RTAIL, Q_NRUN, Q_STATE, Q_FLOWS, Q_OUTST, Q_CHUNKED,
- Q_PREEMPTED) = range(10)
-N_Q = 10
+ Q_PREEMPTED, Q_LOOKED, Q_LOOKED_HIT) = range(12)
+N_Q = 12
 # scheduler parameters (ints)
 (P_POLICY, P_BS, P_MAXSEQ, P_BUDGET, P_THRESH, P_CHUNK, P_CACHING, P_MAXPREFILL,
  P_EBS, P_FULLISL) = range(10)
@@ -222,6 +222,24 @@ def _fixed_hit(RI, i, hbm):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
+def _count_lookup(RI, QI, r, i, hit, caching, trace, tn):  # noqa: ANN001, ANN202
+    """vLLM's prefix-cache stats as the Netpreme fork's version keeps them
+    (KVCacheManager.get_computed_blocks records every lookup: a waiting request that does
+    not fit is counted again at each step that reaches it; vLLM PR 48860 moved the record
+    to admission). Only requests never preempted count (vLLM puts the others in
+    preempted_queries, outside vllm:prefix_cache_queries). The request looked up last
+    stays in Q_LOOKED until it is admitted: a run of decode steps repeats its lookup.
+    Trace row kind 4 (replay_scenario's `lookups`)."""
+    if caching and RI[i, R_PREEMPT] == 0:
+        RI[i, R_LOOKUPS] += 1
+        RI[i, R_LOOKUP_HIT] += hit
+        QI[r, Q_LOOKED] = i
+        QI[r, Q_LOOKED_HIT] = hit
+        return _trace(trace, tn, 4, i, hit)
+    return tn
+
+
+@njit(cache=True, inline="always")
 def _full_fits(P, RI, keys, r, i, nhit, bs):  # noqa: ANN001, ANN202
     """vLLM 0.33 `scheduler_reserve_full_isl` (default True): a waiting request is
     admitted only if blocks for its whole sequence so far fit, not only its first chunk
@@ -245,6 +263,7 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
     nsched = 0
     nl = 0
     preempted = False
+    QI[r, Q_LOOKED] = NONE
     i = QI[r, Q_RHEAD]
     while i >= 0 and budget > 0:
         new = ntokens(RI, i) - RI[i, R_COMP]
@@ -293,6 +312,7 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
         if RI[i, R_COMP] == 0 and RI[i, R_LOADED] == 0:
             nhit = lookup(P, RI, keys, r, i, bs, caching)
             fx = _fixed_hit(RI, i, nhit * bs)
+            tn = _count_lookup(RI, QI, r, i, nhit * bs + fx, caching, trace, tn)
             # a tier load: the prefix the tier holds past the HBM hit (all but one token)
             top = RI[i, R_TIER_TOK]
             if top > ntokens(RI, i) - 1:
@@ -312,6 +332,7 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             RI[i, R_HIT_TOTAL] += nhit * bs + fx
             RI[i, R_COMP] += nhit * bs + fx
             RI[i, R_STATUS] = ST_LOADING
+            QI[r, Q_LOOKED] = NONE
             loads[nl] = i
             nl += 1
             i = nx
@@ -326,6 +347,7 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
         w_remove(RI, QI, r, i)
         run_append(RI, QI, r, i)
         RI[i, R_STATUS] = ST_RUN
+        QI[r, Q_LOOKED] = NONE
         if RI[i, R_LOADED] == 0:
             RI[i, R_HIT] = nhit * bs + fx
             RI[i, R_HIT_TOTAL] += nhit * bs + fx
