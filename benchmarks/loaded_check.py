@@ -151,6 +151,7 @@ class Prediction:
     gpu_hit: float  # vllm:prefix_cache_hits / queries: every lookup (fork's vLLM)
     ext_hit: float  # vllm:external_prefix_cache_hits / queries: once per admission
     admit_share: float  # the HBM share of hits, each request once at its admission
+    steps_s: float  # engine steps per second (each schedule() call looks the head up)
 
 
 def _request(run: Run, mem_fraction: float):  # noqa: ANN202
@@ -209,7 +210,8 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
         histogram_quantile(ttft, TTFT_BUCKETS, 0.9) * 1e3,
         histogram_quantile(queue, LATENCY_BUCKETS, 0.5) * 1e3,
         len(keep) / span, float(output[keep].sum()) / span, r.kv_usage(),
-        gpu_share(g, e), r.preemptions_per_request(), g, e, r.hbm_share_of_hits())
+        gpu_share(g, e), r.preemptions_per_request(), g, e, r.hbm_share_of_hits(),
+        r.steps / r.span if r.span > 0 else 0.0)
 
 
 def gpu_share(gpu_hit: float, ext_hit: float) -> float:
@@ -241,7 +243,8 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
     print(f"TTFT against concurrency (DRAM sweep of 04-18, think {think_s:.2f} s, pool x "
           f"{pool_scale}, medians of {seeds} seeds): measured / predicted")
     print(f"{'agents':>6} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
-          f"{'err':>5} {'req/s':>5} {'pred':>5} {'KV':>4} {'pred':>4} {'GPU sh':>6} {'pred':>4}")
+          f"{'err':>5} {'req/s':>5} {'pred':>5} {'KV':>4} {'pred':>4} {'GPU sh':>6} {'pred':>4} "
+          f"{'admit':>5} {'steps/s':>7}")
     for n, r in SWEEP:
         p, _, _ = predict_seeds(r, seeds, think_s=think_s, mem_fraction=mem_fraction,
                                 requests=requests, pool_scale=pool_scale, agents=n,
@@ -250,7 +253,7 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
               f"{_err(p.ttft_p50_ms, r.ttft_p50_ms):>5} {r.ttft_p90_ms:6,.0f} "
               f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} "
               f"{r.rps or 0:5.2f} {p.rps:5.2f} {r.kv_usage or 0:4.0%} {p.kv_usage:4.0%} "
-              f"{r.gpu_share:6.0%} {p.gpu_share:4.0%}")
+              f"{r.gpu_share:6.0%} {p.gpu_share:4.0%} {p.admit_share:5.0%} {p.steps_s:7.1f}")
 
 
 def predict_seeds(run: Run, seeds: int, **kw: object) -> tuple[Prediction, float, float]:
@@ -339,13 +342,15 @@ def main() -> None:
         print(f"{r.name:24} {rps:>5} {p.rps:5.2f} {tok:>5} {p.tok_s:5.0f} {kv:>4} "
               f"{p.kv_usage:4.0%} {p.preemptions:7.2f}")
     print(f"{'run':24} {'GPU hit':>7} {'pred':>5} {'ext hit':>7} {'pred':>4} "
-          f"{'GPU share':>9} {'pred':>4} {'admit':>5}")
+          f"{'GPU share':>9} {'pred':>4} {'admit':>5} {'steps/s':>7}")
     for r, p in rows:
         print(f"{r.name:24} {r.gpu_hit:7.1%} {p.gpu_hit:5.1%} {r.ext_hit:7.0%} "
-              f"{p.ext_hit:4.0%} {r.gpu_share:9.0%} {p.gpu_share:4.0%} {p.admit_share:5.0%}")
+              f"{p.ext_hit:4.0%} {r.gpu_share:9.0%} {p.gpu_share:4.0%} {p.admit_share:5.0%} "
+              f"{p.steps_s:7.1f}")
     print("GPU hit: vllm:prefix_cache_hits / queries, every lookup (the fork's vLLM counts a\n"
           "waiting request at each step that tries it); ext hit: the connector's, once per\n"
-          "admission; GPU share from both; admit: each request once, at its admission")
+          "admission; GPU share from both; admit: each request once, at its admission;\n"
+          "steps/s: the simulated engine's (each step tries the waiting head again)")
     x = [(r, p) for r, p in rows if r.name.endswith("(clean)")]
     if len(x) == 2:
         meas = x[0][0].ttft_p50_ms / x[1][0].ttft_p50_ms
