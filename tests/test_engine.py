@@ -399,3 +399,27 @@ def test_floor_rule_and_moe_latency_overlay(tmp_path: Any) -> None:
     with pytest.raises(InputError) as info:
         load_catalog([bad])
     assert info.value.field == "floor_rule"
+
+
+def test_moe_kernel_intercept_from_the_published_table() -> None:
+    """benchmarks/step_pricing.py's MoE fixed time: fused-MoE kernel time = a fixed part +
+    the expert bytes a pass touches at a rate near the HBM roofline (vLLM PR #24700, H100),
+    within 6 % at every listed batch, where a pure roofline misses 1 token by 3x."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import step_pricing as SP
+
+    from xmemplan.catalog import load_catalog
+
+    a, bw = SP.moe_intercept()
+    assert 25e-6 < a < 35e-6
+    assert 0.75 < bw / load_catalog().gpu("h100-sxm").hbm_bandwidth_bytes_per_s < 0.95
+    m = load_catalog().model("qwen3-30b-a3b-fp8")
+    for t, us in SP.MOE_KERNEL_US:
+        touched = m.expert_params / m.layers * (1 - (1 - m.experts_per_token / m.experts) ** t)
+        assert (a + touched / bw) * 1e6 == pytest.approx(us, rel=0.06)
+    assert touched / bw * 1e6 < 1.5 * SP.MOE_KERNEL_US[-1][1]
+    one = m.expert_params / m.layers * m.experts_per_token / m.experts / bw * 1e6
+    assert one < SP.MOE_KERNEL_US[0][1] / 2.5

@@ -504,9 +504,10 @@ class FitResult:
         return len(self.params)
 
 
-def fit(catalog: Catalog | None = None, points: Sequence[Measurement] | None = None
-        ) -> FitResult:
-    """The shipped fit: the `fit` rows of data/measurements/public.csv."""
+def fit(catalog: Catalog | None = None, points: Sequence[Measurement] | None = None,
+        base: Calibration | None = None) -> FitResult:
+    """The shipped fit: the `fit` rows of data/measurements/public.csv (`base`: the
+    constants not fitted, and the step-pricing rule, default the shipped ones)."""
     cat = catalog or load_catalog()
     allp = list(points) if points is not None else public_points()
     pts = [p for p in allp if p.role == "fit"]
@@ -517,7 +518,7 @@ def fit(catalog: Catalog | None = None, points: Sequence[Measurement] | None = N
                           fit_xmem=False, fit_hbm=False, fit_host=False)
     # eta_linear is measured (data/measurements/device-h200.jsonl), not fitted.
     plan = Plan(plan.load, tuple(n for n in plan.compute if n != "eta_linear"))
-    base = replace(DEFAULT_CALIBRATION, host_efficiency=PUBLIC_HOST_EFFICIENCY,
+    base = replace(base or DEFAULT_CALIBRATION, host_efficiency=PUBLIC_HOST_EFFICIENCY,
                    host_bandwidth_bytes_per_s=None)
     params = fit_points(pts, cat, plan, base)
     return FitResult(params, calibration_from(params, base), plan, len(pts),
@@ -557,13 +558,14 @@ class FitRow:
 
 
 def fit_table(params: dict[str, float] | None = None, catalog: Catalog | None = None,
-              points: Sequence[Measurement] | None = None) -> list[FitRow]:
+              points: Sequence[Measurement] | None = None,
+              base: Calibration = DEFAULT_CALIBRATION) -> list[FitRow]:
     """Every public point predicted with `params` (default: the shipped constants)."""
     cat = catalog or load_catalog()
     prm = params if params is not None else shipped_params()
     pts = list(points) if points is not None else public_points()
-    return [FitRow(p.id, p.kind, p.quantity, p.value, predict(p, prm, cat), p.role, p.source)
-            for p in pts]
+    return [FitRow(p.id, p.kind, p.quantity, p.value, predict(p, prm, cat, base), p.role,
+                   p.source) for p in pts]
 
 
 def leave_one_out(points: Sequence[Measurement], cat: Catalog, plan: Plan,
