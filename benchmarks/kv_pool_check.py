@@ -21,6 +21,8 @@ from xmemplan.sizing import model as M
 
 GIB = 2**30
 CSV = Path(__file__).resolve().parent.parent / "data" / "measurements" / "kv-pool.csv"
+# models the shipped catalog lacks (Llama-3.1-70B-Instruct FP8: the rate check's overlay)
+OVERLAY = CSV.parent / "rate-models.toml"
 
 
 def _weights(row: dict[str, str], m: M.ModelSpec, shape: M.Shape) -> float:
@@ -41,7 +43,7 @@ def predict(row: dict[str, str]) -> tuple[float, float | None]:
     if q == "min_fraction":  # SGLang: the KV pool is empty when fraction = W / (total - ctx)
         free_after = 12.25e9 / GIB  # the row's logged avail mem after the weights
         return float(row["weights_gib"]) / (float(row["weights_gib"]) + free_after), None
-    cat = load_catalog()
+    cat = load_catalog([OVERLAY])
     m = cat.model(row["model"])
     shape = M.Shape(tp=tp, ep=1)
     total = float(row["total_gib"]) * GIB
