@@ -9,7 +9,9 @@ its rooflines, `add` (the shipped rule: on top) or `max` (the pass's minimum), a
 kernels' fixed time per MoE layer and pass: 0, or the intercept of fused-MoE kernel time
 against the expert bytes a pass touches, fitted here on the `benchmark_moe.py` table of
 vllm-project/vllm PR #24700 (H100, Qwen3-30B-A3B fp8_w8a8, TP 1, the PR's configs, 1-128
-tokens; the catalog's expert bytes and k/E). For each candidate:
+tokens; the catalog's expert bytes and k/E). `add-tp` prices the tensor-parallel
+all-reduces instead (2 a layer: 5 us + 2 (tp - 1) / tp x the activations over 370 / 450 of
+NVLink's per-direction line rate; sources at ALLREDUCE_*). For each candidate:
 1. the single-request fit (`xmemplan.sizing.calibration.fit`, data/measurements/
    public.csv, a third held out) is redone under it: layer floor, t0s, eta_attention;
 2. the loaded fit (`xmemplan.sizing.loaded`, data/measurements/loaded.csv) is redone on
@@ -40,6 +42,13 @@ import numpy as np
 MOE_KERNEL_US = ((1, 40.44), (2, 56.15), (4, 78.10), (8, 118.64), (16, 164.64),
                  (24, 193.48), (32, 210.07), (48, 230.59), (64, 237.26), (96, 244.33),
                  (128, 247.67))
+# Tensor-parallel all-reduces (candidate "add-tp"): latency per all-reduce, sgl-project/sglang
+# PR #2904 (custom all-reduce on H100, 0.5-32 KB: 3.7-4.8 us at TP 2 and 4, 5.7-7.8 at TP 8);
+# bus bandwidth share of NVLink's line rate, NVIDIA/nccl-tests issue #212 (NCCL maintainer:
+# "With the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s"
+# of the 450 GB/s line rate)
+ALLREDUCE_LATENCY_S = 5e-6
+ALLREDUCE_BUS_SHARE = 370 / 450
 # vllm-project/vllm PR #23151, "WO tuned configs (TP=1, EP=1, on H100)"
 UNSEEN = {"ttft_p50_ms": 300.05, "tpot_p50_ms": 13.17, "out_tok_s": 739.79}
 
@@ -64,11 +73,13 @@ class Variant:
     name: str
     rule: str
     moe: bool
+    tp_comm: bool = False
 
 
 VARIANTS = {v.name: v for v in (Variant("shipped", "add", False), Variant("max", "max", False),
                                 Variant("max-moe", "max", True),
-                                Variant("add-moe", "add", True))}
+                                Variant("add-moe", "add", True),
+                                Variant("add-tp", "add", False, True))}
 
 
 def run_variant(v: Variant, moe_s: float) -> dict[str, Any]:
@@ -77,7 +88,9 @@ def run_variant(v: Variant, moe_s: float) -> dict[str, Any]:
     from xmemplan.sizing import model as M
 
     base = replace(M.DEFAULT_CALIBRATION, floor_rule=v.rule,
-                   moe_layer_latency_s=moe_s if v.moe else 0.0)
+                   moe_layer_latency_s=moe_s if v.moe else 0.0,
+                   allreduce_latency_s=ALLREDUCE_LATENCY_S if v.tp_comm else 0.0,
+                   allreduce_bus_share=ALLREDUCE_BUS_SHARE if v.tp_comm else 0.0)
     res = C.fit(base=base)
     rows = C.fit_table(res.params, base=res.calibration)
     single = C.summary(rows)
@@ -101,7 +114,7 @@ def run_variant(v: Variant, moe_s: float) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variants", default="shipped,max,max-moe,add-moe",
+    ap.add_argument("--variants", default="shipped,max,max-moe,add-moe,add-tp",
                     help="comma-separated: " + ", ".join(VARIANTS))
     args = ap.parse_args()
     names = [n.strip() for n in args.variants.split(",") if n.strip()]

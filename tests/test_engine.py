@@ -381,8 +381,10 @@ def test_floor_rule_and_moe_latency_overlay(tmp_path: Any) -> None:
 
     p = tmp_path / "o.toml"
     p.write_text('[calibration.vllm]\nsource = "test"\nfloor_rule = "max"\n'
-                 'moe_layer_latency = "29us"\n')
+                 'moe_layer_latency = "29us"\nallreduce_latency = "5us"\n'
+                 'allreduce_bus_share = 0.82\n')
     cal = M.calibration_for(load_catalog([p]), "vllm")
+    assert (cal.allreduce_latency_s, cal.allreduce_bus_share) == pytest.approx((5e-6, 0.82))
     assert cal.floor_rule == "max"
     assert cal.moe_layer_latency_s == pytest.approx(29e-6)
     assert M.calibration_for(load_catalog([p]), "sglang").floor_rule == "add"
@@ -423,3 +425,40 @@ def test_moe_kernel_intercept_from_the_published_table() -> None:
     assert touched / bw * 1e6 < 1.5 * SP.MOE_KERNEL_US[-1][1]
     one = m.expert_params / m.layers * m.experts_per_token / m.experts / bw * 1e6
     assert one < SP.MOE_KERNEL_US[0][1] / 2.5
+
+
+@pytest.mark.parametrize("floor", ["add", "max"])
+@pytest.mark.parametrize(("prompt", "hit"), [(9000, 0), (9000, 8000), (20000, 19984)])
+def test_tensor_parallel_allreduce_alone_is_the_model(floor: str, prompt: int,
+                                                      hit: int) -> None:
+    """Llama-3.1-70B at TP 4 with the all-reduces priced (2 a layer: latency + the
+    activations over NVLink): the engine's one request alone is model.ttft, and the
+    all-reduces add what the formula says to a cold prefill."""
+    from xmemplan.catalog import load_catalog
+    from xmemplan.sizing import model as M
+    from xmemplan.sizing.sim import Traffic
+    from xmemplan.sizing.simmodel import Setup, config_for, requests_for, single_request_ttft
+
+    cat = load_catalog()
+    cal = replace(M.calibration_for(cat, "vllm"), allreduce_latency_s=5e-6,
+                  allreduce_bus_share=0.82, floor_rule=floor)
+    s = Setup(model=cat.model("llama-3.1-70b"), gpu=cat.gpu("h100-sxm"),
+              host=cat.tier("host-dram-pcie5"), xmem=cat.tier("xmem"), overlap="sum",
+              transfer=M.VLLM_OFFLOAD, calibration=cal, shape=M.Shape(tp=4))
+    cfg = config_for(s, replicas=1, nodes=1, load_tier="host", policy="vllm",
+                     prompt_p50=prompt, tier_write=False)
+    tr = Traffic(np.zeros(1), np.array([float(prompt)]))
+    er = requests_for(tr, shared=np.zeros(1), tier_tokens=np.array([hit]), tier=0,
+                      block_tokens=cfg.block_tokens)
+    r, *_ = run(er, cfg)
+    want = single_request_ttft(s, prompt, hit, "host")
+    assert r.ttft[0] == pytest.approx(want, rel=0.01)
+    m, g = s.model, s.gpu
+    c0, c1 = M.allreduce_seconds(m, g, s.shape, cal)
+    assert c0 == pytest.approx(2 * m.layers * 5e-6)
+    assert c1 == pytest.approx(2 * m.layers * 1.5 * m.hidden_size * 2 / (0.82 * 450e9))
+    off = single_request_ttft(replace(s, calibration=replace(
+        cal, allreduce_latency_s=0.0, allreduce_bus_share=0.0)), prompt, hit, "host")
+    if hit == 0:
+        assert want - off == pytest.approx(c0 + prompt * c1, rel=0.02)
+    assert M.allreduce_seconds(m, g, M.Shape(tp=1), cal) == (0.0, 0.0)

@@ -237,6 +237,8 @@ _CALIBRATION_FIELDS: dict[str, tuple[Callable[[Any], Any], bool]] = {
     "host_efficiency": (_eta, False),
     "layer_latency": (_time, False),
     "moe_layer_latency": (_time, False),
+    "allreduce_latency": (_time, False),
+    "allreduce_bus_share": (_share, False),
     "floor_rule": (_choice("add", "max"), False),
     "step_base": (_time, False),
     "step_per_token": (_time, False),

@@ -198,7 +198,8 @@ class CalibrationSpec:
     `values` keys (SI units): eta_linear, eta_attention, fixed_overhead (s),
     per_token_overhead (s), host_bandwidth (B/s), xmem_bandwidth (B/s), step_base,
     step_per_token, step_per_seq (s: the engine's step overheads), layer_latency,
-    moe_layer_latency (s), points; `rules` the text ones: floor_rule ("add" or "max").
+    moe_layer_latency, allreduce_latency (s), allreduce_bus_share, points; `rules` the
+    text ones: floor_rule ("add" or "max").
     `xmemplan.sizing.model.calibration_for(catalog, engine)` applies them.
     """
 

@@ -85,7 +85,9 @@ class Calibration:
     floor_rule: how a pass's layer floor combines with its rooflines: "add" (shipped: the
     floor on top) or "max" (the floor as the pass's minimum); moe_layer_latency_s: the
     MoE kernels' fixed time per MoE layer and pass, added to the rooflines (shipped 0;
-    docs/model.md section 6 gives what each did on the loaded checks).
+    docs/model.md section 6 gives what each did on the loaded checks);
+    allreduce_latency_s, allreduce_bus_share: the tensor-parallel all-reduces of a pass
+    (`allreduce_seconds`; shipped 0, not priced).
     """
 
     eta_linear: float
@@ -113,6 +115,11 @@ class Calibration:
     # the MoE kernels' fixed time per MoE layer and pass (the intercept of fused-MoE
     # kernel time against the expert bytes a pass touches), on top of the rooflines
     moe_layer_latency_s: float = 0.0
+    # tensor parallelism: each layer's two all-reduces (attention out, MLP down) cost
+    # allreduce_latency_s + 2 (tp - 1) / tp x tokens x hidden x 2 B / (allreduce_bus_share
+    # x the GPU's NVLink bandwidth per direction); 0: not priced
+    allreduce_latency_s: float = 0.0
+    allreduce_bus_share: float = 0.0
 
     def eta_attn(self, gpu: GpuSpec) -> float:
         return float(self.eta_attention_by_gpu.get(gpu.name, self.eta_attention))
@@ -186,6 +193,8 @@ def calibration_for(catalog: Any, engine: str,
                       ("host_efficiency", "host_efficiency"),
                       ("layer_latency", "layer_latency_s"),
                       ("moe_layer_latency", "moe_layer_latency_s"),
+                      ("allreduce_latency", "allreduce_latency_s"),
+                      ("allreduce_bus_share", "allreduce_bus_share"),
                       ("step_base", "step_base_s"), ("step_per_token", "step_per_token_s"),
                       ("step_per_seq", "step_per_seq_s")):
         if key in v:
@@ -610,6 +619,21 @@ def moe_pass_seconds(model: ModelSpec, calibration: Calibration = DEFAULT_CALIBR
     return (model.layers if model.experts else 0) * calibration.moe_layer_latency_s
 
 
+def allreduce_seconds(model: ModelSpec, gpu: GpuSpec, shape: Shape,
+                      calibration: Calibration = DEFAULT_CALIBRATION) -> tuple[float, float]:
+    """(seconds per pass, seconds per token of the pass) of the tensor-parallel
+    all-reduces: 2 per layer, each latency + 2 (tp - 1) / tp x tokens x hidden x 2 B (BF16
+    activations) over the bus bandwidth (allreduce_bus_share x NVLink per direction).
+    (0, 0) at TP 1, with DP attention, or where the calibration does not price them."""
+    tp = shape.tp
+    bw = calibration.allreduce_bus_share * gpu.nvlink_bandwidth_bytes_per_s
+    if tp <= 1 or shape.dp_attention or (not calibration.allreduce_latency_s and bw <= 0):
+        return 0.0, 0.0
+    n = 2 * model.layers
+    per_tok = n * 2.0 * (tp - 1) / tp * model.hidden_size * 2.0 / bw if bw > 0 else 0.0
+    return n * calibration.allreduce_latency_s, per_tok
+
+
 def pass_latency_seconds(model: ModelSpec, gpu: GpuSpec, prompt_tokens: ArrayLike,
                          hit_tokens: ArrayLike, calibration: Calibration = DEFAULT_CALIBRATION,
                          chunk_tokens: int | None = None) -> Any:
@@ -634,7 +658,9 @@ def compute_seconds(
                                  chunk_tokens)
     s, p = _check_tokens(prompt_tokens, hit_tokens)
     passes = forward_passes(s - p, chunk_tokens or default_chunk_tokens(gpu))
-    comp = flop_s + bytes_s + passes * moe_pass_seconds(model, calibration)
+    c0, c1 = allreduce_seconds(model, gpu, shape, calibration)
+    comp = (flop_s + bytes_s + passes * (moe_pass_seconds(model, calibration) + c0)
+            + np.maximum(s - p, 1.0) * c1)
     if calibration.floor_rule == "max":
         return np.maximum(comp, floor)
     return comp + floor
@@ -871,13 +897,15 @@ def ttft(
     s_arr, p_arr = _check_tokens(prompt_tokens, hit_tokens)
     chunk = chunk_tokens or default_chunk_tokens(gpu)
     passes = forward_passes(s_arr - p_arr, chunk)
-    moe1 = moe_pass_seconds(model, calibration)
-    comp = flop_s + bytes_s + passes * moe1
+    c0, c1 = allreduce_seconds(model, gpu, shape, calibration)
+    moe1 = moe_pass_seconds(model, calibration) + c0
+    new = np.maximum(s_arr - p_arr, 1.0)
+    comp = flop_s + bytes_s + passes * moe1 + new * c1
     # Loads overlap the first forward pass only (they start with its batch; later chunks
     # attend to a prefix already loaded): the rest of a chunked prefill runs after.
     f1, b1 = compute_parts(model, gpu, np.minimum(s_arr, p_arr + chunk), p_arr, calibration,
                            shape=shape, attention_dtype=attention_dtype, chunk_tokens=chunk)
-    first = np.minimum(f1 + b1 + moe1, comp)
+    first = np.minimum(f1 + b1 + moe1 + np.minimum(new, chunk) * c1, comp)
     rest = comp - first
     if calibration.floor_rule == "max":
         # each pass is at least its floor (the first pass, and the rest together: exact

@@ -188,6 +188,7 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     one request alone still costs model.ttft."""
     e = engine_for(s, replicas=replicas, nodes=nodes, load_tier=load_tier)
     cal = s.calibration
+    comm = M.allreduce_seconds(s.model, s.gpu, s.shape, cal)
     if overheads is None:
         overheads = (cal.step_base_s, cal.step_per_token_s, cal.step_per_seq_s)
     engine_block = VLLM_BLOCK_TOKENS if policy == "vllm" else 16
@@ -215,6 +216,7 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         fixed_s=max(0.0, e.fixed_s - overheads[0] - overheads[2]),
         per_prompt_token_s=max(0.0, e.per_token_s - overheads[1]), pass_fixed_s=e.pass_fixed_s,
         decode_fixed_s=e.decode_fixed_s, moe_fixed_s=M.moe_pass_seconds(s.model, cal),
+        comm_fixed_s=comm[0], comm_per_token_s=comm[1],
         floor_rule=cal.floor_rule, base_s=overheads[0], per_token_s=overheads[1],
         per_seq_s=overheads[2], layers=e.layers, gpus_per_switch=e.gpus_per_switch,
         dram_bandwidth=e.dram_bandwidth, switch_bandwidth=e.switch_bandwidth,

@@ -78,6 +78,8 @@ from xmemplan.sizing.engine.steptime import (
     N_T,
     T_ATTN,
     T_BASE,
+    T_COMM0,
+    T_COMM1,
     T_DEC,
     T_FLOOR_MAX,
     T_HBM,
@@ -137,6 +139,10 @@ class Config:
     # the MoE kernels' fixed time of a pass (routing, block alignment, the expert GEMMs'
     # launches and tails: the intercept of fused-MoE kernel time against expert bytes)
     moe_fixed_s: float = 0.0
+    # the tensor-parallel all-reduces of a pass: seconds per pass (their latency) and per
+    # token of the pass (the activations over the link); 0 at TP 1
+    comm_fixed_s: float = 0.0
+    comm_per_token_s: float = 0.0
     # the layer floor (pass_fixed_s, decode_fixed_s) as the pass's minimum ("max") instead
     # of an overhead on top of its roofline ("add")
     floor_rule: str = "add"
@@ -186,6 +192,8 @@ class Config:
         tp[T_PASS] = self.pass_fixed_s
         tp[T_DEC] = self.decode_fixed_s
         tp[T_MOE] = self.moe_fixed_s
+        tp[T_COMM0] = self.comm_fixed_s
+        tp[T_COMM1] = self.comm_per_token_s
         if self.floor_rule not in ("add", "max"):
             raise UsageError(f"engine: unknown floor rule '{self.floor_rule}'", "use add or max")
         tp[T_FLOOR_MAX] = 1.0 if self.floor_rule == "max" else 0.0

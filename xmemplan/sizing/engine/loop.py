@@ -79,6 +79,8 @@ from xmemplan.sizing.engine.policy import (
 )
 from xmemplan.sizing.engine.pool import pool_new
 from xmemplan.sizing.engine.steptime import (
+    T_COMM0,
+    T_COMM1,
     T_HBM,
     T_KVB,
     T_MISS,
@@ -127,7 +129,7 @@ def _lin_w(tok, lin_t, tp):  # noqa: ANN001, ANN202
     MoE kernels' fixed time."""
     wb = tp[T_WDENSE] + tp[T_WEXP] * (1.0 - tp[T_MISS] ** tok) if tok > 0 else 0.0
     w_t = wb / tp[T_HBM]
-    moe = tp[T_MOE] if tok > 0 else 0.0
+    moe = tp[T_MOE] + tp[T_COMM0] + tp[T_COMM1] * tok if tok > 0 else 0.0
     return (lin_t if lin_t >= w_t else w_t) + moe
 
 

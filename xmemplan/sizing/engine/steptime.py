@@ -9,7 +9,8 @@ k = 1. Over the step's pieces:
   grows, model.active_weight_bytes);
 - compute = max(linear FLOP time, weight byte time) + max(attention FLOP time, KV byte
   time) (model.compute_parts) + the MoE kernels' fixed time of a pass (T_MOE: routing,
-  block alignment, the expert GEMMs' launches and tails);
+  block alignment, the expert GEMMs' launches and tails) + the tensor-parallel all-reduces
+  of a pass (T_COMM0 + T_COMM1 x T: their latency, and the activations over the link);
 - the layer floor of a forward pass (pass floor when the step holds a prefill piece,
   decode floor else): under the "add" rule an overhead on top of the compute, under the
   "max" rule the pass's minimum, max(compute, floor) (`pass_time`);
@@ -24,8 +25,8 @@ from numba import njit
 
 # fields of the step-time parameter vector
 (T_LIN, T_ATTN, T_WDENSE, T_WEXP, T_MISS, T_HBM, T_KVB, T_T0, T_TOKOVH, T_PASS, T_DEC,
- T_BASE, T_PER_TOK, T_PER_SEQ, T_MOE, T_FLOOR_MAX) = range(16)
-N_T = 16
+ T_BASE, T_PER_TOK, T_PER_SEQ, T_MOE, T_FLOOR_MAX, T_COMM0, T_COMM1) = range(18)
+N_T = 18
 
 
 @njit(cache=True)
@@ -34,7 +35,7 @@ def compute_time(tokens, lin_t, attn_t, kv_read, tp):  # noqa: ANN001, ANN201
     wb = tp[T_WDENSE] + tp[T_WEXP] * (1.0 - tp[T_MISS] ** tokens) if tokens > 0 else 0.0
     w_t = wb / tp[T_HBM]
     kv_t = kv_read / tp[T_HBM]
-    moe = tp[T_MOE] if tokens > 0 else 0.0
+    moe = tp[T_MOE] + tp[T_COMM0] + tp[T_COMM1] * tokens if tokens > 0 else 0.0
     return (lin_t if lin_t >= w_t else w_t) + (attn_t if attn_t >= kv_t else kv_t) + moe
 
 
@@ -75,7 +76,7 @@ def steptime_reference(pieces: list[tuple[float, float, bool, bool, float]],
     kv = sum((s0 + k) * tp[T_KVB] for k, s0, *_ in pieces)
     wb = tp[T_WDENSE] + tp[T_WEXP] * (1.0 - tp[T_MISS] ** tokens) if tokens > 0 else 0.0
     comp = max(lin_t, wb / tp[T_HBM]) + max(attn_t, kv / tp[T_HBM])
-    comp += tp[T_MOE] if tokens > 0 else 0.0
+    comp += tp[T_MOE] + tp[T_COMM0] + tp[T_COMM1] * tokens if tokens > 0 else 0.0
     prefill = any(p for _, _, p, _, _ in pieces)
     floor = tp[T_PASS] if prefill else tp[T_DEC]
     starts = [pr for _, _, _, s, pr in pieces if s]
