@@ -397,21 +397,86 @@ def _match_len(ids: np.ndarray, a: int, b: int, lim: int) -> int:
 
 
 @njit(cache=True, inline="always")
+def _lock(nd: np.ndarray, node: int, root: int, evictable: int, stamp: int) -> int:
+    """RadixCache.inc_lock_ref from `node` up to the root (`stamp` >= 0: the path's access
+    time is set to it on the way). Returns the evictable pages."""
+    x = node
+    while x != root:
+        if stamp >= 0:
+            nd[x, ST] = stamp
+        if nd[x, LK] == 0:
+            evictable -= nd[x, EL]
+        nd[x, LK] += 1
+        x = nd[x, PA]
+    return evictable
+
+
+@njit(cache=True, inline="always")
+def _unlock(nd: np.ndarray, node: int, root: int, evictable: int, h_time: np.ndarray,
+            h_node: np.ndarray, hsize: int, stamp: int) -> tuple[int, int]:
+    """RadixCache.dec_lock_ref: a node it unlocks that has no children becomes an
+    evictable leaf (pushed). Returns (evictable pages, heap size)."""
+    x = node
+    while x != root:
+        if stamp >= 0:
+            nd[x, ST] = stamp
+        nd[x, LK] -= 1
+        if nd[x, LK] == 0:
+            evictable += nd[x, EL]
+            if nd[x, NC] == 0:
+                hsize = _heap_push(h_time, h_node, hsize, nd[x, ST], x)
+        x = nd[x, PA]
+    return evictable, hsize
+
+
+@njit(cache=True, inline="always")
+def _evict(nd: np.ndarray, tb: np.ndarray, epoch: int, mask: int, keys: np.ndarray,
+           h_time: np.ndarray, h_node: np.ndarray, hsize: int, goal: int, page: int,
+           root: int) -> tuple[int, int]:
+    """RadixCache.evict(goal tokens): whole unlocked leaves, least recently used first, until
+    at least `goal` tokens are freed (a parent left without children joins the heap).
+    Stale heap entries (the node was used, split, locked or evicted since) are skipped.
+    Returns (pages freed, heap size)."""
+    done = 0
+    freed = 0
+    while done < goal and hsize > 0:
+        tx = h_time[0]
+        xx = h_node[0]
+        hsize = _heap_pop(h_time, h_node, hsize)
+        if nd[xx, AL] == 0 or nd[xx, NC] != 0 or nd[xx, LK] != 0 or nd[xx, ST] != tx:
+            continue
+        freed += nd[xx, EL]
+        done += nd[xx, EL] * page
+        nd[xx, AL] = 0
+        p = nd[xx, PA]
+        k = keys[nd[xx, ES]]
+        sl = _slot(p, k, mask)
+        while not (tb[sl, TN] == p and tb[sl, TK] == k and tb[sl, TE] == epoch):
+            sl = (sl + 1) & mask
+        tb[sl, TC] = EMPTY
+        nd[p, NC] -= 1
+        if nd[p, NC] == 0 and nd[p, LK] == 0 and p != root:
+            hsize = _heap_push(h_time, h_node, hsize, nd[p, ST], p)
+    return freed, hsize
+
+
+@njit(cache=True, inline="always")
 def _walk(
     keys: np.ndarray, s: int, n_walk: int, nd: np.ndarray, tb: np.ndarray, epoch: int,
     mask: int, h_time: np.ndarray, h_node: np.ndarray,
-    clock: int, n_nodes: int, hsize: int,
+    clock: int, n_nodes: int, hsize: int, root: int = 0,
 ) -> tuple[int, int, int, int, int]:
     """RadixCache._match_prefix_helper / the walk of _insert_helper (the same moves).
 
     Stamps the root and every node entered with one time; where the keys end or differ
     inside an edge, the edge is split: the new upper node gets the next time, the lower
     part keeps the path's. Returns (pages matched, last node, clock, nodes, heap size).
+    `root`: the tree's root node (the engine simulator keeps one tree per replica).
     """
     t = clock
     clock += 1
-    nd[0, ST] = t
-    node = 0
+    nd[root, ST] = t
+    node = root
     pos = 0
     while pos < n_walk:
         k = keys[s + pos]
@@ -444,7 +509,7 @@ def _checkpoint(
     nd: np.ndarray, tb: np.ndarray, epoch: int, mask: int,
     h_time: np.ndarray, h_node: np.ndarray, clock: int, n_nodes: int, hsize: int,
     free_pages: int, evictable: int, path: np.ndarray, protected_pos: int,
-    stamp_above: bool,
+    stamp_above: bool, root: int = 0,
 ) -> tuple[int, int, int, int, int, int]:
     """RadixCache.checkpoint in one walk: insert the first `key_n` pages of the KV, insert
     the prompt's again (split_prompt), free the duplicates past `protected` pages, look the
@@ -462,17 +527,17 @@ def _checkpoint(
     t_a = clock  # the insert's time: what the insert split off keeps it
     t_b = clock + 1  # the final lookup's: the whole path
     clock += 2
-    nd[0, ST] = t_b
-    node = 0
+    nd[root, ST] = t_b
+    node = root
     pos = 0
     plen = 0
     # below `old`: its ancestors (and it) are the path's top, stamped here and not kept,
     # unless split_prompt must look for a boundary among them
-    below = old != 0 and 0 < protected_pos <= key_n and not (
+    below = old != root and 0 < protected_pos <= key_n and not (
         0 < prompt_n < key_n and prompt_n != protected_pos)
-    if old != 0 and 0 < protected_pos <= key_n:
+    if old != root and 0 < protected_pos <= key_n:
         x = old
-        while x != 0:
+        while x != root:
             if below:
                 if stamp_above:  # else the caller's walk over them stamps them t_b
                     nd[x, ST] = t_b
@@ -566,24 +631,31 @@ def _checkpoint(
             nd[x, LK] += 1
             x = nd[x, PA]
         return new_last, clock, n_nodes, hsize, free_pages, evictable
-    new_last = path[plen - 1] if plen > 0 else 0
-    if new_last != 0 and nd[new_last, NC] == 0 and nd[new_last, LK] == 0:
+    new_last = path[plen - 1] if plen > 0 else root
+    if new_last != root and nd[new_last, NC] == 0 and nd[new_last, LK] == 0:
         hsize = _heap_push(h_time, h_node, hsize, t_b, new_last)
-    x = old  # unlock the old node
-    while x != 0:
-        nd[x, LK] -= 1
-        if nd[x, LK] == 0:
-            evictable += nd[x, EL]
-            if nd[x, NC] == 0:
-                hsize = _heap_push(h_time, h_node, hsize, nd[x, ST], x)
-        x = nd[x, PA]
-    x = new_last  # lock the new one
-    while x != 0:
-        if nd[x, LK] == 0:
-            evictable -= nd[x, EL]
-        nd[x, LK] += 1
-        x = nd[x, PA]
+    # unlock the old node, lock the new one
+    evictable, hsize = _unlock(nd, old, root, evictable, h_time, h_node, hsize, -1)
+    evictable = _lock(nd, new_last, root, evictable, -1)
     return new_last, clock, n_nodes, hsize, free_pages, evictable
+
+
+@njit(cache=True, inline="always")
+def _release_tree(
+    keys: np.ndarray, ss: int, key_n: int, prompt_n: int, old: int, protected: int,
+    nd: np.ndarray, tb: np.ndarray, epoch: int, mask: int,
+    h_time: np.ndarray, h_node: np.ndarray, clock: int, n_nodes: int, hsize: int,
+    free_pages: int, evictable: int, path: np.ndarray, root: int,
+) -> tuple[int, int, int, int, int]:
+    """release_kv_cache(checkpoint=True) on the tree: checkpoint the first `key_n` pages
+    (the request's lock at `old` over `protected` pages), then drop the lock (the path
+    keeps the checkpoint's lookup time). The rest of the request's row (pages past key_n)
+    is the caller's to free. Returns (clock, nodes, heap size, free pages, evictable)."""
+    last, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
+        keys, ss, key_n, prompt_n, old, protected, nd, tb, epoch, mask, h_time, h_node,
+        clock, n_nodes, hsize, free_pages, evictable, path, protected, False, root)
+    evictable, hsize = _unlock(nd, last, root, evictable, h_time, h_node, hsize, clock - 1)
+    return clock, n_nodes, hsize, free_pages, evictable
 
 
 @njit(cache=True)
@@ -651,21 +723,11 @@ def sglang_replay(
             q = q0
             rr = held_r[q]
             kk = kv[rr]
-            last, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(
+            clock, n_nodes, hsize, free_pages, evictable = _release_tree(
                 keys, offsets[rr], kk // page, prompt[rr] // page, held_node[q], held_h[q],
                 nd, tb, epoch, mask, h_time, h_node, clock, n_nodes, hsize, free_pages,
-                evictable, path, held_h[q], False)
+                evictable, path, 0)
             free_pages += (kk + page - 1) // page - kk // page  # the partial page
-            t_rel = clock - 1  # the checkpoint's lookup time: its whole path has it
-            x = last
-            while x != 0:  # dec_lock_ref
-                nd[x, ST] = t_rel
-                nd[x, LK] -= 1
-                if nd[x, LK] == 0:
-                    evictable += nd[x, EL]
-                    if nd[x, NC] == 0:
-                        hsize = _heap_push(h_time, h_node, hsize, nd[x, ST], x)
-                x = nd[x, PA]
             q0 = (q0 + 1) % inflight
             qn -= 1
         # admit r: match_prefix(prompt[:L - 1]) page-aligned, lock, prefill, decode
@@ -681,14 +743,7 @@ def sglang_replay(
         # its ancestors with its lookup time, clock + 1: done here, nothing in between
         # reads a locked node's time
         early = K > L and node != 0
-        x = node
-        while x != 0:  # inc_lock_ref
-            if early:
-                nd[x, ST] = clock + 1
-            if nd[x, LK] == 0:
-                evictable -= nd[x, EL]
-            nd[x, LK] += 1
-            x = nd[x, PA]
+        evictable = _lock(nd, node, 0, evictable, clock + 1 if early else -1)
         # prefill: room for the new tokens and a page, then their pages; then decode. A
         # decode step changes nothing unless the one before took a page or it takes one,
         # so only those steps are run (about two per page, not one per token).
@@ -702,27 +757,10 @@ def sglang_replay(
                 take = 1 if pos_t % page == 0 else 0
             avail = free_pages * page
             if avail < demand:  # RadixCache.evict: whole leaves, least recent first
-                goal = demand - avail
-                done = 0
-                while done < goal and hsize > 0:
-                    tx = h_time[0]
-                    xx = h_node[0]
-                    hsize = _heap_pop(h_time, h_node, hsize)
-                    if nd[xx, AL] == 0 or nd[xx, NC] != 0 or nd[xx, LK] != 0 or nd[xx, ST] != tx:
-                        continue
-                    free_pages += nd[xx, EL]
-                    done += nd[xx, EL] * page
-                    evictable -= nd[xx, EL]
-                    nd[xx, AL] = 0
-                    p = nd[xx, PA]
-                    k = keys[nd[xx, ES]]
-                    sl = _slot(p, k, mask)
-                    while not (tb[sl, TN] == p and tb[sl, TK] == k and tb[sl, TE] == epoch):
-                        sl = (sl + 1) & mask
-                    tb[sl, TC] = EMPTY
-                    nd[p, NC] -= 1
-                    if nd[p, NC] == 0 and nd[p, LK] == 0 and p != 0:
-                        hsize = _heap_push(h_time, h_node, hsize, nd[p, ST], p)
+                freed, hsize = _evict(nd, tb, epoch, mask, keys, h_time, h_node, hsize,
+                                      demand - avail, page, 0)
+                free_pages += freed
+                evictable -= freed
             free_pages -= take
             if pos_t == L - 1 and K > L:  # unfinished after prefill: checkpoint_kv_cache
                 node, clock, n_nodes, hsize, free_pages, evictable = _checkpoint(

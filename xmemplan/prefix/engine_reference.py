@@ -328,15 +328,22 @@ class SGLangCache:
         path's access time), move the lock to the new last node."""
         req, last, protected = held
         key = self._pages(req.kv_tokens[:up_to])
+        new_last = self.checkpoint_pages(last, protected, key, self._pages(req.prompt))
+        return req, new_last, len(key)
+
+    def checkpoint_pages(self, last: _Node, protected: int,
+                         key: tuple[tuple[int, ...], ...],
+                         prompt_key: tuple[tuple[int, ...], ...]) -> _Node:
+        """`_checkpoint` on pages: the lock at `last` (over `protected` pages) moves to the
+        node where `key` ends; returns that node."""
         prefix, _ = self.insert(key)
         self.free_pages += max(0, prefix - protected)
-        prompt_key = self._pages(req.prompt)
         if 0 < len(prompt_key) < len(key):
             self.insert(prompt_key)
         _, new_last = self.match(key)
         self.lock(last, -1)
         self.lock(new_last, +1)
-        return req, new_last, len(key)
+        return new_last
 
     def release(self, held: tuple[Req, _Node, int]) -> None:
         """release_kv_cache(checkpoint=True): checkpoint, free the rest of the row, unlock."""

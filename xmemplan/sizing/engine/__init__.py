@@ -25,7 +25,9 @@ from xmemplan.sizing.engine._numba_stamp import drop_stale_cache
 
 # Before the kernels load: numba's cache would not see an edit to an inlined sibling.
 _HERE = Path(__file__).resolve().parent
-drop_stale_cache(_HERE, [_HERE.parent / "sim.py"])
+_PREFIX = _HERE.parent.parent / "prefix"  # radix.py inlines the SGLang cache model's kernels
+drop_stale_cache(_HERE, [_HERE.parent / "sim.py", _PREFIX / "engine_kernels.py",
+                         _PREFIX / "kernels.py"])
 
 from xmemplan.sizing.engine.loop import (
     E_LAYERS,
@@ -360,15 +362,38 @@ def run(req: Requests, cfg: Config, *, trace_rows: int = 0, step_rows: int = 0
     tier_tok = np.where(tier >= 0, _i64(req.tier_tokens, n, 0), 0).astype(np.int64)
     trace = np.zeros((max(1, trace_rows), 3), np.int64)
     steps = np.zeros((max(1, step_rows), 4))
-    out = run_kernel(_f64(req.arrival, n), _i64(req.prev, n, -1), _f64(req.think, n), prompt,
+    sgp = np.array([*radix_sizes(cfg, n, len(req.keys)), 0], np.int64)
+    while True:
+        out = _run_once(req, cfg, n, prompt, output, tier_tok, tier, trace, steps, sgp,
+                        pp, tp, lp, ep)
+        if sgp[2] == 0:
+            break
+        sgp[0] *= 4
+        sgp[1] *= 2
+        sgp[2] = 0
+    res = Result(req, cfg, out)
+    return res, trace, steps, int(out[7]), int(out[8])
+
+
+def radix_sizes(cfg: Config, n: int, nkeys: int) -> tuple[int, int]:
+    """SGLang's radix tables (radix.py) to start a run with: node rows (a request's walks
+    and checkpoints make a few; evicted nodes are reclaimed) and heap entries per replica
+    (an evictable leaf holds a page at least). A run that finds them too small runs again
+    with 4x the nodes and 2x the heap (`run`)."""
+    return cfg.replicas + n + 1024, 2 * min(cfg.blocks, max(nkeys, 1)) + 64
+
+
+def _run_once(req: Requests, cfg: Config, n: int, prompt: np.ndarray, output: np.ndarray,
+              tier_tok: np.ndarray, tier: np.ndarray, trace: np.ndarray, steps: np.ndarray,
+              sgp: np.ndarray, pp: np.ndarray, tp: np.ndarray, lp: np.ndarray,
+              ep: np.ndarray) -> tuple[Any, ...]:
+    return run_kernel(_f64(req.arrival, n), _i64(req.prev, n, -1), _f64(req.think, n), prompt,
                      output, tier_tok, tier, _i64(req.route, n, -1), _i64(req.koff, n, 0),
                      _i64(req.kn, n, 0), _i64(req.keys, 0, 0) if len(req.keys) else
                      np.zeros(1, np.int64), _i64(req.hbm_fixed, n, 0),
                      _i64(req.cacheable, n, 1), pp, tp, lp, ep,
                      float(cfg.conservativeness),
-                     trace, steps)
-    res = Result(req, cfg, out)
-    return res, trace, steps, int(out[7]), int(out[8])
+                     trace, steps, sgp)
 
 
 def chain_keys(tokens: list[list[int]], block: int) -> tuple[np.ndarray, np.ndarray,

@@ -54,6 +54,7 @@ from xmemplan.sizing.engine.policy import (
     R_LOOKUP_HIT,
     R_LOOKUPS,
     R_NEWHIT,
+    R_NODE,
     R_OUT,
     R_PREEMPT,
     R_PROMPT,
@@ -72,12 +73,15 @@ from xmemplan.sizing.engine.policy import (
     cache_full,
     release,
     run_remove,
+    sg_checkpoint,
+    sg_release,
     sglang_head_need,
     sglang_schedule,
     vllm_schedule,
     w_append,
 )
 from xmemplan.sizing.engine.pool import pool_new
+from xmemplan.sizing.engine.radix import G_OVER, radix_new
 from xmemplan.sizing.engine.steptime import (
     T_COMM0,
     T_COMM1,
@@ -120,7 +124,6 @@ N_S = 9
 # 600 decode steps (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
 # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)
 INIT_RATIO, MIN_FACTOR, DECAY_STEPS = 0.7, 0.14, 600.0
-RETRACT_DECODE_STEPS = 20
 
 
 @njit(cache=True)
@@ -143,11 +146,13 @@ def _attn_j(attn0, kv0, j, da, dk):  # noqa: ANN001, ANN202
 
 @njit(cache=True)
 def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff, kn, keys,  # noqa: ANN001, ANN201, C901
-               fixhit, cacheable, pp, tp, lp, ep, cons, trace, steps_out):
+               fixhit, cacheable, pp, tp, lp, ep, cons, trace, steps_out, sgp):
     """The loop (module doc). tier[i]: 0 host DRAM, 1 X-Mem, -1 none. Returns per-request
     floats (n x N_O), replica of each, HBM hit tokens (first admission), tier tokens
     (and vLLM's prefix-cache lookups and their hit tokens, policy._count_lookup),
-    loaded, preemptions, busy seconds per replica, stats, trace rows used, steps used."""
+    loaded, preemptions, busy seconds per replica, stats, trace rows used, steps used.
+    sgp: SGLang's table sizes (nodes, heap entries per replica); sgp[2] is set to 1 when
+    they were too small (the run stopped: run it again with larger ones)."""
     n = arrival.shape[0]
     R = ep[E_REPLICAS]
     per_switch = ep[E_PER_SWITCH]
@@ -188,13 +193,24 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
         RI[i, R_CACHEABLE] = cacheable[i]
         RI[i, R_NEWHIT] = 1
         RI[i, R_REP] = -1
+        RI[i, R_NODE] = -1
         rbcap += (prompt[i] + output[i] + bs - 1) // bs + 1
     rb = np.zeros(rbcap, np.int64)
     mapped = 0
     for i in range(n):
         if cacheable[i] == 1:
             mapped += kn[i]
-    P = pool_new(R, nb, min(rbcap, R * nb) + 1, min(mapped, R * nb) + 1)
+    longest = 1
+    for i in range(n):
+        if kn[i] > longest:
+            longest = kn[i]
+    if policy == SGLANG:
+        # SGLang: a radix tree per replica (radix.py); the block pool keeps only counts
+        P = pool_new(R, nb, 1, 0)
+        S = radix_new(R, nb, sgp[0], sgp[1], longest)
+    else:
+        P = pool_new(R, nb, min(rbcap, R * nb) + 1, min(mapped, R * nb) + 1)
+        S = radix_new(1, 1, 0, 0, 0)
     RO = np.full((n, N_O), INF)
     for i in range(n):
         RO[i, O_ITL_MAX] = 0.0
@@ -266,7 +282,11 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     nkick = 0
     kicked = np.zeros(R, np.int64)
 
+    sg_g = S[5]
     while True:
+        if sg_g[G_OVER] != 0:
+            sgp[2] = 1
+            break
         # --- next event ----------------------------------------------------------------
         t_h = ht[0] if hn > 0 else INF
         while rhn > 0 and (QI[rh_i[0], Q_STATE] != 1 or rend[rh_i[0]] != rh_t[0]):
@@ -298,7 +318,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             t_step0 = tn
             npre0 = QI[r, Q_PREEMPTED]
             if policy == SGLANG:
-                tok, ns, tn, nl, pre = sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn,
+                tok, ns, tn, nl, pre = sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn,
                                                        ratio[r], loads)
             else:
                 tok, ns, tn, nl = vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads)
@@ -408,7 +428,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                 ext_h = -1
                 left_h = 0
                 if allow and policy == SGLANG and QI[r, Q_WHEAD] >= 0:
-                    ext_h, left_h, fits_h = sglang_head_need(P, RI, QI, keys, r, pp)
+                    ext_h, left_h, fits_h = sglang_head_need(S, P, RI, QI, keys, r, pp)
                     if ext_h < 0:
                         allow = False
                     elif not fits_h:
@@ -585,8 +605,8 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             x = QI[r, Q_CHUNKED]
             QI[r, Q_CHUNKED] = -1
             RI[x, R_COMP] += RI[x, R_STOK]
-            if pp[P_CACHING] == 1 and RI[x, R_CACHEABLE] == 1:
-                cache_full(P, RI, keys, rb, r, x, RI[x, R_COMP], bs)
+            if pp[P_CACHING] == 1:
+                sg_checkpoint(S, P, RI, keys, r, x, bs)  # stash_chunked_request
             if write and tier[x] >= 0:
                 wbytes[tier[x]] += RI[x, R_STOK] * kvb
             RI[x, R_STOK] = 0
@@ -608,10 +628,8 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                         RO[i, O_ITL_MAX] = g
                     RO[i, O_LAST] = now - rlast[r]
                 RI[i, R_COMP] += k
-                if policy == SGLANG and pp[P_CACHING] == 1 and RI[i, R_CACHEABLE] == 1:
-                    # SGLang: the step's KV enters the radix tree when the step is done
-                    cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP], bs)
-                elif K > 1 and pp[P_CACHING] == 1 and RI[i, R_CACHEABLE] == 1:
+                if policy != SGLANG and K > 1 and pp[P_CACHING] == 1 \
+                        and RI[i, R_CACHEABLE] == 1:
                     # the run's full blocks, cached as its steps would have
                     cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP] + 1, bs)
                 if write and tier[i] >= 0 and was_prefill:
@@ -630,7 +648,10 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                     RO[i, O_LAST] = now
                     if RI[i, R_GEN] >= RI[i, R_OUT]:
                         run_remove(RI, QI, r, i)
-                        release(P, RI, rb, r, i)
+                        if policy == SGLANG:  # release_kv_cache(checkpoint=True)
+                            sg_release(S, P, RI, keys, r, i, bs, pp[P_CACHING] == 1)
+                        else:
+                            release(P, RI, rb, r, i)
                         RI[i, R_STATUS] = ST_DONE
                         RO[i, O_DONE] = now
                         _unfinished_add(outstanding, seg, PP, r, -1)
@@ -648,6 +669,9 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                             if arrival[j] > ta:
                                 ta = arrival[j]
                             hn = _heap_push(ht, hi, hn, ta, j)
+                    elif policy == SGLANG and was_prefill and pp[P_CACHING] == 1:
+                        # unfinished after its prefill: checkpoint_kv_cache
+                        sg_checkpoint(S, P, RI, keys, r, i, bs)
             i = nx
         # write-through of the step's new prompt KV to the tier (same links as loads):
         # one write stream per replica and tier, later writes queue behind earlier ones

@@ -44,13 +44,25 @@ from xmemplan.sizing.engine.pool import (
     pool_match,
     pool_touch,
 )
+from xmemplan.sizing.engine.radix import (
+    RQ_AVAIL,
+    radix_checkpoint,
+    radix_lock,
+    radix_make_room,
+    radix_match,
+    radix_path_evictable,
+    radix_release,
+    radix_take,
+)
 
 # request int fields
 (R_PROMPT, R_OUT, R_GEN, R_COMP, R_STATUS, R_REP, R_KOFF, R_KN, R_RBOFF, R_HELD, R_NCACHED,
  R_WPREV, R_WNEXT, R_RPREV, R_RNEXT, R_STOK, R_HIT, R_TIER_TOK, R_EXT, R_PREEMPT, R_LOADED,
  R_STARTED, R_NEWHIT, R_FLOWS, R_S0, R_LOADED_TOTAL, R_HIT_TOTAL, R_FIXHIT, R_CACHEABLE,
- R_LOOKUPS, R_LOOKUP_HIT) = range(31)
-N_R = 31
+ R_LOOKUPS, R_LOOKUP_HIT, R_NODE) = range(32)
+N_R = 32
+# (SGLang: R_NODE the radix node request i holds locked, -1 none; R_NCACHED the pages of
+# its row the tree owns, cache_protected_len)
 # status
 ST_NEW, ST_WAIT, ST_LOADING, ST_RUN, ST_DONE = range(5)
 # replica int fields
@@ -63,6 +75,7 @@ N_Q = 12
 N_P = 10
 VLLM, SGLANG = 0, 1
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION default
+RETRACT_DECODE_STEPS = 20  # SGLang SGLANG_RETRACT_DECODE_STEPS default
 NONE = -1
 
 
@@ -380,8 +393,90 @@ def _reserve(RI, QI, r, ratio):  # noqa: ANN001, ANN202
     return s
 
 
+# --- SGLang's pool (radix.py): one radix tree per replica ---------------------------------
 @njit(cache=True, inline="always")
-def sglang_head_need(P, RI, QI, keys, r, pp):  # noqa: ANN001, ANN201
+def sg_lookup(S, rq, RI, keys, r, i, bs, caching):  # noqa: ANN001, ANN201
+    """SGLang match_prefix of request i's tokens but the last, page-aligned: (pages,
+    node). The walk stamps the path and may split an edge (radix.py)."""
+    if not caching:
+        return 0, r
+    nmax = (ntokens(RI, i) - 1) // bs
+    if nmax > RI[i, R_KN]:
+        nmax = RI[i, R_KN]
+    if nmax <= 0:
+        return 0, r
+    return radix_match(S, rq, RI, R_NODE, keys, r, RI[i, R_KOFF], nmax)
+
+
+@njit(cache=True, inline="always")
+def sg_admit(S, P, RI, r, i, node, nhit, new_tokens, bs, pending):  # noqa: ANN001, ANN201
+    """Request i takes its `nhit` matched pages (locks `node`) and pages for `new_tokens`
+    more; -1 (nothing changed) when they do not fit beside the batch's `pending` pages.
+    Returns the pages it needs allocated (the batch allocates them at once)."""
+    comp = RI[i, R_COMP] + nhit * bs
+    need = _cdiv(comp + new_tokens, bs) - RI[i, R_HELD] - nhit
+    if need < 0:
+        need = 0
+    ev = radix_path_evictable(S, node, r) if nhit > 0 else 0
+    if need + ev + pending > P[1][r, 2]:
+        return -1
+    if nhit > 0:
+        radix_lock(S, P[1], r, node)
+        RI[i, R_NODE] = node
+        RI[i, R_NCACHED] = nhit
+        RI[i, R_HELD] += nhit
+    elif RI[i, R_NODE] < 0:
+        RI[i, R_NODE] = r  # the root: locks nothing
+        RI[i, R_NCACHED] = 0
+    RI[i, R_HELD] += need
+    return need
+
+
+@njit(cache=True, inline="always")
+def sg_checkpoint(S, P, RI, keys, r, i, bs):  # noqa: ANN001, ANN201
+    """checkpoint_kv_cache: request i's computed full pages enter the tree. A request no
+    later one can hit (R_CACHEABLE 0: its keys past its hit are its own) keeps them in
+    its row, and frees them at release: as if its pages were evicted first (SGLang would
+    keep them as unlocked leaves; the same run when no request is cacheable)."""
+    if RI[i, R_CACHEABLE] == 0:
+        return
+    key_n = RI[i, R_COMP] // bs
+    if key_n > RI[i, R_KN]:
+        key_n = RI[i, R_KN]
+    radix_checkpoint(S, P[1], RI, R_NODE, R_NCACHED, keys, r, i, RI[i, R_KOFF], key_n,
+                     RI[i, R_PROMPT] // bs)
+
+
+@njit(cache=True, inline="always")
+def sg_release(S, P, RI, keys, r, i, bs, insert):  # noqa: ANN001, ANN201
+    """release_kv_cache(checkpoint=insert): insert its KV's full pages (finished), or not
+    (retracted); free the rest of its row; drop its lock."""
+    key_n = RI[i, R_COMP] // bs
+    if key_n > RI[i, R_KN]:
+        key_n = RI[i, R_KN]
+    if RI[i, R_NODE] < 0:
+        RI[i, R_NODE] = r
+    insert = insert and RI[i, R_CACHEABLE] == 1  # (sg_checkpoint)
+    radix_release(S, P[1], RI, R_NODE, R_NCACHED, keys, r, i, RI[i, R_KOFF],
+                  key_n if insert else 0, RI[i, R_PROMPT] // bs, RI[i, R_HELD], insert)
+    RI[i, R_HELD] = 0
+
+
+@njit(cache=True, inline="always")
+def _sg_tier(RI, i, nhit, bs):  # noqa: ANN001, ANN202
+    """(fixed hit, tier load) of a waiting request with `nhit` pages matched."""
+    fx = _fixed_hit(RI, i, nhit * bs)
+    top = RI[i, R_TIER_TOK]
+    if top > ntokens(RI, i) - 1:
+        top = ntokens(RI, i) - 1
+    ext = top - nhit * bs - fx
+    if ext < 10:  # HiCache load_back_threshold
+        ext = 0
+    return fx, ext
+
+
+@njit(cache=True, inline="always")
+def sglang_head_need(S, P, RI, QI, keys, r, pp):  # noqa: ANN001, ANN201
     """(tokens it needs room for: new and loaded, clipped remaining output, whether its
     blocks fit now) of the waiting queue's head as the prefill admission prices it;
     (-1, 0, False) when the head is the chunked request or none."""
@@ -389,86 +484,92 @@ def sglang_head_need(P, RI, QI, keys, r, pp):  # noqa: ANN001, ANN201
     i = QI[r, Q_WHEAD]
     if i < 0 or RI[i, R_COMP] > 0:
         return -1, 0, False
-    nhit = lookup(P, RI, keys, r, i, bs, caching)
-    fx = _fixed_hit(RI, i, nhit * bs)
-    top = RI[i, R_TIER_TOK]
-    if top > ntokens(RI, i) - 1:
-        top = ntokens(RI, i) - 1
-    ext = top - nhit * bs - fx
-    if ext < 10:
-        ext = 0
+    nhit, node = sg_lookup(S, S[4], RI, keys, r, i, bs, caching)
+    fx, ext = _sg_tier(RI, i, nhit, bs)
     left = RI[i, R_OUT] - RI[i, R_GEN]
     if left > CLIP_MAX_NEW_TOKENS:
         left = CLIP_MAX_NEW_TOKENS
     extend = ntokens(RI, i) - nhit * bs - fx - ext
-    need_tok = extend + ext + left + bs
+    ev = radix_path_evictable(S, node, r) if nhit > 0 else 0
+    need_tok = extend + ext + left + bs + ev * bs  # its prefix pinned (sglang_schedule)
     take = extend
     chunk = pp[P_CHUNK] if pp[P_CHUNK] > 0 else 1 << 40
     if take > chunk:
         take = chunk // bs * bs
         if take <= 0:
             take = chunk
-    # its blocks: as allocate() counts them (hits it takes from the free queue count)
+    # its pages: as sg_admit counts them (matched pages it locks leave the evictable set)
     need = _cdiv(nhit * bs + take + ext + fx, bs) - nhit
-    ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
     fits = need + ev <= P[1][r, 2]
     return need_tok, left, fits
 
 
 @njit(cache=True, inline="always")
-def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noqa: ANN001, ANN201, C901
+def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa: ANN001, ANN201, C901
     """One SGLang step on replica r (module doc). Returns (tokens, scheduled, trace rows,
     loads (requests whose tier prefix rides this batch), prefill?)."""
     bs, caching = pp[P_BS], pp[P_CACHING] == 1
+    rq, Q = S[4], P[1]  # (one reference each: see radix.radix_match)
+    # the engine's page (tokens): the spare room a prefill and a decode ask for
+    page = pp[P_EBS] if pp[P_EBS] > 1 else 0
     nl = 0
     tokens = 0
     nsched = 0
     # 1. prefill: the chunked request first, then the waiting queue
     if QI[r, Q_WHEAD] >= 0 and QI[r, Q_NRUN] < pp[P_MAXSEQ]:
-        rem_total = P[1][r, 2] * bs - _reserve(RI, QI, r, ratio)
+        # rem_total_tokens: free and evictable tokens (as they stand: a request admitted
+        # locks its prefix) less the running requests' reserve and the batch's own
+        rem_off = _reserve(RI, QI, r, ratio)
         rem_chunk = pp[P_CHUNK] if pp[P_CHUNK] > 0 else 1 << 40
         rem_input = pp[P_MAXPREFILL]
+        pending = 0  # pages the batch allocates when it is formed
+        demand = 0  # tokens it asks room for (alloc_paged_token_slots_extend)
         i = QI[r, Q_WHEAD]
         while i >= 0:
             nx = RI[i, R_WNEXT]
             if QI[r, Q_NRUN] >= pp[P_MAXSEQ]:
                 break
-            cont = RI[i, R_COMP] > 0  # the chunked request (holds its blocks)
+            cont = RI[i, R_COMP] > 0  # the chunked request (holds its pages)
             nhit = 0
+            node = r
             ext = 0
             fx = 0
             if not cont:
-                nhit = lookup(P, RI, keys, r, i, bs, caching)
-                fx = _fixed_hit(RI, i, nhit * bs)
-                top = RI[i, R_TIER_TOK]
-                if top > ntokens(RI, i) - 1:
-                    top = ntokens(RI, i) - 1
-                ext = top - nhit * bs - fx
-                if ext < 10:  # HiCache load_back_threshold
-                    ext = 0
+                nhit, node = sg_lookup(S, rq, RI, keys, r, i, bs, caching)
+                fx, ext = _sg_tier(RI, i, nhit, bs)
             extend = ntokens(RI, i) - RI[i, R_COMP] - nhit * bs - fx - ext
             left = RI[i, R_OUT] - RI[i, R_GEN]
             if left > CLIP_MAX_NEW_TOKENS:
                 left = CLIP_MAX_NEW_TOKENS
             # SGLang 0.5.23 PrefillAdder.add_one_req: its new and loaded tokens, its whole
             # remaining output (clipped) and one page must fit (the running requests'
-            # outputs are reserved x new_token_ratio)
+            # outputs are reserved x new_token_ratio), its matched prefix pinned (the pin
+            # takes its pages out of the evictable budget)
             total = extend + ext + left + bs
-            if not cont and total >= rem_total:
+            pin = radix_path_evictable(S, node, r) * bs if nhit > 0 else 0
+            if not cont and total >= Q[r, 2] * bs - rem_off - pin:
                 break
             if nsched > 0 and extend > rem_input:
                 break
+            lim = rem_chunk
+            if cont:  # add_chunked_req: the chunk is cut to the memory budget too
+                room = Q[r, 2] * bs - rem_off
+                if 0 < room < lim:
+                    lim = int(room)
             take = extend
-            if take > rem_chunk:
-                take = rem_chunk // bs * bs
+            if take > lim:
+                take = lim // bs * bs
                 if take <= 0:
                     if nsched > 0:
                         break
-                    take = rem_chunk  # a chunk below one (simulator) block: no progress else
+                    take = lim  # a chunk below one (simulator) block: no progress else
             # (SGLang matches the radix tree as it stands: a batch's own prefixes enter
-            # it when the batch is done, so caching waits for the step's end)
-            if not allocate(P, RI, keys, rb, r, i, take + ext + fx, nhit, bs, False):
+            # it when the batch is done)
+            need = sg_admit(S, P, RI, r, i, node, nhit, take + ext + fx, bs, pending)
+            if need < 0:
                 break
+            pending += need
+            demand += take + ext + fx + page
             if not cont:
                 RI[i, R_HIT] = nhit * bs + fx
                 RI[i, R_HIT_TOTAL] += nhit * bs + fx
@@ -492,13 +593,13 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
                 full_out = CLIP_MAX_NEW_TOKENS
             if take < extend:
                 full_out = 0  # a chunk reserves no output (is_chunked: max_new_tokens 0)
-            rem_total -= _cdiv(take + ext, bs) * bs + bs + full_out  # PrefillBudget.reserve
+            rem_off += _cdiv(take + ext, bs) * bs + bs + full_out  # PrefillBudget.reserve
             # the compute budgets are charged the page-ceiled extend (_update_prefill_budget)
             rem_chunk -= _cdiv(take, bs) * bs
             rem_input -= _cdiv(take, bs) * bs
             if take < extend:
                 # the one chunked request: it stays first in the waiting queue, holding
-                # its blocks, and goes on in the next prefill batch
+                # its pages, and goes on in the next prefill batch
                 QI[r, Q_CHUNKED] = i
                 break
             w_remove(RI, QI, r, i)
@@ -508,8 +609,13 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
                 break
             i = nx
         if nsched > 0:
+            # the batch's pages (alloc_for_extend): room for its tokens and a page each
+            radix_make_room(S, rq, Q, keys, r, demand, bs)
+            radix_make_room(S, rq, Q, keys, r, pending * bs, bs)
+            radix_take(rq, Q, r, pending)
             return tokens, nsched, tn, nl, True
-    # 2. decode every running request; retract while its new blocks do not fit
+    # 2. decode every running request; retract while its new pages do not fit
+    # (update_running_batch: check_decode_mem, retract_decode)
     while True:
         need = 0
         i = QI[r, Q_RHEAD]
@@ -517,8 +623,24 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
             if _cdiv(ntokens(RI, i), bs) > RI[i, R_HELD]:
                 need += 1
             i = RI[i, R_RNEXT]
-        if need <= P[1][r, 2] or QI[r, Q_NRUN] <= 1:
+        radix_make_room(S, rq, Q, keys, r, need * bs, bs)
+        if need <= rq[r, RQ_AVAIL]:
             break
+        if QI[r, Q_NRUN] <= 1:
+            x = QI[r, Q_WHEAD]
+            if need == 0 or x < 0 or RI[x, R_COMP] == 0:
+                break
+            # the one decode has no page: the chunked request holds them (it could not
+            # take its next chunk either). SGLang would fail the allocation; here the
+            # chunked request is retracted (its chunks stay in the tree: it matches them
+            # when admitted again) and the decode goes on
+            sg_release(S, P, RI, keys, r, x, bs, False)
+            RI[x, R_COMP] = 0
+            RI[x, R_PREEMPT] += 1
+            RI[x, R_NEWHIT] = 1
+            QI[r, Q_PREEMPTED] += 1
+            tn = _trace(trace, tn, 1, x, 0)
+            continue
         # retract: sorted by (output tokens, -prompt) descending, the last one goes
         best = -1
         i = QI[r, Q_RHEAD]
@@ -528,7 +650,7 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
                 best = i
             i = RI[i, R_RNEXT]
         run_remove(RI, QI, r, best)
-        release(P, RI, rb, r, best)
+        sg_release(S, P, RI, keys, r, best, bs, False)  # release_req: no insert
         RI[best, R_COMP] = 0
         RI[best, R_STATUS] = ST_WAIT
         RI[best, R_PREEMPT] += 1
@@ -536,9 +658,19 @@ def sglang_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, ratio, loads):  # noq
         w_append(RI, QI, r, best)
         QI[r, Q_PREEMPTED] += 1
         tn = _trace(trace, tn, 1, best, 0)
+        # release_req then frees 20 tokens per request still running
+        radix_make_room(S, rq, Q, keys, r, QI[r, Q_NRUN] * RETRACT_DECODE_STEPS, bs)
+    # alloc_for_decode: room for a page per running request (a token at page size 1)
+    radix_make_room(S, rq, Q, keys, r, QI[r, Q_NRUN] * (page if page > 0 else 1), bs)
     i = QI[r, Q_RHEAD]
     while i >= 0:
-        if _no_alloc(RI, i, 1, bs, False) or allocate(P, RI, keys, rb, r, i, 1, 0, bs, False):
+        ok = True
+        if _cdiv(RI[i, R_COMP] + 1, bs) > RI[i, R_HELD]:
+            ok = rq[r, RQ_AVAIL] >= 1
+            if ok:
+                radix_take(rq, Q, r, 1)
+                RI[i, R_HELD] += 1
+        if ok:
             RI[i, R_STOK] = 1
             RI[i, R_S0] = RI[i, R_COMP]
             tokens += 1

@@ -1,9 +1,11 @@
 """The engine's block pool and scheduling policies in plain Python: the tests' oracle.
 
-Objects, dicts and lists instead of flat arrays; the same rules as pool.py and policy.py
-(their docstrings state them), for one replica with no tier, stepped the way
+Objects, dicts and lists instead of flat arrays; the same rules as pool.py, radix.py and
+policy.py (their docstrings state them), for one replica with no tier, stepped the way
 `replay_scenario` is (docs/oracles.md section B). tests/test_engine.py checks that the
 numba engine gives the same per-step records on generated scenarios (Hypothesis).
+SGLang's pool is `RadixPoolRef`: the SGLang cache model's plain-Python RadixCache
+(prefix/engine_reference.py `SGLangCache`) over the engine's block keys.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from xmemplan.prefix.engine_reference import SGLangCache
 from xmemplan.sizing.engine import OUT_BASE, OUT_STRIDE
 
 CLIP = 4096
+RETRACT_DECODE_STEPS = 20
 
 
 class PoolRef:
@@ -89,6 +93,64 @@ class PoolRef:
         return total - len(self.free)
 
 
+class RadixPoolRef:
+    """SGLang's pool (radix.py) in plain Python: one page per block key, the radix tree,
+    locks, whole-leaf LRU eviction of the shortfall, checkpoints and releases."""
+
+    def __init__(self, blocks: int, bs: int) -> None:
+        self.c = SGLangCache(blocks * bs, bs)
+        self.bs = bs
+
+    @property
+    def nfree(self) -> int:  # free or evictable pages (what admission prices)
+        return self.c.free_or_evictable()
+
+    @property
+    def avail(self) -> int:
+        return self.c.free_pages
+
+    @staticmethod
+    def pages(keys: list[int]) -> tuple[tuple[int, ...], ...]:
+        return tuple((k,) for k in keys)
+
+    def lookup(self, keys: list[int]) -> tuple[int, Any]:
+        return self.c.match(self.pages(keys))
+
+    def path_evictable(self, node: Any) -> int:
+        c = 0
+        while node is not self.c.root:
+            if node.lock == 0:
+                c += len(node.key)
+            node = node.parent
+        return c
+
+    def lock(self, node: Any) -> None:
+        self.c.lock(node, +1)
+
+    def make_room(self, tokens: int) -> None:
+        self.c._make_room(tokens)
+
+    def take(self, pages: int) -> None:
+        assert self.c.free_pages >= pages
+        self.c.free_pages -= pages
+
+    def checkpoint(self, q: _Req, key_n: int) -> None:
+        q.node = self.c.checkpoint_pages(q.node, q.ncached, self.pages(q.keys[:key_n]),
+                                         self.pages(q.keys[:q.prompt // self.bs]))
+        q.ncached = key_n
+
+    def release(self, q: _Req, insert: bool) -> None:
+        key_n = min(q.comp // self.bs, len(q.keys))
+        if insert:
+            self.checkpoint(q, key_n)
+        self.c.free_pages += q.held - q.ncached
+        self.c.lock(q.node, -1)
+        q.node, q.ncached, q.held = None, 0, 0
+
+    def held(self, total: int) -> int:
+        return total - self.nfree
+
+
 @dataclass
 class _Req:
     idx: int
@@ -104,6 +166,8 @@ class _Req:
     new_hit: bool = True
     hit: int = 0
     preempt: int = 0
+    held: int = 0  # SGLang: pages of its row
+    node: Any = None  # SGLang: its locked radix node
 
     @property
     def ntok(self) -> int:
@@ -148,6 +212,8 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
     sg = eng == "sglang"
     total = int(scenario["num_gpu_blocks"]) - (0 if sg else 1)
     pool = PoolRef(total)
+    rp = RadixPoolRef(total, bs)
+    page = bs if bs > 1 else 0  # SGLang's spare room: the engine's page (= the block here)
     max_seqs = int(scenario.get("max_num_seqs", 256))
     budget0 = int(scenario.get("max_num_batched_tokens", 8192))
     thr = int(scenario.get("long_prefill_token_threshold", 0))
@@ -238,31 +304,55 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     budget -= new
         else:
             if waiting and len(running) < max_seqs:
-                rem_total = pool.nfree * bs - sum(min(q.max_tokens - q.gen, CLIP) * ratio
-                                                  for q in running)
+                rem_off = sum(min(q.max_tokens - q.gen, CLIP) * ratio for q in running)
                 rem_chunk = chunk0 if chunk0 > 0 else 1 << 40
                 rem_input = 16384
+                npend = 0  # pages the batch allocates once formed
+                demand = 0  # tokens it asks room for: new tokens and a page each
                 for q in list(waiting):
                     if len(running) >= max_seqs:
                         break
                     cont = q.comp > 0
-                    nhit = 0 if cont else _lookup(pool, q, bs, caching)
+                    nhit, node = 0, None
+                    if not cont and caching:
+                        nmax = min((q.ntok - 1) // bs, len(q.keys))
+                        if nmax > 0:
+                            nhit, node = rp.lookup(q.keys[:nmax])
                     extend = q.ntok - q.comp - nhit * bs
                     left = min(q.max_tokens - q.gen, CLIP)
-                    # SGLang 0.5.23 add_one_req: new tokens + whole remaining output + a page
-                    if not cont and extend + left + bs >= rem_total:
+                    # SGLang 0.5.23 add_one_req: new tokens + whole remaining output + a page,
+                    # against free and evictable tokens with its prefix pinned
+                    pin = rp.path_evictable(node) * bs if nhit else 0
+                    if not cont and extend + left + bs >= rp.nfree * bs - rem_off - pin:
                         break
                     if sched and extend > rem_input:
                         break
+                    lim = rem_chunk
+                    if cont:  # add_chunked_req: cut to the memory budget too
+                        room = rp.nfree * bs - rem_off
+                        if 0 < room < lim:
+                            lim = int(room)
                     take = extend
-                    if take > rem_chunk:
-                        take = rem_chunk // bs * bs
+                    if take > lim:
+                        take = lim // bs * bs
                         if take <= 0:
                             if sched:
                                 break
-                            take = rem_chunk
-                    if not _allocate(pool, q, take, nhit, bs, False):
-                        break  # (the batch's prefixes enter the tree when it is done)
+                            take = lim
+                    # its matched pages (locked) and pages for its new tokens, beside the
+                    # batch's (the batch's prefixes enter the tree when it is done)
+                    need = max(0, _cdiv(q.comp + nhit * bs + take, bs) - q.held - nhit)
+                    if need + (rp.path_evictable(node) if nhit else 0) + npend > rp.nfree:
+                        break
+                    if nhit:
+                        rp.lock(node)
+                        q.node, q.ncached = node, nhit
+                        q.held += nhit
+                    elif q.node is None:
+                        q.node, q.ncached = rp.c.root, 0
+                    q.held += need
+                    npend += need
+                    demand += take + page
                     if not cont:
                         q.hit = nhit * bs
                         q.comp = nhit * bs
@@ -271,7 +361,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                         q.new_hit = False
                     sched.append((q, take))
                     out_reserve = min(q.max_tokens, CLIP) if take == extend else 0
-                    rem_total -= _cdiv(take, bs) * bs + bs + out_reserve
+                    rem_off += _cdiv(take, bs) * bs + bs + out_reserve
                     rem_chunk -= _cdiv(take, bs) * bs  # page-ceiled, as SGLang charges
                     rem_input -= _cdiv(take, bs) * bs
                     if take < extend:
@@ -282,24 +372,44 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     if rem_chunk <= 0 or rem_input <= 0:
                         break
                 prefill_step = bool(sched)
+                if sched:  # alloc_for_extend
+                    rp.make_room(demand)
+                    rp.make_room(npend * bs)
+                    rp.take(npend)
             if not sched:
-                while True:
-                    need = sum(1 for q in running if _cdiv(q.ntok, bs) > len(q.blocks))
-                    if need <= pool.nfree or len(running) <= 1:
+                while True:  # check_decode_mem, retract_decode
+                    need = sum(1 for q in running if _cdiv(q.ntok, bs) > q.held)
+                    rp.make_room(need * bs)
+                    if need <= rp.avail:
                         break
+                    if len(running) <= 1:
+                        if need == 0 or not waiting or waiting[0].comp == 0:
+                            break
+                        q = waiting[0]  # the chunked request holds the pages (policy.py)
+                        rp.release(q, insert=False)
+                        q.comp, q.new_hit = 0, True
+                        q.preempt += 1
+                        rec["preempted"].append(q.rid)
+                        continue
                     best = running[0]
                     for q in running:
                         if q.gen < best.gen or (q.gen == best.gen and q.prompt > best.prompt):
                             best = q
                     running.remove(best)
-                    pool.release(best.blocks)
-                    best.blocks, best.ncached, best.comp, best.new_hit = [], 0, 0, True
+                    rp.release(best, insert=False)
+                    best.comp, best.new_hit = 0, True
                     best.preempt += 1
                     waiting.append(best)
                     rec["preempted"].append(best.rid)
+                    rp.make_room(len(running) * RETRACT_DECODE_STEPS)
+                rp.make_room(len(running) * (page if page else 1))  # alloc_for_decode
                 for q in running:
-                    if _allocate(pool, q, 1, 0, bs, False):
-                        sched.append((q, 1))
+                    if _cdiv(q.comp + 1, bs) > q.held:
+                        if rp.avail < 1:
+                            continue
+                        rp.take(1)
+                        q.held += 1
+                    sched.append((q, 1))
         if not sched:
             if not pending:
                 break  # nothing can ever run (the engine would stall)
@@ -307,7 +417,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
             continue
         for q, k in sched:
             rec["scheduled"][q.rid] = k
-        rec["kv_blocks_used"] = pool.held(total)
+        rec["kv_blocks_used"] = (rp if sg else pool).held(total)
         dt = base + per_tok * sum(k for _, k in sched) + per_seq * len(sched)
         # the step ends: computed tokens, sampling, finishing
         if sg and not prefill_step:
@@ -318,21 +428,24 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
         # (RadixCache.cache_unfinished_req).
         order = [x for x in sched if x[0] is chunked] + [x for x in sched if x[0] is not chunked]
         for q, k in order:
+            was_prefill = k > 1 or q.gen == 0
             q.comp += k
-            if sg and caching:  # SGLang: the step's KV enters the radix tree now
-                nfull = min(q.comp // bs, q.ntok // bs, len(q.keys))
-                for j in range(q.ncached, nfull):
-                    pool.cache(q.blocks[j], q.keys[j])
-                q.ncached = max(q.ncached, nfull)
             if q is chunked:
+                if sg and caching:  # stash_chunked_request: checkpoint_kv_cache
+                    rp.checkpoint(q, min(q.comp // bs, len(q.keys)))
                 continue
             if q.comp >= q.ntok:
                 q.gen += 1
                 if q.gen >= q.max_tokens:
                     running.remove(q)
-                    pool.release(q.blocks)
-                    q.blocks, q.ncached = [], 0
+                    if sg:  # release_kv_cache(checkpoint=True)
+                        rp.release(q, insert=caching)
+                    else:
+                        pool.release(q.blocks)
+                        q.blocks, q.ncached = [], 0
                     rec["finished"].append(q.rid)
+                elif sg and was_prefill and caching:  # checkpoint_kv_cache
+                    rp.checkpoint(q, min(q.comp // bs, len(q.keys)))
         chunked = None
         out.append(rec)
         t = t + dt
