@@ -215,6 +215,60 @@ def test_size_split_follows_the_profiles_cache_model(cli, placed_profiles):
     assert splits["lru"]["host-dram"] != splits["sglang"]["host-dram"]
 
 
+def test_sglang_engine_pool_is_sglangs_cache_on_the_generated_case(cli, placed_profiles):
+    """The answer's HBM share is the engine simulation's block pool (the run decides HBM
+    hits of placed requests). With --engine sglang that pool is SGLang's radix cache
+    (sizing/engine/radix.py), so the generated case's share moves off vLLM's free-queue
+    order (0.4703 for every profile until round 5). At the answer's HBM room, the same
+    requests one at a time through the engine equal the SGLang cache model's reference
+    replay (the one the oracle step holds against SGLang's own RadixCache), and with
+    requests in flight the engine equals its plain-Python reference step for step."""
+    from xmemplan.sizing.engine import replay_scenario
+    from xmemplan.sizing.engine.reference import replay_reference
+    from xmemplan.sizing.planner import Planner
+    from xmemplan.sizing.request import build_request
+
+    path = placed_profiles / "sglang.json"
+    share, gpus = {}, {}
+    for eng in ("sglang", "vllm"):
+        r = cli("size", "--workload", path, "--engine", eng, *SIZE_ARGS)
+        assert r.code == 0, r.err
+        opts = {o["option"]: o for o in json.loads(r.out)["options"]}
+        share[eng] = opts["hbm-only"]["hit_split"]["hbm"]
+        gpus[eng] = opts["hbm-only"]["gpus"]
+    assert share["vllm"] - share["sglang"] > 0.01, share  # 0.4703 vs 0.4372 at 31.5k
+    req, _ = build_request(ttft_slo="5s", workload=path, model="qwen3-30b-a3b-fp8",
+                           mem_fraction="0.42", tp=1)
+    dep = Planner(req).deployment("hbm-only", gpus["sglang"], 0)
+    blocks = int(dep.hbm_tokens) // 64
+    doc = json.loads(path.read_text())
+    sample = doc["requests_sample"]
+    order = np.argsort(np.asarray(sample["timestamp_s"]), kind="stable")
+    prompts = _prefix_model_tokens(sample, order)
+    outs = [max(1, int(sample["output_tokens"][i])) for i in order]
+    big = 1 << 20  # no chunking, no batch limit: the cache model replays whole prompts
+
+    def scenario(gap_s: float) -> dict:
+        return {"engine": "sglang", "block_size": 64, "num_gpu_blocks": blocks,
+                "max_num_seqs": 64, "max_num_batched_tokens": big,
+                "chunked_prefill_size": big, "enable_prefix_caching": True,
+                "step_time": {"base_s": 0.01, "per_token_s": 1e-6, "per_seq_s": 1e-4},
+                "requests": [{"id": f"q{i}", "arrival_s": gap_s * i, "tokens": p,
+                              "max_tokens": o}
+                             for i, (p, o) in enumerate(zip(prompts, outs, strict=True))]}
+
+    steps = replay_scenario(scenario(1000.0))  # one request at a time
+    got = [h for rec in steps for h in rec["new_hits"].values()]
+    want = reference_replay("sglang", prompts, outs, 64, blocks * 64, True).hit_tokens
+    assert got == want
+    assert 0 < sum(got) < sum(reference_replay("sglang", prompts, outs, 64, big * 64,
+                                               True).hit_tokens)  # the pool evicts
+    busy = scenario(0.3)  # sessions overlap: requests in flight hold their prefixes
+    ours, ref = replay_scenario(busy), replay_reference(busy)
+    assert [r["new_hits"] for r in ours] == [r["new_hits"] for r in ref]
+    assert [r["kv_blocks_used"] for r in ours] == [r["kv_blocks_used"] for r in ref]
+
+
 def test_follow_at_unlimited_capacity_hits_the_profiles_hits_by_the_engines_rules():
     """With room for everything a request hits its profile hit H in whole pages, at most
     its prompt - 1 tokens: the prefix model reproduces the profile, the rules apply."""
