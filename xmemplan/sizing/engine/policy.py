@@ -46,13 +46,15 @@ from xmemplan.sizing.engine.pool import (
 )
 from xmemplan.sizing.engine.radix import (
     RQ_AVAIL,
+    radix_cached,
     radix_checkpoint,
+    radix_evict,
     radix_lock,
-    radix_make_room,
-    radix_match,
     radix_path_evictable,
     radix_release,
+    radix_short,
     radix_take,
+    radix_walk,
 )
 
 # request int fields
@@ -395,21 +397,24 @@ def _reserve(RI, QI, r, ratio):  # noqa: ANN001, ANN202
 
 # --- SGLang's pool (radix.py): one radix tree per replica ---------------------------------
 @njit(cache=True, inline="always")
-def sg_lookup(S, rq, RI, keys, r, i, bs, caching):  # noqa: ANN001, ANN201
-    """SGLang match_prefix of request i's tokens but the last, page-aligned: (pages,
-    node). The walk stamps the path and may split an edge (radix.py)."""
+def sg_lookup(rq, RI, r, i, bs, caching):  # noqa: ANN001, ANN201
+    """SGLang match_prefix of request i's tokens but the last, page-aligned, when it is
+    known without a walk: (keys to match (0: none), known?, pages, node). When not known
+    the caller walks: radix_walk(S, RI, R_NODE, keys, r, RI[i, R_KOFF], n) (it stamps the
+    path and may split an edge; radix.py)."""
     if not caching:
-        return 0, r
+        return 0, True, 0, r
     nmax = (ntokens(RI, i) - 1) // bs
     if nmax > RI[i, R_KN]:
         nmax = RI[i, R_KN]
     if nmax <= 0:
-        return 0, r
-    return radix_match(S, rq, RI, R_NODE, keys, r, RI[i, R_KOFF], nmax)
+        return 0, True, 0, r
+    ok, pos, node = radix_cached(rq, r, RI[i, R_KOFF], nmax)
+    return nmax, ok, pos, node
 
 
 @njit(cache=True, inline="always")
-def sg_admit(S, P, RI, r, i, node, nhit, new_tokens, bs, pending):  # noqa: ANN001, ANN201
+def sg_admit(nd, rq, Q, RI, r, i, node, nhit, new_tokens, bs, pending):  # noqa: ANN001, ANN201
     """Request i takes its `nhit` matched pages (locks `node`) and pages for `new_tokens`
     more; -1 (nothing changed) when they do not fit beside the batch's `pending` pages.
     Returns the pages it needs allocated (the batch allocates them at once)."""
@@ -417,11 +422,11 @@ def sg_admit(S, P, RI, r, i, node, nhit, new_tokens, bs, pending):  # noqa: ANN0
     need = _cdiv(comp + new_tokens, bs) - RI[i, R_HELD] - nhit
     if need < 0:
         need = 0
-    ev = radix_path_evictable(S, node, r) if nhit > 0 else 0
-    if need + ev + pending > P[1][r, 2]:
+    ev = radix_path_evictable(nd, node, r) if nhit > 0 else 0
+    if need + ev + pending > Q[r, 2]:
         return -1
     if nhit > 0:
-        radix_lock(S, P[1], r, node)
+        radix_lock(nd, rq, Q, r, node)
         RI[i, R_NODE] = node
         RI[i, R_NCACHED] = nhit
         RI[i, R_HELD] += nhit
@@ -484,13 +489,16 @@ def sglang_head_need(S, P, RI, QI, keys, r, pp):  # noqa: ANN001, ANN201
     i = QI[r, Q_WHEAD]
     if i < 0 or RI[i, R_COMP] > 0:
         return -1, 0, False
-    nhit, node = sg_lookup(S, S[4], RI, keys, r, i, bs, caching)
+    nd, rq = S[0], S[4]
+    n, ok, nhit, node = sg_lookup(rq, RI, r, i, bs, caching)
+    if not ok:
+        nhit, node = radix_walk(S, RI, R_NODE, keys, r, RI[i, R_KOFF], n)
     fx, ext = _sg_tier(RI, i, nhit, bs)
     left = RI[i, R_OUT] - RI[i, R_GEN]
     if left > CLIP_MAX_NEW_TOKENS:
         left = CLIP_MAX_NEW_TOKENS
     extend = ntokens(RI, i) - nhit * bs - fx - ext
-    ev = radix_path_evictable(S, node, r) if nhit > 0 else 0
+    ev = radix_path_evictable(nd, node, r) if nhit > 0 else 0
     need_tok = extend + ext + left + bs + ev * bs  # its prefix pinned (sglang_schedule)
     take = extend
     chunk = pp[P_CHUNK] if pp[P_CHUNK] > 0 else 1 << 40
@@ -509,7 +517,7 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
     """One SGLang step on replica r (module doc). Returns (tokens, scheduled, trace rows,
     loads (requests whose tier prefix rides this batch), prefill?)."""
     bs, caching = pp[P_BS], pp[P_CACHING] == 1
-    rq, Q = S[4], P[1]  # (one reference each: see radix.radix_match)
+    nd, rq, Q = S[0], S[4], P[1]  # (the arrays once: see radix.radix_cached)
     # the engine's page (tokens): the spare room a prefill and a decode ask for
     page = pp[P_EBS] if pp[P_EBS] > 1 else 0
     nl = 0
@@ -535,7 +543,9 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
             ext = 0
             fx = 0
             if not cont:
-                nhit, node = sg_lookup(S, rq, RI, keys, r, i, bs, caching)
+                n, ok, nhit, node = sg_lookup(rq, RI, r, i, bs, caching)
+                if not ok:
+                    nhit, node = radix_walk(S, RI, R_NODE, keys, r, RI[i, R_KOFF], n)
                 fx, ext = _sg_tier(RI, i, nhit, bs)
             extend = ntokens(RI, i) - RI[i, R_COMP] - nhit * bs - fx - ext
             left = RI[i, R_OUT] - RI[i, R_GEN]
@@ -546,7 +556,7 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
             # outputs are reserved x new_token_ratio), its matched prefix pinned (the pin
             # takes its pages out of the evictable budget)
             total = extend + ext + left + bs
-            pin = radix_path_evictable(S, node, r) * bs if nhit > 0 else 0
+            pin = radix_path_evictable(nd, node, r) * bs if nhit > 0 else 0
             if not cont and total >= Q[r, 2] * bs - rem_off - pin:
                 break
             if nsched > 0 and extend > rem_input:
@@ -565,7 +575,7 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
                     take = lim  # a chunk below one (simulator) block: no progress else
             # (SGLang matches the radix tree as it stands: a batch's own prefixes enter
             # it when the batch is done)
-            need = sg_admit(S, P, RI, r, i, node, nhit, take + ext + fx, bs, pending)
+            need = sg_admit(nd, rq, Q, RI, r, i, node, nhit, take + ext + fx, bs, pending)
             if need < 0:
                 break
             pending += need
@@ -610,8 +620,12 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
             i = nx
         if nsched > 0:
             # the batch's pages (alloc_for_extend): room for its tokens and a page each
-            radix_make_room(S, rq, Q, keys, r, demand, bs)
-            radix_make_room(S, rq, Q, keys, r, pending * bs, bs)
+            sh = radix_short(rq, r, demand, bs)
+            if sh > 0:  # evict_from_tree_cache
+                radix_evict(S, Q, keys, r, sh, bs)
+            sh = radix_short(rq, r, pending * bs, bs)
+            if sh > 0:  # evict_from_tree_cache
+                radix_evict(S, Q, keys, r, sh, bs)
             radix_take(rq, Q, r, pending)
             return tokens, nsched, tn, nl, True
     # 2. decode every running request; retract while its new pages do not fit
@@ -623,7 +637,9 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
             if _cdiv(ntokens(RI, i), bs) > RI[i, R_HELD]:
                 need += 1
             i = RI[i, R_RNEXT]
-        radix_make_room(S, rq, Q, keys, r, need * bs, bs)
+        sh = radix_short(rq, r, need * bs, bs)
+        if sh > 0:  # evict_from_tree_cache
+            radix_evict(S, Q, keys, r, sh, bs)
         if need <= rq[r, RQ_AVAIL]:
             break
         if QI[r, Q_NRUN] <= 1:
@@ -659,9 +675,13 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
         QI[r, Q_PREEMPTED] += 1
         tn = _trace(trace, tn, 1, best, 0)
         # release_req then frees 20 tokens per request still running
-        radix_make_room(S, rq, Q, keys, r, QI[r, Q_NRUN] * RETRACT_DECODE_STEPS, bs)
+        sh = radix_short(rq, r, QI[r, Q_NRUN] * RETRACT_DECODE_STEPS, bs)
+        if sh > 0:  # evict_from_tree_cache
+            radix_evict(S, Q, keys, r, sh, bs)
     # alloc_for_decode: room for a page per running request (a token at page size 1)
-    radix_make_room(S, rq, Q, keys, r, QI[r, Q_NRUN] * (page if page > 0 else 1), bs)
+    sh = radix_short(rq, r, QI[r, Q_NRUN] * (page if page > 0 else 1), bs)
+    if sh > 0:  # evict_from_tree_cache
+        radix_evict(S, Q, keys, r, sh, bs)
     i = QI[r, Q_RHEAD]
     while i >= 0:
         ok = True

@@ -194,19 +194,20 @@ def _room(S, RI, r_node, keys, r):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
-def radix_match(S, rq, RI, r_node, keys, r, k0, n):  # noqa: ANN001, ANN201
-    """match_prefix of keys[k0:k0+n] in replica r's tree: (pages matched, last node).
-    (`rq` = S[4], passed apart: each read of a tuple's array counts a reference, which
-    in the engine's step loop cost more than the tree)"""
-    if n <= 0:
-        return 0, r
+def radix_cached(rq, r, k0, n):  # noqa: ANN001, ANN201
+    """(True, pages, node) when the last match of replica r was of the same keys and the
+    tree has not changed since (radix_walk would find the same: module doc), else False.
+    (The step loop's fast paths take S's arrays, not S: binding a tuple of arrays counts
+    a reference per array, which cost the engine more than the tree did.)"""
     if rq[r, RQ_SEEN] == rq[r, RQ_VER] and rq[r, RQ_K0] == k0 and rq[r, RQ_N] == n:
-        return rq[r, RQ_POS], rq[r, RQ_NODE]
-    return _match(S, RI, r_node, keys, r, k0, n)
+        return True, rq[r, RQ_POS], rq[r, RQ_NODE]
+    return False, 0, r
 
 
 @njit(cache=True)
-def _match(S, RI, r_node, keys, r, k0, n):  # noqa: ANN001, ANN202
+def radix_walk(S, RI, r_node, keys, r, k0, n):  # noqa: ANN001, ANN201
+    """match_prefix of keys[k0:k0+n] (n >= 1) in replica r's tree: (pages matched, last
+    node)."""
     rq = S[4]
     if not _room(S, RI, r_node, keys, r):
         return 0, r
@@ -232,9 +233,8 @@ def _match(S, RI, r_node, keys, r, k0, n):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
-def radix_path_evictable(S, node, r):  # noqa: ANN001, ANN201
+def radix_path_evictable(nd, node, r):  # noqa: ANN001, ANN201
     """Pages that locking `node` takes out of the evictable set."""
-    nd = S[0]
     c = 0
     x = node
     while x != r:
@@ -245,22 +245,22 @@ def radix_path_evictable(S, node, r):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True, inline="always")
-def radix_lock(S, Q, r, node):  # noqa: ANN001, ANN201
-    rq = S[4]
-    rq[r, RQ_EVICT] = _lock(S[0], node, r, rq[r, RQ_EVICT], -1)
-    _sync(S, Q, r)
+def radix_lock(nd, rq, Q, r, node):  # noqa: ANN001, ANN201
+    rq[r, RQ_EVICT] = _lock(nd, node, r, rq[r, RQ_EVICT], -1)
+    Q[r, Q_NFREE] = rq[r, RQ_AVAIL] + rq[r, RQ_EVICT]
 
 
 @njit(cache=True, inline="always")
-def radix_make_room(S, rq, Q, keys, r, tokens, bs):  # noqa: ANN001, ANN201
-    """evict_from_tree_cache(tokens): evict the shortfall of free tokens, whole leaves."""
+def radix_short(rq, r, tokens, bs):  # noqa: ANN001, ANN201
+    """evict_from_tree_cache(tokens)'s shortfall: tokens to evict (0: none, or nothing is
+    evictable); the caller then calls radix_evict."""
     short = tokens - rq[r, RQ_AVAIL] * bs
-    if short > 0 and rq[r, RQ_EVICT] > 0:
-        _evict_short(S, Q, keys, r, short, bs)
+    return short if short > 0 and rq[r, RQ_EVICT] > 0 else 0
 
 
 @njit(cache=True)
-def _evict_short(S, Q, keys, r, short, bs):  # noqa: ANN001, ANN202
+def radix_evict(S, Q, keys, r, short, bs):  # noqa: ANN001, ANN201
+    """RadixCache.evict(short tokens) in replica r's tree."""
     rq, tb = S[4], S[1]
     freed, hs = _evict(S[0], tb, S[5][G_EPOCH], tb.shape[0] - 1, keys, S[2][r], S[3][r],
                        rq[r, RQ_HSIZE], short, bs, r)
