@@ -296,7 +296,14 @@ def main() -> None:
     ap.add_argument("--engine-pool", action="store_true",
                     help="size the KV pool as vLLM does (model.engine_kv_room_tokens: "
                          "less the profile run's activations and non-torch memory)")
+    ap.add_argument("--async-schedule", choices=("on", "off"), default=None,
+                    help="the engines' async scheduling (docs/size.md, The simulator); "
+                         "default: as shipped")
     a = ap.parse_args()
+    if a.async_schedule:
+        from xmemplan.sizing import simmodel
+
+        simmodel.ASYNC_BY_DEFAULT = a.async_schedule == "on"
     from xmemplan import units
 
     think_s = units.parse_duration(a.think, "--think")

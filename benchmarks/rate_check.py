@@ -340,7 +340,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=5, help="replays per run (median used)")
     ap.add_argument("--csv", type=Path, default=DATA)
+    ap.add_argument("--async-schedule", choices=("on", "off"), default=None,
+                    help="the engines' async scheduling (docs/size.md, The simulator); "
+                         "default: as shipped")
     a = ap.parse_args()
+    if a.async_schedule:
+        from xmemplan.sizing import simmodel
+
+        simmodel.ASYNC_BY_DEFAULT = a.async_schedule == "on"
     from xmemplan.errors import XmemplanError
 
     try:

@@ -219,7 +219,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=3,
                     help="replays (prompt shuffles) per scheduler; the median is compared")
+    ap.add_argument("--async-schedule", choices=("on", "off"), default=None,
+                    help="the engines' async scheduling (docs/size.md, The simulator); "
+                         "default: as shipped")
     a = ap.parse_args()
+    if a.async_schedule:
+        from xmemplan.sizing import simmodel
+
+        simmodel.ASYNC_BY_DEFAULT = a.async_schedule == "on"
     rows = list(csv.DictReader(DATA.open()))
     runs = [simulate(rows, s) for s in range(a.seeds)]
     by_router: dict[str, list[tuple[float, float, float]]] = defaultdict(list)

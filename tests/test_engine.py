@@ -165,6 +165,7 @@ def scenarios(draw: Any) -> dict[str, Any]:
             "long_prefill_token_threshold": draw(st.sampled_from([0, 0, 16])),
             "chunked_prefill_size": draw(st.sampled_from([16, 32, 8192])),
             "schedule_conservativeness": draw(st.sampled_from([0.3, 1.0])),
+            "async_scheduling": draw(st.booleans()),
             "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
             "requests": reqs}
 
@@ -248,6 +249,40 @@ def test_throughput_falls_past_the_knee_when_preemption_recomputes() -> None:
     assert past < 0.75 * knee and pre > 1.0
     held, held_pre = _knee(64)  # vLLM as shipped
     assert held > 0.9 * _knee(16)[0] and held > 1.4 * past and held_pre < 0.2
+
+
+def _async_case(engine: str, b_arrival: float, a_out: int, asyn: bool) -> list[dict[str, Any]]:
+    """A decodes alone (10 ms steps); B arrives at b_arrival."""
+    reqs = [{"id": "a", "arrival_s": 0.0, "tokens": list(range(8)), "max_tokens": a_out},
+            {"id": "b", "arrival_s": b_arrival, "tokens": list(range(100, 108)),
+             "max_tokens": 2}]
+    sc = {"engine": engine, "block_size": 4, "num_gpu_blocks": 64, "max_num_seqs": 8,
+          "max_num_batched_tokens": 64, "chunked_prefill_size": 64,
+          "enable_prefix_caching": True, "async_scheduling": asyn,
+          "step_time": {"base_s": 0.01}, "requests": reqs}
+    ours = replay_scenario(sc)
+    _same(ours, replay_reference(sc))
+    return ours
+
+
+def _first_step(steps: list[dict[str, Any]], rid: str) -> int:
+    return next(s["step"] for s in steps if rid in s["scheduled"])
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_async_scheduling_sees_an_arrival_one_step_later(engine: str) -> None:
+    """vLLM's AsyncScheduler / SGLang's overlap loop build step k+1's batch while step k
+    runs: B, arriving during A's second step, is first scheduled a step later than without
+    it. Alone on an idle engine, or when the engine would have nothing else to run, it is
+    scheduled at once (the same step as without)."""
+    sync, asyn = (_async_case(engine, 0.015, 10, a) for a in (False, True))
+    assert _first_step(sync, "b") == 2 and _first_step(asyn, "b") == 3
+    # A finishes at the step B arrives in: nothing else to run, B goes next in both
+    sync, asyn = (_async_case(engine, 0.015, 2, a) for a in (False, True))
+    assert _first_step(sync, "b") == _first_step(asyn, "b") == 2
+    # B arrives on an idle engine (A done at 20 ms)
+    sync, asyn = (_async_case(engine, 0.5, 2, a) for a in (False, True))
+    assert sync == asyn
 
 
 def test_freed_prefix_hits_until_evicted() -> None:

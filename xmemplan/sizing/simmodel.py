@@ -53,6 +53,10 @@ class Setup:
     # opt-in (docs/validation.md "KV pool check": the held-out pools do not settle it).
     engine_pool: bool = False
     max_num_seqs: int | None = None  # vLLM --max-num-seqs (None: its default on this GPU)
+    # each step's batch built while the step before runs (vLLM --async-scheduling /
+    # --no-async-scheduling, SGLang --disable-overlap-schedule); None: the engine's default
+    # (async_default)
+    async_schedule: bool | None = None
 
 
 def _raw_host_link(gpu: GpuSpec, tier: TierSpec) -> float:
@@ -153,6 +157,26 @@ def vllm_defaults(gpu: GpuSpec) -> tuple[int, int]:
     return 2048, 256
 
 
+def async_default(policy: str) -> bool:
+    """Whether the engine builds a step's batch while the step before runs, as it is
+    served by default (docs/size.md "The simulator"). vLLM 0.33: `async_scheduling` None
+    becomes True unless the model is a pooling model, the executor lacks support, ROCm
+    DeepEP DBO, or the V1 model runner with a non-EAGLE/MTP spec decode or pipeline
+    parallelism (vllm/config/vllm.py `VllmConfig.__post_init__`, lines 1685-1719); the
+    default since vllm-project/vllm PR #27614. SGLang 0.5.23: `disable_overlap_schedule`
+    False (srt/arg_groups/fields/schedule.py line 193; the default since sgl-project/sglang
+    PR #2067, November 2024), so `event_loop_overlap` runs
+    (srt/managers/scheduler.py lines 500-502, 6230); off only with pipeline parallelism and
+    a few model kinds (srt/arg_groups/overrides.py). Neither case is one we model."""
+    return policy in ("vllm", "sglang")
+
+
+# Shipped off for now: the step overheads (model.md section 6) were fitted on loaded runs
+# replayed without it, partly from engine versions before it existed (vLLM 0.6, SGLang
+# 0.3); docs/validation.md "Async scheduling" gives the checks both ways.
+ASYNC_BY_DEFAULT = False
+
+
 def sglang_max_running(room_tokens: float, context_len: int) -> int:
     """SGLang's default cap on running requests: its request pool holds
     min(max(KV tokens / context length x 512, 2,048), 4,096) requests (ModelRunner
@@ -222,7 +246,9 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         dram_bandwidth=e.dram_bandwidth, switch_bandwidth=e.switch_bandwidth,
         dram_latency_s=e.dram_latency_s, xmem_bandwidth=e.xmem_bandwidth,
         node_bandwidth=e.node_bandwidth, xmem_latency_s=e.xmem_latency_s,
-        sm_interference=e.sm_interference, tier_write=tier_write)
+        sm_interference=e.sm_interference, tier_write=tier_write,
+        async_schedule=((ASYNC_BY_DEFAULT and async_default(policy))
+                        if s.async_schedule is None else s.async_schedule))
 
 
 def requests_for(tr: Traffic, *, shared: np.ndarray, tier_tokens: np.ndarray, tier: int,

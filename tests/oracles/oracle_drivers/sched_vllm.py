@@ -16,6 +16,11 @@ decodes). The model runner is the only part replaced.
 Each step's record also carries `lookups`: the hit tokens of every prefix-cache lookup
 `schedule()` made (`_count_lookups`), and `admitted_stats`: vLLM 0.33's own
 `PrefixCacheStats` of the step (requests, queries, hits; recorded at admission).
+
+`replay_scenario_async` drives vLLM's `AsyncScheduler` the way `EngineCore.
+step_with_batch_queue` does with async scheduling (a batch queue of 2): the batch of step
+k+1 is scheduled while step k runs, before step k's `update_from_output`; arrivals are
+added before each scheduling call (the engine core's input queue).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ def _vllm() -> dict[str, Any]:
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
         from vllm.v1.outputs import ModelRunnerOutput
@@ -80,14 +86,14 @@ def _vllm() -> dict[str, Any]:
             torch=torch, CacheConfig=CacheConfig, DeviceConfig=DeviceConfig, model=model,
             SchedulerConfig=SchedulerConfig, VllmConfig=VllmConfig, SamplingParams=SamplingParams,
             get_request_block_hasher=get_request_block_hasher, hash_fn=hash_fn,
-            Scheduler=Scheduler, FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig,
+            Scheduler=Scheduler, AsyncScheduler=AsyncScheduler, FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig,
             KVCacheGroupSpec=KVCacheGroupSpec, ModelRunnerOutput=ModelRunnerOutput,
             Request=Request,
         )
     return _STATE
 
 
-def make_scheduler(scenario: dict[str, Any]) -> Any:
+def make_scheduler(scenario: dict[str, Any], cls: str = "Scheduler") -> Any:
     v = _vllm()
     block = int(scenario["block_size"])
     blocks = int(scenario["num_gpu_blocks"])
@@ -107,7 +113,7 @@ def make_scheduler(scenario: dict[str, Any]) -> Any:
                                   dtype=v["torch"].float32)
     kv = v["KVCacheConfig"](num_blocks=blocks, kv_cache_tensors=[],
                             kv_cache_groups=[v["KVCacheGroupSpec"](["layer.0"], spec)])
-    return v["Scheduler"](config, kv, _NoGrammar(), block_size=block, log_stats=True)
+    return v[cls](config, kv, _NoGrammar(), block_size=block, log_stats=True)
 
 
 def _count_lookups(scheduler: Any) -> list[tuple[str, int]]:
@@ -203,4 +209,98 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[
         k += 1
         if k >= max_steps:
             raise RuntimeError(f"no end after {max_steps} steps")
+    return steps
+
+
+def replay_scenario_async(scenario: dict[str, Any], max_steps: int = 100_000
+                          ) -> list[dict[str, Any]]:
+    """Per-step records of vLLM's own `AsyncScheduler` driven in the engine core's
+    batch-queue pattern (`EngineCore.step_with_batch_queue`, batch queue size 2,
+    `VllmConfig.max_concurrent_batches`): schedule a batch and launch it; while fewer than
+    two are in flight, schedule the next one at once (arrivals so far added first); else
+    wait for the oldest to end and `update_from_output` it. A batch starts on the GPU when
+    the one before it ends and lasts the scenario's step time. An engine with nothing in
+    flight and nothing to schedule waits for the next arrival. Records as
+    `replay_scenario`, less `lookups` and `admitted_stats`; `kv_blocks_used` is counted
+    when the batch is scheduled (the step before has not freed its finished requests)."""
+    from collections import deque
+
+    v = _vllm()
+    scheduler = make_scheduler(scenario, "AsyncScheduler")
+    hasher = v["get_request_block_hasher"](int(scenario["block_size"]), v["hash_fn"])
+    st = scenario["step_time"]
+    pending = sorted(enumerate(scenario["requests"]), key=lambda ir: (ir[1]["arrival_s"], ir[0]))
+    index = {r["id"]: i for i, r in enumerate(scenario["requests"])}
+    pos = 0
+    live: dict[str, Any] = {}
+    steps: list[dict[str, Any]] = []
+    queue: deque[tuple[Any, list[str], list[bool], dict[str, Any]]] = deque()
+    now = 0.0  # the engine core's clock (when it schedules)
+    gpu_free = 0.0  # when the last launched batch ends
+    while pos < len(pending) or live or queue:
+        while pos < len(pending) and pending[pos][1]["arrival_s"] <= now:
+            _, r = pending[pos]
+            pos += 1
+            req = v["Request"](
+                str(r["id"]), list(r["tokens"]),
+                v["SamplingParams"](max_tokens=int(r["max_tokens"]), ignore_eos=True),
+                None, arrival_time=float(r["arrival_s"]), block_hasher=hasher,
+            )
+            scheduler.add_request(req)
+            live[req.request_id] = req
+        if len(queue) < 2 and scheduler.has_requests():
+            out = scheduler.schedule()
+            if out.total_num_scheduled_tokens > 0:
+                pool = scheduler.kv_cache_manager.block_pool
+                used = int(scenario["num_gpu_blocks"]) - 1 - pool.get_num_free_blocks()
+                new_hits = {d.req_id: int(d.num_computed_tokens)
+                            for d in out.scheduled_new_reqs}
+                cached = out.scheduled_cached_reqs
+                for rid, n in zip(cached.req_ids, cached.num_computed_tokens):
+                    if rid in cached.resumed_req_ids:
+                        new_hits[rid] = int(n)
+                req_ids = list(out.num_scheduled_tokens)
+                samples = [not live[rid].is_prefill_chunk for rid in req_ids]
+                start = max(now, gpu_free)
+                gpu_free = start + (st["base_s"] + st["per_token_s"]
+                                    * out.total_num_scheduled_tokens
+                                    + st["per_seq_s"] * len(req_ids))
+                rec = {"step": len(steps), "t_s": start,
+                       "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
+                       "preempted": sorted(out.preempted_req_ids or ()),
+                       "new_hits": new_hits, "finished": [], "kv_blocks_used": used,
+                       "end": gpu_free}
+                steps.append(rec)
+                queue.appendleft((out, req_ids, samples, rec))
+                if len(steps) >= max_steps:
+                    raise RuntimeError(f"no end after {max_steps} steps")
+                if len(queue) < 2:
+                    continue  # fill the queue: schedule the next batch now
+            elif not queue:
+                if pos >= len(pending):
+                    raise RuntimeError(f"vLLM scheduled nothing with {len(live)} requests "
+                                       "unfinished, nothing in flight and no arrivals left")
+                now = max(now, float(pending[pos][1]["arrival_s"]))
+                continue
+        elif not queue:
+            now = max(now, float(pending[pos][1]["arrival_s"]))
+            continue
+        # wait for the oldest batch in flight, then process its output
+        out, req_ids, samples, rec = queue.pop()
+        now = max(now, rec["end"])
+        sampled = []
+        for rid, smp in zip(req_ids, samples, strict=True):
+            req = live[rid]
+            sampled.append([output_token(index[rid], len(req.output_token_ids))] if smp
+                           else [])
+        mro = v["ModelRunnerOutput"](
+            req_ids=req_ids, req_id_to_index={r: j for j, r in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+        )
+        scheduler.update_from_output(out, mro)
+        rec["finished"] = [rid for rid in req_ids if rid not in scheduler.requests]
+        for rid in rec["finished"]:
+            del live[rid]
+    for rec in steps:
+        del rec["end"]
     return steps

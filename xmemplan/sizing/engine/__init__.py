@@ -30,6 +30,7 @@ drop_stale_cache(_HERE, [_HERE.parent / "sim.py", _PREFIX / "engine_kernels.py",
                          _PREFIX / "kernels.py"])
 
 from xmemplan.sizing.engine.loop import (
+    E_ASYNC,
     E_LAYERS,
     E_NB,
     E_PER_SWITCH,
@@ -127,6 +128,9 @@ class Config:
     conservativeness: float = 1.0
     prefix_caching: bool = True
     reserve_full_isl: bool = True  # vLLM --scheduler-reserve-full-isl (0.33 default)
+    # the batch of a step built while the step before runs (vLLM --async-scheduling,
+    # SGLang's overlap scheduler; loop.py): off here, on per engine in simmodel.config_for
+    async_schedule: bool = False
     lin_s_per_token: float = 0.0
     attn_s_per_unit: float = 0.0
     dense_weight_bytes: float = 0.0
@@ -216,6 +220,7 @@ class Config:
         ep[E_PER_SWITCH] = self.gpus_per_switch
         ep[E_LAYERS] = self.layers
         ep[E_NB] = self.blocks
+        ep[E_ASYNC] = int(self.async_schedule)
         if self.replicas < 1 or self.block_tokens < 1 or self.blocks < 1 \
                 or self.max_num_seqs < 1 or self.max_batched_tokens < 1 or self.layers < 1 \
                 or self.gpus_per_switch < 1:
@@ -446,6 +451,7 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
         conservativeness=float(scenario.get("schedule_conservativeness", 1.0)),
         prefix_caching=bool(scenario.get("enable_prefix_caching", True)),
         reserve_full_isl=bool(scenario.get("scheduler_reserve_full_isl", True)),
+        async_schedule=bool(scenario.get("async_scheduling", False)),
         base_s=float(st.get("base_s", 0.0)), per_token_s=float(st.get("per_token_s", 0.0)),
         per_seq_s=float(st.get("per_seq_s", 0.0)))
     r = Requests(arrival=arrival, prompt=np.array([len(p) for p in prompts]),

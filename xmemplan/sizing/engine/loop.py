@@ -14,6 +14,12 @@ its compute (HiCache layer overlap; end = fixed + max(compute, load) + min / lay
 Writes: each prefill's newly computed tokens are written to the tier (write-through,
 both engines' default) over the same links, so stores and loads share them.
 
+Async scheduling (ep[E_ASYNC] = 1; vLLM's AsyncScheduler with the engine core's batch
+queue, SGLang's overlap event loop): the batch of a step is built when the step before it
+starts, so a request that arrives (or, vLLM, finishes its tier load) while a step runs is
+first seen at the end of the step after it; an engine with nothing else to run sees it at
+once. Results are not delayed: both engines process a step's tokens when it ends.
+
 Routing: route[i] >= 0 pins a replica; -1 joins the replica with the fewest unfinished
 requests (sim.py's min tree); -2 follows prev's replica.
 """
@@ -111,8 +117,8 @@ INF = np.inf
  L_WRITE) = range(8)
 N_L = 8
 # engine int parameters beyond the policy's (ep)
-E_REPLICAS, E_PER_SWITCH, E_LAYERS, E_NB = range(4)
-N_E = 4
+E_REPLICAS, E_PER_SWITCH, E_LAYERS, E_NB, E_ASYNC = range(5)
+N_E = 5
 # per-request float outputs
 (O_ARR, O_READY, O_START, O_FIRST, O_DONE, O_ITL_MAX, O_LAST) = range(7)
 N_O = 7
@@ -145,6 +151,35 @@ def _attn_j(attn0, kv0, j, da, dk):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
+def _hide(RI, pnext, ptag, pkind, ph, pt, kc, r, i, kind):  # noqa: ANN001, ANN202
+    """Async scheduling: request i arrived (kind 0) or finished its load (kind 1) while
+    replica r's step runs; the batch after that step is already built, so the scheduler
+    sees i from the kick after next (its tag is the kicks so far)."""
+    pnext[i] = -1
+    ptag[i] = kc[r]
+    pkind[i] = kind
+    if pt[r] >= 0:
+        pnext[pt[r]] = i
+    else:
+        ph[r] = i
+    pt[r] = i
+
+
+@njit(cache=True)
+def _unhide(RI, QI, pnext, ptag, pkind, ph, pt, kc, r, every):  # noqa: ANN001, ANN202
+    """The hidden requests of replica r the scheduler sees now (all of them when
+    `every`, else those hidden before the last kick), in the order they came."""
+    while ph[r] >= 0 and (every or ptag[ph[r]] < kc[r]):
+        x = ph[r]
+        ph[r] = pnext[x]
+        RI[x, R_STATUS] = ST_WAIT
+        if pkind[x] == 0:
+            w_append(RI, QI, r, x)
+    if ph[r] < 0:
+        pt[r] = -1
+
+
+@njit(cache=True)
 def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff, kn, keys,  # noqa: ANN001, ANN201, C901
                fixhit, cacheable, pp, tp, lp, ep, cons, trace, steps_out, sgp):
     """The loop (module doc). tier[i]: 0 host DRAM, 1 X-Mem, -1 none. Returns per-request
@@ -158,6 +193,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     per_switch = ep[E_PER_SWITCH]
     layers = ep[E_LAYERS]
     nb = ep[E_NB]
+    asyn = ep[E_ASYNC] == 1
     bs = pp[P_BS]
     policy = pp[P_POLICY]
     kvb = tp[T_KVB]
@@ -281,6 +317,14 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     kick = np.zeros(R, np.int64)
     nkick = 0
     kicked = np.zeros(R, np.int64)
+    # async scheduling: the requests each replica does not see yet (a FIFO list), the
+    # replica's kicks that built a batch
+    pnext = np.full(n, -1, np.int64)
+    ptag = np.zeros(n, np.int64)
+    pkind = np.zeros(n, np.int64)
+    ph = np.full(R, -1, np.int64)
+    pt = np.full(R, -1, np.int64)
+    kc = np.zeros(R, np.int64)
 
     sg_g = S[5]
     while True:
@@ -313,32 +357,49 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             kicked[r] = 0
             if QI[r, Q_STATE] != 0:
                 continue
-            if QI[r, Q_WHEAD] < 0 and QI[r, Q_RHEAD] < 0:
+            if asyn:
+                _unhide(RI, QI, pnext, ptag, pkind, ph, pt, kc, r, False)
+            if QI[r, Q_WHEAD] < 0 and QI[r, Q_RHEAD] < 0 and ph[r] < 0:
                 continue
             t_step0 = tn
             npre0 = QI[r, Q_PREEMPTED]
-            if policy == SGLANG:
-                tok, ns, tn, nl, pre = sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn,
-                                                       ratio[r], loads)
-            else:
-                tok, ns, tn, nl = vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads)
-                pre = False
-            # vLLM: requests whose tier load starts now
-            if policy != SGLANG:
-                for a in range(nl):
-                    i = loads[a]
-                    b = RI[i, R_EXT] * kvb
-                    tr = tier[i]
-                    if tr < 0 or b <= 0:
-                        continue
-                    _advance(active, nact, f_rem, f_rate, now - f_last)
-                    f_last = now
-                    nact, nfree_f, cnt_x = _add_flow(
-                        active, nact, free, nfree_f, f_rem, f_rate, f_tier, f_rep, f_owner,
-                        cnt_gpu, cnt_sw, per_switch, cnt_x, cap, switch_bw, node_bw, b, tr, r,
-                        i)
-                    RI[i, R_FLOWS] = 1
-                    load_end[i] = now
+            tok = 0
+            ns = 0
+            nl = 0
+            pre = False
+            nl_any = 0
+            for _attempt in range(2):
+                if QI[r, Q_WHEAD] >= 0 or QI[r, Q_RHEAD] >= 0:
+                    if policy == SGLANG:
+                        tok, ns, tn, nl, pre = sglang_schedule(S, P, RI, QI, keys, r, pp,
+                                                               trace, tn, ratio[r], loads)
+                    else:
+                        tok, ns, tn, nl = vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn,
+                                                        loads)
+                        pre = False
+                # vLLM: requests whose tier load starts now
+                if policy != SGLANG:
+                    for a in range(nl):
+                        i = loads[a]
+                        b = RI[i, R_EXT] * kvb
+                        tr = tier[i]
+                        if tr < 0 or b <= 0:
+                            continue
+                        _advance(active, nact, f_rem, f_rate, now - f_last)
+                        f_last = now
+                        nact, nfree_f, cnt_x = _add_flow(
+                            active, nact, free, nfree_f, f_rem, f_rate, f_tier, f_rep,
+                            f_owner, cnt_gpu, cnt_sw, per_switch, cnt_x, cap, switch_bw,
+                            node_bw, b, tr, r, i)
+                        RI[i, R_FLOWS] = 1
+                        load_end[i] = now
+                    nl_any += nl
+                if ns > 0 or ph[r] < 0:
+                    break
+                # nothing to run without them: an idle engine sees the hidden requests now
+                _unhide(RI, QI, pnext, ptag, pkind, ph, pt, kc, r, True)
+                if steps_out.shape[0] > 1:
+                    tn = t_step0
             if ns == 0:
                 if steps_out.shape[0] > 1 and tn > t_step0:
                     tn = t_step0  # nothing ran: no step to record
@@ -384,6 +445,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             fixed = overhead_time(float(tok), float(nseq), prefill, starts, start_tok, tp)
             rcomp[r] = comp
             rfixed[r] = fixed
+            kc[r] += 1
             rbstart[r] = now
             rprefill[r] = 1 if pre else 0
             stats[S_STEPS] += 1
@@ -424,7 +486,8 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                 # head fits as new_token_ratio decays: the times of one step per event,
                 # without the events. Waiting requests that did not fit now do not fit
                 # during the run (free blocks and hits stay as they are).
-                allow = macro_ok and not prefill and nl == 0 and QI[r, Q_PREEMPTED] == npre0
+                allow = macro_ok and not prefill and nl == 0 and nl_any == 0 \
+                    and QI[r, Q_PREEMPTED] == npre0 and ph[r] < 0
                 ext_h = -1
                 left_h = 0
                 if allow and policy == SGLANG and QI[r, Q_WHEAD] >= 0:
@@ -547,15 +610,21 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                     r = seg[1] % PP
                 RI[i, R_REP] = r
                 _unfinished_add(outstanding, seg, PP, r, 1)
-                RI[i, R_STATUS] = ST_WAIT
-                w_append(RI, QI, r, i)
+                if asyn and QI[r, Q_STATE] != 0:
+                    _hide(RI, pnext, ptag, pkind, ph, pt, kc, r, i, 0)
+                else:
+                    RI[i, R_STATUS] = ST_WAIT
+                    w_append(RI, QI, r, i)
             else:
                 r = RI[i, R_REP]
                 stage[i] = 0
                 RI[i, R_COMP] += RI[i, R_EXT]
                 RI[i, R_LOADED_TOTAL] += RI[i, R_EXT]
                 RI[i, R_LOADED] = 1
-                RI[i, R_STATUS] = ST_WAIT
+                if asyn and QI[r, Q_STATE] != 0:
+                    _hide(RI, pnext, ptag, pkind, ph, pt, kc, r, i, 1)  # still ST_LOADING
+                else:
+                    RI[i, R_STATUS] = ST_WAIT
             RO[i, O_READY] = now
             if QI[r, Q_STATE] == 1 and rK[r] > 1:
                 # the replica is in a run of decode steps: it ends with the step in progress
@@ -696,7 +765,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     stats[S_SPAN_END] = now
     hbm = np.zeros((n, 4), np.int64)
     loaded = np.zeros(n, np.int64)
-    pre = np.zeros(n, np.int64)
+    npre = np.zeros(n, np.int64)
     rep = np.zeros(n, np.int64)
     for i in range(n):
         hbm[i, 0] = RI[i, R_HIT]
@@ -704,10 +773,10 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
         hbm[i, 2] = RI[i, R_LOOKUPS]
         hbm[i, 3] = RI[i, R_LOOKUP_HIT]
         loaded[i] = RI[i, R_LOADED_TOTAL]
-        pre[i] = RI[i, R_PREEMPT]
+        npre[i] = RI[i, R_PREEMPT]
         rep[i] = RI[i, R_REP]
         stats[S_PREEMPT] += RI[i, R_PREEMPT]
-    return RO, rep, hbm, loaded, pre, busy, stats, tn, sn
+    return RO, rep, hbm, loaded, npre, busy, stats, tn, sn
 
 
 def _unused() -> tuple[int, ...]:

@@ -221,6 +221,11 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
     caching = bool(scenario.get("enable_prefix_caching", True))
     full_isl = bool(scenario.get("scheduler_reserve_full_isl", True))
     cons = float(scenario.get("schedule_conservativeness", 1.0))
+    # async scheduling: a request that arrives while a step runs (after its start, up to
+    # its end) is first seen at the step after next, or at once when nothing else runs
+    asyn = bool(scenario.get("async_scheduling", False))
+    hidden: list[_Req] = []
+    busy_from: float | None = None  # the start of the step just run (None: idle)
     st = scenario.get("step_time", {})
     base, per_tok, per_seq = (float(st.get(k, 0.0)) for k in ("base_s", "per_token_s",
                                                               "per_seq_s"))
@@ -239,9 +244,13 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
     decay = (ratio - ratio_min) / 600.0
     t = 0.0
     out: list[dict[str, Any]] = []
-    while pending or waiting or running:
+    while pending or waiting or running or hidden:
+        waiting += hidden
+        hidden = []
         while pending and pending[0].arrival <= t:
-            waiting.append(pending.pop(0))
+            q = pending.pop(0)
+            (hidden if asyn and busy_from is not None and q.arrival > busy_from
+             else waiting).append(q)
         rec: dict[str, Any] = {"step": len(out), "t_s": t, "scheduled": {}, "preempted": [],
                                "new_hits": {}, "finished": []}
         sched: list[tuple[_Req, int]] = []
@@ -411,10 +420,14 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                         q.held += 1
                     sched.append((q, 1))
         if not sched:
+            busy_from = None
+            if hidden:
+                continue  # idle: the hidden requests are seen now
             if not pending:
                 break  # nothing can ever run (the engine would stall)
             t = max(t, pending[0].arrival)
             continue
+        busy_from = t
         for q, k in sched:
             rec["scheduled"][q.rid] = k
         rec["kv_blocks_used"] = (rp if sg else pool).held(total)
