@@ -497,3 +497,36 @@ def test_tensor_parallel_allreduce_alone_is_the_model(floor: str, prompt: int,
     if hit == 0:
         assert want - off == pytest.approx(c0 + prompt * c1, rel=0.02)
     assert M.allreduce_seconds(m, g, M.Shape(tp=1), cal) == (0.0, 0.0)
+
+
+def test_sglang_pool_tables_grow_and_compact_without_changing_the_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's radix tables start small here (17 node rows, 16 heap entries): the run
+    renumbers live nodes (GC), compacts heaps and, when still short, stops and runs again
+    with larger tables (radix.py G_OVER, engine.run), and every step is as with room."""
+    import xmemplan.sizing.engine as E
+
+    prefixes = [list(range(1000 * p, 1000 * p + 24)) for p in range(3)]
+    reqs = [{"id": f"r{i}", "arrival_s": 0.002 * i,
+             "tokens": prefixes[i % 3] + [50_000 + 100 * i + k for k in range(8 + i % 5)],
+             "max_tokens": 3 + i % 4} for i in range(40)]
+    sc = {"engine": "sglang", "block_size": 4, "num_gpu_blocks": 40, "max_num_seqs": 4,
+          "max_num_batched_tokens": 64, "chunked_prefill_size": 16,
+          "enable_prefix_caching": True, "schedule_conservativeness": 0.3,
+          "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+          "requests": reqs}
+    want = replay_scenario(sc)
+    calls = []
+    real = E._run_once
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(E, "radix_sizes", lambda cfg, n, nkeys: (cfg.replicas + 16, 16))
+    monkeypatch.setattr(E, "_run_once", counted)
+    got = replay_scenario(sc)
+    _same(got, want)
+    assert len(calls) > 1  # the first tables were too small: the run went again
+    assert sum(len(r["new_hits"]) for r in got) == 40 and any(
+        v > 0 for r in got for v in r["new_hits"].values())
