@@ -337,12 +337,16 @@ def _loaded(policy: str, blocks: int, seed: int) -> tuple[Requests, Config]:
 @pytest.mark.parametrize("policy", ["vllm", "sglang"])
 @pytest.mark.parametrize("blocks", [150, 2000])
 @pytest.mark.parametrize("floor", ["add", "max"])
-def test_decode_runs_equal_one_step_per_event(policy: str, blocks: int, floor: str) -> None:
+@pytest.mark.parametrize("asyn", [False, True])
+def test_decode_runs_equal_one_step_per_event(policy: str, blocks: int, floor: str,
+                                              asyn: bool) -> None:
     """Runs of decode steps priced in one event give the times of stepping one by one
     (the trace mode steps one by one), with and without KV pressure, with the layer floor
     as an overhead or as the pass's minimum (a floor above some steps' roofline, and an
-    MoE fixed time)."""
+    MoE fixed time), with and without async scheduling (an arrival ends a run a step
+    later: the step after the one in progress was built without it)."""
     req, cfg = _loaded(policy, blocks, blocks)
+    cfg = cfg.replace(async_schedule=asyn)
     if floor == "max":
         cfg = cfg.replace(floor_rule="max", decode_fixed_s=0.0006, moe_fixed_s=1e-4)
     a, *_ = run(req, cfg)

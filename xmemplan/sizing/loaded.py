@@ -70,6 +70,9 @@ class Run:
     prompts: tuple[int, ...] | None = None
     outputs: tuple[int, ...] | None = None
     arrivals: tuple[float, ...] | None = None
+    # the engine's async scheduling (docs/size.md "The simulator"); None: as `size` ships
+    # it; False for engine versions before it (vLLM V0, SGLang before v0.4)
+    async_schedule: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,10 @@ def point_from_row(d: dict[str, Any], path: Path, line: int | None) -> Point:
         raise bad_field(path, line, "role", f"unknown role '{role}'", "use " + ", ".join(ROLES))
     mf = d.get("mem_fraction")
     kv = str(d.get("kv_dtype") or "").strip() or None
+    asy = str(d.get("async_schedule") or "").strip().lower()
+    if asy not in ("", "0", "1"):
+        raise bad_field(path, line, "async_schedule", f"'async_schedule' must be 0, 1 or "
+                        f"empty, got {asy!r}", "empty: as size ships it")
     conc = d.get("concurrency")
     run = Run(
         engine=eng, model=str(d["model"]).strip(), gpu=str(d["gpu"]).strip(),
@@ -160,7 +167,8 @@ def point_from_row(d: dict[str, Any], path: Path, line: int | None) -> Point:
         prompt_max=_opt_int(d.get("prompt_max"), "prompt_max", path, line),
         output_max=_opt_int(d.get("output_max"), "output_max", path, line),
         concurrency=0 if conc in (None, "") else int(_num(conc, "concurrency", path, line,
-                                                             lo_open=False, integer=True)))
+                                                             lo_open=False, integer=True)),
+        async_schedule=None if asy == "" else asy == "1")
     if mf not in (None, "") and run.mem_fraction is not None and run.mem_fraction > 1:
         raise bad_field(path, line, "mem_fraction", f"'mem_fraction' must be at most 1, got {mf!r}")
     if run.requests > MAX_REQUESTS:
@@ -336,6 +344,8 @@ def config(run: Run, setup: Any, ov: tuple[float, float, float]) -> Any:
 
     cfg = config_for(setup, replicas=1, nodes=1, load_tier="host", policy=run.engine,
                      prompt_p50=float(run.prompt_tokens), tier_write=False, overheads=ov)
+    if run.async_schedule is not None:
+        cfg = cfg.replace(async_schedule=run.async_schedule)
     return cfg.replace(prefix_caching=False)  # benchmark prompts share no prefix
 
 

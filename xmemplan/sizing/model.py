@@ -169,8 +169,9 @@ DEFAULT_CALIBRATION = Calibration(
     # `python -m xmemplan.sizing.loaded` on the fit rows of data/measurements/loaded.csv
     # (docs/model.md section 6; a test re-runs the fit and fails if these drift from it).
     # per token is not fitted (decode-heavy runs cannot tell it from per request; the
-    # single-request per-token overhead above is the host's per-token work).
-    step_overheads_by_engine={"vllm": (0.0, 0.0, 8.75e-5), "sglang": (5.0e-4, 0.0, 1.25e-4)},
+    # single-request per-token overhead above is the host's per-token work). Fitted with
+    # the engines' async scheduling as each run's version had it (loaded.csv).
+    step_overheads_by_engine={"vllm": (0.0, 0.0, 8.75e-5), "sglang": (2.1875e-4, 0.0, 1.02e-4)},
 )
 
 

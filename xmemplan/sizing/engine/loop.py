@@ -636,6 +636,14 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                         rLW[r] + _attn_j(rA0[r], rKV0[r], jj, rDA[r], rDK[r]), False, tp)
                     e += d
                     jj += 1
+                if asyn and pt[r] == i and jj < rK[r]:
+                    # async: the run's next step was built without i, so the run ends a
+                    # step later and i is seen when it does
+                    d = rfixed[r] + pass_time(
+                        rLW[r] + _attn_j(rA0[r], rKV0[r], jj, rDA[r], rDK[r]), False, tp)
+                    e += d
+                    jj += 1
+                    ptag[i] = kc[r] - 1
                 if jj < rK[r]:
                     rK[r] = jj
                     rlast[r] = d
