@@ -383,9 +383,12 @@ def run(req: Requests, cfg: Config, *, trace_rows: int = 0, step_rows: int = 0
 def radix_sizes(cfg: Config, n: int, nkeys: int) -> tuple[int, int]:
     """SGLang's radix tables (radix.py) to start a run with: node rows (a request's walks
     and checkpoints make a few; evicted nodes are reclaimed) and heap entries per replica
-    (an evictable leaf holds a page at least). A run that finds them too small runs again
-    with 4x the nodes and 2x the heap (`run`)."""
-    return cfg.replicas + n + 1024, 2 * min(cfg.blocks, max(nkeys, 1)) + 64
+    (an evictable leaf holds a page at least of one request's keys: at most the replica's
+    blocks, and here at most 4x an even share of the run's keys, so that 1,024 replicas do
+    not reserve 1,024 whole-pool heaps). A run that finds them too small runs again with 4x
+    the nodes and 2x the heap (`run`)."""
+    share = max(1, 4 * nkeys // max(cfg.replicas, 1))
+    return cfg.replicas + n + 1024, 2 * min(cfg.blocks, share) + 64
 
 
 def _run_once(req: Requests, cfg: Config, n: int, prompt: np.ndarray, output: np.ndarray,
