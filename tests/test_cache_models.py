@@ -340,3 +340,25 @@ def test_follow_replays_each_replica_and_each_tier_domain_apart():
                                  True).hit_tokens
             want = np.maximum(0, np.array(t) - got.hit_hbm[idx])
             assert got.hit_tier[idx].tolist() == want.tolist(), (engine, d)
+
+
+
+def test_an_overloaded_run_balances_only_the_requests_it_ran():
+    """A request an overloaded run never sent or never admitted has replica -1 (its
+    session's earlier turn still waited when the run ended). The answer's per-replica
+    balance and hit split count the requests that ran: with them counted, `size` exited 1
+    ("'list' argument must have no negative elements") on the Claude Code sessions at
+    --rate 2 --tp 1, where 2,907 of 4,197 requests never ran on the smallest probe."""
+    from types import SimpleNamespace
+
+    from xmemplan.sizing.planner import balance, ran_placement
+
+    r = SimpleNamespace(replica=np.array([0, 1, -1, 1, -1]),
+                        hbm_hit=np.array([10.0, 0.0, 0.0, 30.0, 0.0]),
+                        tier_hit=np.array([0.0, 20.0, 0.0, 0.0, 0.0]),
+                        requests=SimpleNamespace(prompt=np.array([40, 40, 99, 40, 99])))
+    got, out = ran_placement(r, np.array([1, 2, 3, 4, 5]))
+    assert got.split() == pytest.approx((40 / 120, 20 / 120, 60 / 120))
+    bal = balance(got, 2, out)
+    assert bal["requests"] == {"min": 1.0, "mean": 1.5, "max": 2.0}
+    assert bal["kv_tokens"]["max"] == 40 + 2 + 40 + 4

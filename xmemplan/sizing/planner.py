@@ -684,9 +684,8 @@ class Planner:
         over, cap, achieved = self._overload(r, ttft, scale)
         split = bal = None
         if self.placed:  # the hits as the replicas' block pools had them
-            got = RT.Placement(np.asarray(r.replica, np.int64), r.hbm_hit.astype(float),
-                               r.tier_hit.astype(float), r.requests.prompt.astype(float))
-            split, bal = got.split(), balance(got, replicas, tr.output)
+            got, out = ran_placement(r, tr.output)
+            split, bal = got.split(), balance(got, replicas, out)
         prompt = r.requests.prompt.astype(float)
         hits = float((r.hbm_hit + r.tier_hit).sum())
         span = r.span
@@ -1024,6 +1023,16 @@ def tier_domains(scope: str, replicas: int, replica_gpus: int, gpus_per_server: 
     if scope == "rack" and share_gpus:
         return r * replica_gpus // share_gpus
     return np.zeros(replicas, np.int64)
+
+
+def ran_placement(r: Any, output: np.ndarray) -> tuple[RT.Placement, np.ndarray]:
+    """The placement an engine run made, and those requests' output lengths, over the
+    requests it ran. A request an overloaded run never sent or never admitted (replica -1:
+    its session's earlier turn was still waiting when the run ended) is no replica's."""
+    ran = np.asarray(r.replica) >= 0
+    return RT.Placement(np.asarray(r.replica, np.int64)[ran],
+                        np.asarray(r.hbm_hit, float)[ran], np.asarray(r.tier_hit, float)[ran],
+                        np.asarray(r.requests.prompt, float)[ran]), np.asarray(output)[ran]
 
 
 def balance(pl: RT.Placement, replicas: int, output: np.ndarray) -> dict[str, Any]:
