@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
@@ -22,3 +23,19 @@ def median_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> t
 
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def add_async_flag(ap: argparse.ArgumentParser) -> None:
+    """--async-schedule on|off: the loaded checks' switch for the engines' async
+    scheduling (docs/size.md, The simulator)."""
+    ap.add_argument("--async-schedule", choices=("on", "off"), default=None,
+                    help="the engines' async scheduling (docs/size.md, The simulator); "
+                         "default: as shipped")
+
+
+def apply_async_flag(a: argparse.Namespace) -> None:
+    """Set the simulator's default from --async-schedule, where given."""
+    if a.async_schedule:
+        from xmemplan.sizing import simmodel
+
+        simmodel.ASYNC_BY_DEFAULT = a.async_schedule == "on"

@@ -39,6 +39,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+from _util import add_async_flag, apply_async_flag
 
 SRC = "netpreme/vllm_xmem netpreme/coding_agents/"
 AGENTS = 12
@@ -296,14 +297,9 @@ def main() -> None:
     ap.add_argument("--engine-pool", action="store_true",
                     help="size the KV pool as vLLM does (model.engine_kv_room_tokens: "
                          "less the profile run's activations and non-torch memory)")
-    ap.add_argument("--async-schedule", choices=("on", "off"), default=None,
-                    help="the engines' async scheduling (docs/size.md, The simulator); "
-                         "default: as shipped")
+    add_async_flag(ap)
     a = ap.parse_args()
-    if a.async_schedule:
-        from xmemplan.sizing import simmodel
-
-        simmodel.ASYNC_BY_DEFAULT = a.async_schedule == "on"
+    apply_async_flag(a)
     from xmemplan import units
 
     think_s = units.parse_duration(a.think, "--think")

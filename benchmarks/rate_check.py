@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _util import add_async_flag, apply_async_flag
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data" / "measurements" / "rate.csv"
@@ -340,14 +341,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=5, help="replays per run (median used)")
     ap.add_argument("--csv", type=Path, default=DATA)
-    ap.add_argument("--async-schedule", choices=("on", "off"), default=None,
-                    help="the engines' async scheduling (docs/size.md, The simulator); "
-                         "default: as shipped")
+    add_async_flag(ap)
     a = ap.parse_args()
-    if a.async_schedule:
-        from xmemplan.sizing import simmodel
-
-        simmodel.ASYNC_BY_DEFAULT = a.async_schedule == "on"
+    apply_async_flag(a)
     from xmemplan.errors import XmemplanError
 
     try:

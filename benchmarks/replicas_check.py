@@ -67,6 +67,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from _util import add_async_flag, apply_async_flag
 
 from xmemplan.sizing import routing as RT
 from xmemplan.sizing.planner import Planner
@@ -219,14 +220,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=3,
                     help="replays (prompt shuffles) per scheduler; the median is compared")
-    ap.add_argument("--async-schedule", choices=("on", "off"), default=None,
-                    help="the engines' async scheduling (docs/size.md, The simulator); "
-                         "default: as shipped")
+    add_async_flag(ap)
     a = ap.parse_args()
-    if a.async_schedule:
-        from xmemplan.sizing import simmodel
-
-        simmodel.ASYNC_BY_DEFAULT = a.async_schedule == "on"
+    apply_async_flag(a)
     rows = list(csv.DictReader(DATA.open()))
     runs = [simulate(rows, s) for s in range(a.seeds)]
     by_router: dict[str, list[tuple[float, float, float]]] = defaultdict(list)

@@ -595,22 +595,8 @@ def _checkpoint(
                 m = prompt_n - start
                 mid = n_nodes
                 n_nodes += 1
-                nd[mid, ES] = nd[x, ES]
-                nd[mid, EL] = m
-                nd[mid, PA] = nd[x, PA]
-                nd[mid, LK] = nd[x, LK]
-                nd[mid, NC] = 1
-                nd[mid, AL] = 1
-                k0 = keys[nd[x, ES]]
-                sl = _slot(nd[x, PA], k0, mask)
-                while not (tb[sl, TN] == nd[x, PA] and tb[sl, TK] == k0
-                           and tb[sl, TE] == epoch):
-                    sl = (sl + 1) & mask
-                tb[sl, TC] = mid
-                nd[x, ES] += m
-                nd[x, EL] -= m
-                nd[x, PA] = mid
-                _put(tb, epoch, mask, mid, keys[nd[x, ES]], x)
+                _, sl = _find(tb, epoch, mask, nd[x, PA], keys[nd[x, ES]])
+                _split(nd, tb, epoch, mask, keys, sl, x, m, mid)
                 for j in range(plen, i, -1):
                     path[j] = path[j - 1]
                 path[i] = mid

@@ -135,6 +135,24 @@ def _count_lookups(scheduler: Any) -> list[tuple[str, int]]:
     return calls
 
 
+def _admit_arrivals(v: dict[str, Any], scheduler: Any, hasher: Any,
+                    pending: list[tuple[int, dict[str, Any]]], pos: int, clock: float,
+                    live: dict[str, Any]) -> int:
+    """Add every pending request that has arrived by `clock` (in arrival order) to vLLM's
+    scheduler and to `live`; returns the position of the first one still to come."""
+    while pos < len(pending) and pending[pos][1]["arrival_s"] <= clock:
+        _, r = pending[pos]
+        pos += 1
+        req = v["Request"](
+            str(r["id"]), list(r["tokens"]),
+            v["SamplingParams"](max_tokens=int(r["max_tokens"]), ignore_eos=True),
+            None, arrival_time=float(r["arrival_s"]), block_hasher=hasher,
+        )
+        scheduler.add_request(req)
+        live[req.request_id] = req
+    return pos
+
+
 def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[dict[str, Any]]:
     """Per-step records of vLLM's own scheduler on the scenario (contract part B)."""
     v = _vllm()
@@ -150,16 +168,7 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[
     t = 0.0
     k = 0
     while pos < len(pending) or live:
-        while pos < len(pending) and pending[pos][1]["arrival_s"] <= t:
-            _, r = pending[pos]
-            pos += 1
-            req = v["Request"](
-                str(r["id"]), list(r["tokens"]),
-                v["SamplingParams"](max_tokens=int(r["max_tokens"]), ignore_eos=True),
-                None, arrival_time=float(r["arrival_s"]), block_hasher=hasher,
-            )
-            scheduler.add_request(req)
-            live[req.request_id] = req
+        pos = _admit_arrivals(v, scheduler, hasher, pending, pos, t, live)
         calls.clear()
         out = scheduler.schedule()
         lookups = dict(calls)
@@ -238,16 +247,7 @@ def replay_scenario_async(scenario: dict[str, Any], max_steps: int = 100_000
     now = 0.0  # the engine core's clock (when it schedules)
     gpu_free = 0.0  # when the last launched batch ends
     while pos < len(pending) or live or queue:
-        while pos < len(pending) and pending[pos][1]["arrival_s"] <= now:
-            _, r = pending[pos]
-            pos += 1
-            req = v["Request"](
-                str(r["id"]), list(r["tokens"]),
-                v["SamplingParams"](max_tokens=int(r["max_tokens"]), ignore_eos=True),
-                None, arrival_time=float(r["arrival_s"]), block_hasher=hasher,
-            )
-            scheduler.add_request(req)
-            live[req.request_id] = req
+        pos = _admit_arrivals(v, scheduler, hasher, pending, pos, now, live)
         if len(queue) < 2 and scheduler.has_requests():
             out = scheduler.schedule()
             if out.total_num_scheduled_tokens > 0:
