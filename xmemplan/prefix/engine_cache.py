@@ -128,6 +128,7 @@ def engine_replay(
                 np.empty((b + 3, 8), dtype=np.int64), pg,
                 np.empty((inflight, most), dtype=np.int64), np.zeros(inflight, np.int64),
                 np.zeros(inflight, np.int64), np.empty(most, dtype=np.int64),
+                np.empty(most, dtype=np.int64),
             )
             hits[:, j] = out_h
             rejected[:, j] = out_r
@@ -244,7 +245,8 @@ class Picker:
                 self.ids, off, resets, prompt, kv, page, n_blocks, 1, self.epoch, out_h,
                 out_r, np.empty((b + 3, 8), dtype=np.int64), self.pg,
                 np.empty((1, most), dtype=np.int64), np.zeros(1, np.int64),
-                np.zeros(1, np.int64), np.empty(most, dtype=np.int64))
+                np.zeros(1, np.int64), np.empty(most, dtype=np.int64),
+                np.empty(most, dtype=np.int64))
         else:
             ek.sglang_replay(
                 self.ids, off, resets, prompt, kv, page, int(capacity) // page, 1,

@@ -22,6 +22,14 @@ EMPTY = -1
 NEVER = -2  # vLLM: the page id of a full block no prompt can ask for (output, no key):
 #   hashed (freed to the tail) but in no chain, as a unique id of its own would be
 
+# NO_NRT: the two replay kernels are compiled without numba's runtime (`_nrt=False`). They
+# allocate nothing (every table is the caller's), so reference counts guard nothing there,
+# yet with the runtime each array an inlined helper binds (`_find`, `_heap_push`, `_evict`,
+# ...) costs an atomic NRT_incref / NRT_decref pair per call, in the hot loops: 15-18 % of a
+# replay by `perf`. Without it the SGLang kernel on Mooncake runs 6.2 -> 4.2 ms
+# (docs/performance.md, round 6). A kernel compiled so cannot allocate an array (numba
+# refuses to compile it), so scratch arrays are arguments.
+
 
 @njit(cache=True)
 def kv_page_ids(
@@ -127,7 +135,7 @@ def _q_after(blk: np.ndarray, at: int, b: int) -> None:
     blk[nb, PRV] = b
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # see NO_NRT above
 def vllm_replay(
     canon: np.ndarray,  # int64: page ids (kv_page_ids), one per full page of the KV
     offsets: np.ndarray,  # int64, n + 1
@@ -146,6 +154,7 @@ def vllm_replay(
     held_n: np.ndarray,  # int64, inflight
     held_r: np.ndarray,  # int64, inflight
     tmp: np.ndarray,  # int64, most pages of one request
+    hits: np.ndarray,  # int64, most pages of one request: the blocks request r hits
 ) -> None:
     """vLLM's BlockPool: the free-block queue (a doubly linked list through blk), block
     hashes as page ids, several blocks per id in insertion order (DN / DP links)."""
@@ -159,7 +168,6 @@ def vllm_replay(
     nfree = np.int64(0)
     q0 = 0  # ring of in-flight requests: first slot, count
     qn = 0
-    hits = np.empty(tmp.shape[0], dtype=np.int64)  # the blocks request r hits
     for r in range(offsets.shape[0] - 1):
         if resets[r] or r == 0:
             epoch += 1
@@ -644,7 +652,7 @@ def _release_tree(
     return clock, n_nodes, hsize, free_pages, evictable
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # see NO_NRT above
 def sglang_replay(
     keys: np.ndarray,  # int64: page ids (kv_page_ids), one per full page of the KV
     offsets: np.ndarray,  # int64, n + 1
