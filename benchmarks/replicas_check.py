@@ -29,7 +29,9 @@ benchmarking/37-capacity/README.md, inference-perf):
   a stage's request k sends prompt k mod G x P (inference-perf
   datagen/shared_prefix_datagen.py `load_lazy_data`: `data_index % len(prompts)`, the
   index being the request's number within its stage); `ignore_eos`, 1,000 output tokens
-  each.
+  each. The prompts are random token ids sent as text, which the server tokenises
+  again: replayed at the lengths the same harness and tokenizer counted (RETOKENIZED);
+  each replica's KV room is the run's own (`kv_tokens_per_replica`, with_run_room).
 What the run's figures are (inference-perf's stage summary, reportgen/base.py
 `summarize_requests`, as llm-d's report script reads it: the TTFT p90 column is
 `successes.latency.time_to_first_token.p90`):
@@ -47,7 +49,7 @@ What the run's figures are (inference-perf's stage summary, reportgen/base.py
   mean over those gaps is half the time per token (STAMPS_PER_TOKEN). The stages' own
   spans say the same: at QPS 3, 630 requests of 1,000 tokens at 2,506-2,590 tokens/s
   end 33-42 s after the last send: 33-42 ms a token (30-38 ms if the client's count of
-  output tokens is 1.8 % short, as in the same harness's load-with-headroom run), where
+  output tokens is 1.6 % short, OUTPUT_COUNTED), where
   the ITL means read 13-20 ms. So our TPOT is compared with 2 x ITL
   mean (a report line; no bound of the issue's applies to it).
 The schedulers, from the run's EndpointPickerConfig:
@@ -90,7 +92,7 @@ import numpy as np
 from _util import add_async_flag, apply_async_flag
 
 from xmemplan.sizing import routing as RT
-from xmemplan.sizing.planner import Planner
+from xmemplan.sizing.planner import Planner, SizeRequest
 from xmemplan.sizing.request import build_request
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "measurements" / "multi-replica.csv"
@@ -114,6 +116,31 @@ TIERED_GPU_BLOCK = 16  # vLLM's block; the router's CPU index: 82,000 of them
 # timestamps the run's client records per streamed token (module docstring): the
 # measured time per output token is STAMPS_PER_TOKEN x the published ITL mean
 STAMPS_PER_TOKEN = 2
+# What the servers saw of inference-perf's shared_prefix prompts: the generator draws
+# random token ids and sends their decoded text (datagen/shared_prefix_datagen.py
+# `_generate_random_token_ids`, `hf_tokenizer.decode`), which the server tokenises again,
+# with its BOS. Measured for the Llama-3.1-70B-Instruct tokenizer by the same harness in
+# llm-d/llm-d-kv-cache-manager benchmarking/load-with-headroom/standard-scale-64p-cache-load
+# (analysis_metrics.csv, precise-prefix-cache: input_tokens_total 22,826,707 and
+# output_tokens_total 1,029,882 over its 5,451 successful requests, 200 warm-up + 5,260
+# staged - 9 failed, of system_prompt_len 3,500 + question_len 512 and output_len 192;
+# its estimate and load runs give 1.0435 / 1.0455 and 0.983 / 0.982):
+# (22,826,707 / 5,451 - 1) / 4,012 = 1.0435 tokens sent per configured prompt token, and
+# the client counts 1,029,882 / 5,451 / 192 = 0.984 of the tokens generated (it
+# re-tokenises the streamed text; run 1's output tokens/s are that count). The tiered run
+# uses Qwen3-32B's tokenizer, for which no such count is published: 1 there.
+RETOKENIZED = {"llm-d-37-capacity": 1.0435}
+OUTPUT_COUNTED = {"llm-d-37-capacity": 0.984}
+
+
+def served_lengths(row: dict[str, str]) -> tuple[float, float]:
+    """(shared prefix, question) tokens the server computes for a row's configured
+    system_prompt_len and question_len (RETOKENIZED; the BOS is part of the prefix)."""
+    r = RETOKENIZED.get(row["benchmark"])
+    prefix, question = float(row["prefix_tokens"]), float(row["question_tokens"])
+    if r is None:
+        return prefix, question
+    return round(prefix * r) + 1.0, float(round(question * r))
 TPOT_BOUND = 0.30  # reported, not a done-when bound
 
 
@@ -166,7 +193,7 @@ class StagedPlanner(Planner):
 def run_stream(row: dict[str, str], stages: list[tuple[float, float]], seed: int,
                hold_rates: tuple[float, float], load: str = "constant") -> RT.Stream:
     G, P = int(row["groups"]), int(row["prompts_per_group"])
-    prefix, question = float(row["prefix_tokens"]), float(row["question_tokens"])
+    prefix, question = served_lengths(row)
     out = float(row["output_tokens"])
     arr: list[np.ndarray] = []
     idx: list[np.ndarray] = []
@@ -190,6 +217,21 @@ def run_stream(row: dict[str, str], stages: list[tuple[float, float]], seed: int
                      group.astype(np.int64), np.full(n, prefix), prompt_id.astype(np.int64))
 
 
+def with_run_room(req: SizeRequest, row: dict[str, str]) -> SizeRequest:
+    """`req` with the HBM share that leaves the run's own KV room per replica
+    (`kv_tokens_per_replica`: the engine's logged KV capacity the source states, 461,376
+    tokens a pod in run 1, 298,000 a replica in run 2) in place of the default 0.9 of HBM
+    less the weights (448,000 and 299,072)."""
+    from xmemplan.sizing import model as M
+
+    if not row.get("kv_tokens_per_replica"):
+        return req
+    kv = float(row["kv_tokens_per_replica"])
+    frac = ((kv * M.kv_bytes_per_token_per_gpu(req.model, req.shape)
+             + M.weight_bytes_per_gpu(req.model, req.shape)) / req.gpu.hbm_capacity_bytes)
+    return replace(req, mem_fraction=frac)
+
+
 def simulate(rows: list[dict[str, str]], seed: int
              ) -> dict[tuple[str, float], tuple[float, float, float, float]]:
     """Per (scheduler, stage QPS) of one replay of each scheduler's run: (TTFT p90 s,
@@ -206,14 +248,15 @@ def simulate(rows: list[dict[str, str]], seed: int
         bench = row["benchmark"]
         stages = STAGES[bench]
         n = int(sum(int(r * d) for r, d in stages))
-        prefix, question = int(row["prefix_tokens"]), int(row["question_tokens"])
+        prefix, question = served_lengths(row)
         option = "hbm-only" if row["tier"] == "none" else row["tier"]
         req, _ = build_request(
-            ttft_slo="2s", prompt_tokens=str(prefix + question),
+            ttft_slo="2s", prompt_tokens=f"{prefix + question:g}",
             hit_rate=prefix / (prefix + question), prefix_groups=int(row["groups"]),
             output_tokens=int(row["output_tokens"]), rate=stages[-1][0], model=row["model"],
             gpu=row["gpu"], tp=int(row["tp"]), engine=row["engine"], router="session",
             requests=n, slo_on="all", slo_at="p90", seed=seed)
+        req = with_run_room(req, row)
         room = M.kv_room_tokens(req.model, req.gpu, req.shape, req.mem_fraction)
         router, params = scheduler(measured, room)
         req = replace(req, router=router, router_params=params)
@@ -233,7 +276,8 @@ def simulate(rows: list[dict[str, str]], seed: int
             if k == 0 and WARMUP[bench]:
                 continue
             span = float(res.done[sel].max() - p.run_stream.arrival[sel].min())
-            out = float(res.requests.output[sel].sum())
+            # output tokens as the run's client counted them (OUTPUT_COUNTED)
+            out = float(res.requests.output[sel].sum()) * OUTPUT_COUNTED.get(bench, 1.0)
             got[(measured, rate)] = (float(np.percentile(ttft[sel], 90)), out / span,
                                      float(tokens[sel].sum()) / span,
                                      float(np.nanmean(res.tpot[sel])))

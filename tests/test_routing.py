@@ -648,3 +648,29 @@ def test_cpu_offload_replay_keeps_ttft_where_hbm_alone_queues(monkeypatch) -> No
     hbm = got[("optimized-baseline-hbm-only", 10.0)][0]
     cpu = got[("gpu-cpu-tier-prefix-aware", 10.0)][0]
     assert cpu < 0.5 * hbm, (cpu, hbm)
+
+
+def test_multi_replica_replay_sends_what_the_server_computed() -> None:
+    """Run 1's prompts as its server tokenised them (inference-perf sends decoded random
+    token ids: 1.0435 tokens a configured token, measured by the same harness and
+    tokenizer, plus the BOS) and the run's own KV room per replica; the tiered run's
+    tokenizer has no such count and keeps its configured lengths."""
+    import csv
+
+    from xmemplan.sizing import model as M
+    from xmemplan.sizing.request import build_request
+
+    C = _check_module()
+    rows = list(csv.DictReader(C.DATA.open()))
+    r1 = next(r for r in rows if r["benchmark"] == "llm-d-37-capacity")
+    r2 = next(r for r in rows if r["benchmark"] == "llm-d-tiered-prefix-cache")
+    assert C.served_lengths(r1) == (round(8000 * 1.0435) + 1, round(1000 * 1.0435))
+    assert C.served_lengths(r2) == (16000.0, 256.0)
+    s = C.run_stream(r1, [(3.0, 10.0)], 0, (1e-4, 0.03))
+    assert s.prompt[0] == sum(C.served_lengths(r1))
+    assert s.group_tokens[0] == C.served_lengths(r1)[0]
+    req, _ = build_request(ttft_slo="2s", prompt_tokens="9000", model=r1["model"],
+                           gpu=r1["gpu"], tp=4, engine="vllm", rate=3.0)
+    req = C.with_run_room(req, r1)
+    room = M.kv_room_tokens(req.model, req.gpu, req.shape, req.mem_fraction)
+    assert abs(room - float(r1["kv_tokens_per_replica"])) < 1
