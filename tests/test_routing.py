@@ -666,6 +666,11 @@ def test_multi_replica_replay_sends_what_the_server_computed() -> None:
     r2 = next(r for r in rows if r["benchmark"] == "llm-d-tiered-prefix-cache")
     assert C.served_lengths(r1) == (round(8000 * 1.0435) + 1, round(1000 * 1.0435))
     assert C.served_lengths(r2) == (16000.0, 256.0)
+    # measured time per output token: run 1 from its ITL mean (two stamps a token), run 2
+    # from its mean E2E and TTFT
+    assert C.measured_per_token(r1) == 2 * float(r1["itl_mean_s"])
+    assert abs(C.measured_per_token(r2) - (11.98 - 1.62) / 255) < 1e-9
+    assert all(C.measured_per_token(r) is not None for r in rows)
     s = C.run_stream(r1, [(3.0, 10.0)], 0, (1e-4, 0.03))
     assert s.prompt[0] == sum(C.served_lengths(r1))
     assert s.group_tokens[0] == C.served_lengths(r1)[0]
