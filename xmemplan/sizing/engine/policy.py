@@ -267,6 +267,33 @@ def _full_fits(P, RI, keys, r, i, nhit, bs):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
+def _remaining(RI, i, bs):  # noqa: ANN001, ANN202
+    """Blocks request i still needs to hold its whole sequence (vLLM 0.33
+    `_request_remaining_blocks`)."""
+    k = _cdiv(ntokens(RI, i), bs) - RI[i, R_HELD]
+    return k if k > 0 else 0
+
+
+@njit(cache=True, inline="always")
+def _inflight_reserved(RI, QI, r, bs):  # noqa: ANN001, ANN202
+    """vLLM 0.33 `Scheduler._inflight_prefill_reserved_blocks`: the blocks replica r's
+    in-flight prefills still need: tier loads under way or landed and not yet run
+    (waiting, holding their loaded blocks) and running requests still prefilling."""
+    s = 0
+    j = QI[r, Q_RHEAD]
+    while j >= 0:
+        if RI[j, R_COMP] < ntokens(RI, j) - 1:
+            s += _remaining(RI, j, bs)
+        j = RI[j, R_RNEXT]
+    j = QI[r, Q_WHEAD]
+    while j >= 0:
+        if RI[j, R_STATUS] == ST_LOADING or RI[j, R_LOADED] == 1:
+            s += _remaining(RI, j, bs)
+        j = RI[j, R_WNEXT]
+    return s
+
+
+@njit(cache=True, inline="always")
 def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001, ANN201, C901
     """One vLLM step on replica r (module doc). Sets R_STOK of the scheduled requests;
     requests that start a tier load are listed in loads[0:nl]. Returns (tokens,
@@ -341,6 +368,13 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
         if pp[P_FULLISL] == 1 and not _full_fits(P, RI, keys, r, i, nhit, bs):
             break
         if ext > 0:
+            # an async load holds its blocks with no progress until it lands: it is
+            # admitted only into the free blocks less what the in-flight prefills still
+            # need (vLLM 0.33 `_inflight_prefill_reserved_blocks`, PR #44560)
+            need = _cdiv(RI[i, R_COMP] + nhit * bs + fx + ext, bs) - RI[i, R_HELD] - nhit
+            ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
+            if need + ev + _inflight_reserved(RI, QI, r, bs) > P[1][r, 2]:
+                break
             if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, caching):
                 break
             RI[i, R_HIT] = nhit * bs + fx
