@@ -23,6 +23,9 @@ Workload inputs, each derived from the published runs (docs/validation.md "Loade
   interpolation; the mean is exact);
 - prompt tokens: lognormal at the published prompt_tok_len p50 and p90 (interpolations in
   vLLM's 1-2-5 token buckets, the only server-side length figures published);
+- their order: each agent works through tasks of 20 turns whose prompts grow, 71 % of
+  var(log prompt) between tasks, both computed from every turn of the runs' completed
+  tasks (data/measurements/netpreme-turns.csv; `--independent-lengths` draws each alone);
 - the agents' time between a reply and their next request: Little's law on the DRAM summary
   run, 12 agents / 1.13 requests/s - 10.40 s mean e2e of its 109 recorded turns = 0.22 s,
   used for every run (it is the agent's and the tasks' property, not the server's);
@@ -37,6 +40,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
 import numpy as np
 from _util import add_async_flag, apply_async_flag
@@ -125,6 +130,43 @@ SWEEP = tuple(
          87.8),
     ))
 Z90 = 1.2815515655446004  # standard normal 90th percentile
+# Every turn of the tasks the six 04-19 runs completed (984 turns of 50 tasks), transcribed
+# from their summary.json (data/measurements/README.md)
+TURNS_CSV = Path(__file__).resolve().parents[1] / "data" / "measurements" / "netpreme-turns.csv"
+
+
+@cache
+def task_structure() -> tuple[int, float]:
+    """Turns per task and the share of var(log prompt) between tasks, over every turn of
+    the runs' completed tasks: a task's prompts stay near its own level (the repository
+    and issue it reads) and grow turn by turn."""
+    import polars as pl
+
+    d = pl.read_csv(TURNS_CSV).with_columns(pl.col("isl").cast(pl.Float64).log().alias("l"))
+    key = ["run", "instance_id"]
+    d = d.join(d.group_by(key).agg(pl.col("l").mean().alias("m")), on=key)
+    grand = float(d["l"].mean())  # type: ignore[arg-type]
+    between = float(((d["m"] - grand) ** 2).mean())  # type: ignore[arg-type]
+    total = float(((d["l"] - grand) ** 2).mean())  # type: ignore[arg-type]
+    tasks = d.select(key).unique().height
+    return round(d.height / tasks), between / total
+
+
+def task_scores(n: int, agents: int, turns: int, rho: float,
+                rng: np.random.Generator) -> np.ndarray:
+    """Standard normal scores for the prompt lengths, request i being agent i % agents's
+    turn i // agents: each agent works through tasks of `turns` turns (the first cut short
+    by a random phase, so agents start tasks at different times); a score is the task's
+    level (variance rho) plus a per-turn part (1 - rho), sorted within the task so that its
+    prompts grow. Each score is still N(0, 1): the published percentiles are kept."""
+    z = np.empty(n)
+    for a in range(agents):
+        idx = np.arange(a, n, agents)
+        edges = (0, *range(int(rng.integers(1, turns + 1)), len(idx), turns), len(idx))
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            z[idx[lo:hi]] = (np.sqrt(rho) * rng.normal()
+                             + np.sqrt(1.0 - rho) * np.sort(rng.normal(size=hi - lo)))
+    return z
 
 
 def histogram_quantile(x: np.ndarray, buckets: tuple[float, ...], q: float) -> float:
@@ -168,7 +210,7 @@ def _request(run: Run, mem_fraction: float):  # noqa: ANN202
 
 def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
             seed: int = 0, pool_scale: float = 1.0, agents: int = AGENTS,
-            engine_pool: bool = False) -> Prediction:
+            engine_pool: bool = False, tasks: bool = True) -> Prediction:
     """The published deployment on the simulator's engine (vLLM policy, one replica), 12
     closed-loop agents, lengths drawn per request; the first tenth of requests left out
     (the published window starts after a warm-up)."""
@@ -180,8 +222,12 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
     rng = np.random.default_rng(seed)
     top = float(req.model.max_context) - 4096
     sp = np.log(run.isl_p90 / run.isl_p50) / Z90
-    prompt = np.clip(np.round(np.exp(rng.normal(np.log(run.isl_p50), sp, requests))),
-                     1024, top)
+    if tasks:
+        turns, rho = task_structure()
+        z = task_scores(requests, agents, turns, rho, rng)
+    else:  # each request's length drawn alone
+        z = rng.normal(size=requests)
+    prompt = np.clip(np.round(np.exp(np.log(run.isl_p50) + sp * z)), 1024, top)
     so = np.sqrt(2.0 * np.log(run.osl_mean / run.osl_p50))  # median and mean given
     output = np.clip(np.round(np.exp(rng.normal(np.log(run.osl_p50), so, requests))), 1,
                      8192).astype(np.int64)
@@ -240,7 +286,7 @@ def published_hit_rates(r, keep: np.ndarray) -> tuple[float, float]:  # noqa: AN
 
 
 def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float,
-           seeds: int, engine_pool: bool = False) -> None:
+           seeds: int, engine_pool: bool = False, tasks: bool = True) -> None:
     print(f"TTFT against concurrency (DRAM sweep of 04-18, think {think_s:.2f} s, pool x "
           f"{pool_scale}, medians of {seeds} seeds): measured / predicted")
     print(f"{'agents':>6} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
@@ -249,7 +295,7 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
     for n, r in SWEEP:
         p, _, _ = predict_seeds(r, seeds, think_s=think_s, mem_fraction=mem_fraction,
                                 requests=requests, pool_scale=pool_scale, agents=n,
-                                engine_pool=engine_pool)
+                                engine_pool=engine_pool, tasks=tasks)
         print(f"{n:6} {r.ttft_p50_ms:8,.0f} {p.ttft_p50_ms:6,.0f} "
               f"{_err(p.ttft_p50_ms, r.ttft_p50_ms):>5} {r.ttft_p90_ms:6,.0f} "
               f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} "
@@ -297,6 +343,9 @@ def main() -> None:
     ap.add_argument("--engine-pool", action="store_true",
                     help="size the KV pool as vLLM does (model.engine_kv_room_tokens: "
                          "less the profile run's activations and non-torch memory)")
+    ap.add_argument("--independent-lengths", action="store_true",
+                    help="draw each request's prompt length alone (no task structure: "
+                         "the check before round 6)")
     add_async_flag(ap)
     a = ap.parse_args()
     apply_async_flag(a)
@@ -304,11 +353,13 @@ def main() -> None:
 
     think_s = units.parse_duration(a.think, "--think")
     if a.sweep:
-        _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds, a.engine_pool)
+        _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds, a.engine_pool,
+               not a.independent_lengths)
         return
     preds = [predict_seeds(r, a.seeds, think_s=think_s, mem_fraction=a.mem_fraction,
                            requests=a.requests, pool_scale=a.pool_scale,
-                           engine_pool=a.engine_pool) for r in RUNS]
+                           engine_pool=a.engine_pool, tasks=not a.independent_lengths)
+             for r in RUNS]
     rows = [(r, p) for r, (p, _, _) in zip(RUNS, preds, strict=True)]
     fails: list[str] = []
     for r, p in rows:
@@ -366,6 +417,13 @@ def main() -> None:
           f"requests x {a.seeds} seeds (medians), --max-num-batched-tokens {MAX_BATCHED}, --max-num-seqs {MAX_SEQS}"
           + ("" if a.pool_scale == 1.0 else f", KV pool x {a.pool_scale}")
           + (", vLLM's pool accounting" if a.engine_pool else ""))
+    if a.independent_lengths:
+        print("lengths: each request's drawn alone")
+    else:
+        turns, rho = task_structure()
+        print(f"lengths: agents work through tasks of {turns} turns whose prompts grow; "
+              f"{rho:.0%} of var(log prompt) between tasks (the runs' completed tasks, "
+              "data/measurements/netpreme-turns.csv)")
     print(f"engine: {_overheads(a.mem_fraction)}")
 
 
