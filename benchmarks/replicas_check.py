@@ -22,7 +22,10 @@ benchmarking/37-capacity/README.md, inference-perf):
   loadgen/load_generator.py `run_stage`: "Wait until all requests are finished
   processing"), so no queue passes from one stage to the next, while the replicas'
   caches and the router's state do: we start each stage an hour after the previous one
-  began and check that it had drained;
+  began and check that it had drained. The warm-up is in no row: llm-d's report script
+  averages the stage files of a requested QPS, and its run-wide TTFT p90 for the
+  approximate scheduler (64.430 s, the success-weighted mean of the per-QPS rows)
+  reproduces from the staged rows alone (64.430; 64.499 with a warm-up in the QPS-10 row);
 - `load: type: constant`: requests evenly spaced at the stage's rate
   (inference-perf loadgen ConstantLoadTimer);
 - the prompts: G x P prompts (group prefix + question) generated once and shuffled once;
@@ -49,9 +52,9 @@ What the run's figures are (inference-perf's stage summary, reportgen/base.py
   mean over those gaps is half the time per token (STAMPS_PER_TOKEN). The stages' own
   spans say the same: at QPS 3, 630 requests of 1,000 tokens at 2,506-2,590 tokens/s
   end 33-42 s after the last send: 33-42 ms a token (30-38 ms if the client's count of
-  output tokens is 1.6 % short, OUTPUT_COUNTED), where
-  the ITL means read 13-20 ms. So our TPOT is compared with 2 x ITL
-  mean (a report line; no bound of the issue's applies to it).
+  output tokens is 1.6 % short, OUTPUT_COUNTED), where the ITL means read 13-20 ms. So
+  our TPOT is compared with 2 x ITL mean (a report line; no bound of the issue's applies
+  to it).
 The schedulers, from the run's EndpointPickerConfig:
 - precise-prefix-cache_load -> `llm-d-precise` (KV-event prefix scorer 2, kv-cache 1,
   active-request 1);
