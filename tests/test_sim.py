@@ -171,6 +171,8 @@ def _case(draw: st.DrawFn) -> tuple[Traffic, Engine]:
         node_bandwidth=draw(st.sampled_from([math.inf, 1e11, 4e12])),
         xmem_latency_s=draw(st.floats(0, 1e-4)),
         kv_capacity_tokens=draw(st.sampled_from([math.inf, 2000.0, 5000.0])),
+        comm_pass_s=draw(st.sampled_from([0.0, 8e-4])),
+        comm_s_per_token=draw(st.sampled_from([0.0, 1e-5])),
     )
     return tr, e
 

@@ -181,6 +181,33 @@ def test_simulator_prices_attention_dtype_and_shape_as_the_model(
     assert r.ttft[0] == pytest.approx(float(want), rel=1e-12)
 
 
+@pytest.mark.parametrize("tp", [1, 4])
+def test_simulator_prices_the_tensor_parallel_allreduces_as_the_model(tp: int) -> None:
+    """With the all-reduces priced (docs/model.md section 6; shipped off), one request in
+    the old simulator costs model.ttft: their latency once a pass and the activations per
+    computed token, inside the compute that overlaps the load; nothing at TP 1."""
+    from dataclasses import replace
+
+    from xmemplan.catalog import load_catalog
+    from xmemplan.sizing import model as M
+    from xmemplan.sizing.sim import Traffic, simulate
+    from xmemplan.sizing.simmodel import Setup, engine_for
+
+    cat = load_catalog()
+    cal = replace(M.DEFAULT_CALIBRATION.for_engine("sglang"), allreduce_latency_s=5e-6,
+                  allreduce_bus_share=370 / 450)
+    s = Setup(model=cat.model("llama-3.1-70b"), gpu=cat.gpu("h100-sxm"),
+              host=cat.tier("host-dram-pcie5"), xmem=cat.tier("xmem"),
+              shape=M.Shape(tp=tp), calibration=cal)
+    e = engine_for(s, replicas=1, nodes=1e9)
+    assert (e.comm_pass_s > 0) == (tp > 1)
+    for prompt, hit in ((9_000.0, 0.0), (9_000.0, 8_000.0), (20_000.0, 2_000.0)):
+        r = simulate(Traffic(np.array([0.0]), np.array([prompt]), hit_xmem=np.array([hit])), e)
+        want = M.ttft(s.model, s.gpu, s.xmem, prompt, hit, calibration=cal, shape=s.shape,
+                      nodes=1e9, loaders=1, transfer=s.transfer).single_s
+        assert r.ttft[0] == pytest.approx(float(want), rel=1e-12), (prompt, hit)
+
+
 def test_fp8_attention_request_reaches_the_planner() -> None:
     bf = _req("5s", prompt_tokens="128Ki", hit_rate=0.9, rate=0.2, output_tokens=1)
     f8 = _req("5s", prompt_tokens="128Ki", hit_rate=0.9, rate=0.2, output_tokens=1,

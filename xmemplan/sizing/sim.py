@@ -71,8 +71,8 @@ INF = np.inf
 # fpar indices
 F_LIN, F_ATTN, F_WFULL, F_WTOK, F_HBM, F_KVB, F_T0, F_TOK_OVH, F_DEC_OVH = range(9)
 F_DRAM_CAP, F_SWITCH_BW, F_DRAM_LAT, F_XMEM_CAP, F_NODE_BW, F_XMEM_LAT = range(9, 15)
-F_MISS, F_INTERF, F_KVCAP, F_PASS = 15, 16, 17, 18
-N_FPAR = 19
+F_MISS, F_INTERF, F_KVCAP, F_PASS, F_COMM0, F_COMM1 = 15, 16, 17, 18, 19, 20
+N_FPAR = 21
 # ipar indices
 I_REPLICAS, I_CHUNK, I_MAXB, I_OVERLAP, I_LAYERS, I_MIXED, I_PER_SWITCH = range(7)
 N_IPAR = 7
@@ -165,10 +165,12 @@ def _pass_time(wtok, lin_t, attn_t, kv_read, wdense, wexp, miss, hbm):  # noqa: 
 
 
 @njit(cache=True)
-def _decode_step(nd, ctx, lin, attn, kvb, wdense, wexp, miss, hbm):  # noqa: ANN001, ANN202
-    """Compute time of one decode step of `nd` requests holding `ctx` tokens in all."""
-    return _pass_time(0.0 + nd, lin * nd, attn * (2.0 * ctx + nd), ctx * kvb, wdense, wexp,
-                      miss, hbm)
+def _decode_step(nd, ctx, lin, attn, kvb, wdense, wexp, miss, hbm, comm0, comm1):  # noqa: ANN001, ANN202
+    """Compute time of one decode step of `nd` requests holding `ctx` tokens in all (with
+    the pass's tensor-parallel all-reduces: comm0 + comm1 x its tokens)."""
+    c = _pass_time(0.0 + nd, lin * nd, attn * (2.0 * ctx + nd), ctx * kvb, wdense, wexp,
+                   miss, hbm)
+    return c + comm0 + comm1 * nd if nd > 0 else c
 
 
 @njit(cache=True, inline="always")
@@ -241,6 +243,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
     tok_ovh = fpar[F_TOK_OVH]
     dec_ovh = fpar[F_DEC_OVH]
     pass_ovh = fpar[F_PASS]
+    comm0 = fpar[F_COMM0]
+    comm1 = fpar[F_COMM1]
     cap = np.empty(2)
     cap[0] = fpar[F_DRAM_CAP]
     cap[1] = fpar[F_XMEM_CAP]
@@ -528,7 +532,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                     k = 0
                     while k < rsteps[r]:
                         e = e + dec_ovh + _decode_step(nd, dctx[r] + k * nd, lin, attn, kvb,
-                                                       wdense, wexp, miss, hbm)
+                                                       wdense, wexp, miss, hbm, comm0,
+                                                       comm1)
                         k += 1
                         if e > now:
                             break
@@ -623,6 +628,8 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
             # a batch of prompts cached whole still runs one pass of one token each
             wtok = tokens if tokens > 0 else float(bcount[r])
             comp = _pass_time(wtok, lin_t, attn_t, kv_read, wdense, wexp, miss, hbm)
+            if wtok > 0:  # the pass's tensor-parallel all-reduces (model.allreduce_seconds)
+                comp += comm0 + comm1 * wtok
             rcomp[r] = comp
             rfixed[r] = fixed
             nb = 0
@@ -655,7 +662,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                     nd = dcount[r]
                     for k in range(1, ks):
                         e = e + fixed + _decode_step(nd, dctx[r] + k * nd, lin, attn, kvb,
-                                                     wdense, wexp, miss, hbm)
+                                                     wdense, wexp, miss, hbm, comm0, comm1)
                     rsteps[r] = ks
                     rmacro[r] = 1
                 rend[r] = e
@@ -761,6 +768,11 @@ class Engine:
     per_token_s: float = 0.0
     decode_fixed_s: float = 0.0
     pass_fixed_s: float = 0.0  # every prefill batch (one forward pass): the layer floor
+    # the tensor-parallel all-reduces of a pass: latency per pass and seconds per token of
+    # the pass (model.allreduce_seconds; 0 at TP 1 and where the calibration does not
+    # price them), in the pass's compute like model.compute_seconds
+    comm_pass_s: float = 0.0
+    comm_s_per_token: float = 0.0
     dram_bandwidth: float = 1.0
     switch_bandwidth: float = INF
     dram_latency_s: float = 0.0
@@ -789,6 +801,8 @@ class Engine:
         f[F_TOK_OVH] = self.per_token_s
         f[F_DEC_OVH] = self.decode_fixed_s
         f[F_PASS] = self.pass_fixed_s
+        f[F_COMM0] = self.comm_pass_s
+        f[F_COMM1] = self.comm_s_per_token
         f[F_DRAM_CAP] = self.dram_bandwidth
         f[F_SWITCH_BW] = self.switch_bandwidth
         f[F_DRAM_LAT] = self.dram_latency_s

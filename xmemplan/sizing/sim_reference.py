@@ -125,8 +125,9 @@ def simulate_reference(traffic: Traffic, engine: Engine, *,  # noqa: C901
               if tokens > 0 else 0.0)
         w_t = wb / e.hbm_bandwidth
         kv_t = (0.0 + ctx * e.kv_bytes_per_token) / e.hbm_bandwidth
-        return (max(0.0 + e.lin_s_per_token * nd, w_t)
-                + max(0.0 + e.attn_s_per_unit * (2.0 * ctx + nd), kv_t))
+        c = (max(0.0 + e.lin_s_per_token * nd, w_t)
+             + max(0.0 + e.attn_s_per_unit * (2.0 * ctx + nd), kv_t))
+        return c + e.comm_pass_s + e.comm_s_per_token * nd if nd > 0 else c
 
     def arrive_next(j: int) -> None:
         ta = now + float(t.think[j])
@@ -336,6 +337,8 @@ def simulate_reference(traffic: Traffic, engine: Engine, *,  # noqa: C901
             w_t = wb / e.hbm_bandwidth
             kv_t = kv_read / e.hbm_bandwidth
             rp.compute = max(lin_t, w_t) + max(attn_t, kv_t)
+            if wtok > 0:  # the pass's tensor-parallel all-reduces
+                rp.compute += e.comm_pass_s + e.comm_s_per_token * wtok
             rp.fixed = fixed
             nb = 0
             for tier, b in ((0, dram_b), (1, xmem_b)):

@@ -98,6 +98,7 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     tier = s.host if load_tier == "host" else s.xmem
     interf = M.sm_interference_fraction(tier, s.transfer, s.overlap)
     floor = M.pass_floor_seconds(m, cal)
+    comm0, comm1 = M.allreduce_seconds(m, g, shape, cal)
     return Engine(
         replicas=replicas,
         chunk_tokens=s.chunk_tokens or M.default_chunk_tokens(g),
@@ -119,6 +120,8 @@ def engine_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         per_token_s=cal.per_token_overhead_s,
         decode_fixed_s=s.decode_fixed_s + floor,
         pass_fixed_s=floor,
+        comm_pass_s=comm0,
+        comm_s_per_token=comm1,
         dram_bandwidth=dram_cap,
         switch_bandwidth=switch,
         dram_latency_s=s.host.latency_s,
