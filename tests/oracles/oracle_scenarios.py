@@ -86,6 +86,24 @@ def sched_scenario(
     }
 
 
+def tier_scenario(
+    seed: int, n_requests: int, *, share: float = 0.7, bandwidth: float = 20_000.0,
+    latency_s: float = 0.001, **kw: Any,
+) -> dict[str, Any]:
+    """`sched_scenario` (vLLM) with a host-DRAM tier behind vLLM's connector: a share of the
+    requests find part of their prompt in the tier (`tier_tokens`: from half to all of
+    it, as an earlier turn offloaded it), loaded over one link at `bandwidth` bytes/s
+    (1 byte a token: shared by the loads in flight) after `latency_s`."""
+    sc = sched_scenario("vllm", seed, n_requests, **kw)
+    rng = random.Random(seed + 104_729)
+    for r in sc["requests"]:
+        n = len(r["tokens"])
+        r["tier_tokens"] = int(n * rng.uniform(0.5, 1.0)) if rng.random() < share else 0
+    sc["tier_link"] = {"kv_bytes_per_token": 1.0, "bandwidth": bandwidth,
+                       "latency_s": latency_s}
+    return sc
+
+
 # -- shared traces ---------------------------------------------------------------------------
 def trace_requests(
     paths: list[Path], *, limit: int | None = None, files: int | None = None

@@ -66,15 +66,22 @@ def _vllm() -> dict[str, Any]:
         import torch
 
         torch.set_num_threads(1)
-        from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+        from vllm.config import (
+            CacheConfig,
+            DeviceConfig,
+            KVTransferConfig,
+            ModelConfig,
+            SchedulerConfig,
+            VllmConfig,
+        )
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-        from vllm.v1.outputs import ModelRunnerOutput
-        from vllm.v1.request import Request
+        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+        from vllm.v1.request import Request, RequestStatus
 
         hash_fn = get_hash_fn_by_name("sha256")
         init_none_hash(hash_fn)
@@ -88,12 +95,14 @@ def _vllm() -> dict[str, Any]:
             get_request_block_hasher=get_request_block_hasher, hash_fn=hash_fn,
             Scheduler=Scheduler, AsyncScheduler=AsyncScheduler, FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig,
             KVCacheGroupSpec=KVCacheGroupSpec, ModelRunnerOutput=ModelRunnerOutput,
-            Request=Request,
+            Request=Request, KVTransferConfig=KVTransferConfig,
+            KVConnectorOutput=KVConnectorOutput, RequestStatus=RequestStatus,
         )
     return _STATE
 
 
-def make_scheduler(scenario: dict[str, Any], cls: str = "Scheduler") -> Any:
+def make_scheduler(scenario: dict[str, Any], cls: str = "Scheduler",
+                   tier: bool = False) -> Any:
     v = _vllm()
     block = int(scenario["block_size"])
     blocks = int(scenario["num_gpu_blocks"])
@@ -107,8 +116,14 @@ def make_scheduler(scenario: dict[str, Any], cls: str = "Scheduler") -> Any:
     cache = v["CacheConfig"](block_size=block,
                              enable_prefix_caching=bool(scenario["enable_prefix_caching"]))
     cache.num_gpu_blocks = blocks
+    kv_transfer = None
+    if tier:  # our scheduler-side connector (tier_connector.py), loaded by module path
+        kv_transfer = v["KVTransferConfig"](
+            kv_connector="OracleTierConnector", kv_role="kv_both",
+            kv_connector_module_path="oracle_drivers.tier_connector")
     config = v["VllmConfig"](model_config=v["model"], scheduler_config=sched, cache_config=cache,
-                             device_config=v["DeviceConfig"]("cpu"))
+                             device_config=v["DeviceConfig"]("cpu"),
+                             kv_transfer_config=kv_transfer)
     spec = v["FullAttentionSpec"](block_size=block, num_kv_heads=1, head_size=1,
                                   dtype=v["torch"].float32)
     kv = v["KVCacheConfig"](num_blocks=blocks, kv_cache_tensors=[],
@@ -303,4 +318,123 @@ def replay_scenario_async(scenario: dict[str, Any], max_steps: int = 100_000
             del live[rid]
     for rec in steps:
         del rec["end"]
+    return steps
+
+
+def landings(ours: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """The times xmemplan's engine says each request's tier loads land, in order (its
+    replay records' `landed`): what the tier driver feeds vLLM as `finished_recving`."""
+    out: dict[str, list[float]] = {}
+    for rec in ours:
+        for rid, t in rec.get("landed", {}).items():
+            out.setdefault(rid, []).append(float(t))
+    return out
+
+
+def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]],
+                         max_steps: int = 100_000) -> list[dict[str, Any]]:
+    """Per-step records of vLLM's own `Scheduler` with a tier behind a KV connector
+    (tier_connector.py: each request's `tier_tokens`, loaded asynchronously), as
+    `replay_scenario` plus `loads`, {id: [HBM hit, tokens loaded]} of the loads the step
+    started (requests put in WAITING_FOR_REMOTE_KVS).
+
+    The loads land when `landed` says (xmemplan's engine times them over its link model,
+    `landings`): a load landing by the end of a step is reported in that step's
+    `ModelRunnerOutput.kv_connector_output.finished_recving`, so the next `schedule()`
+    promotes it (`_update_from_kv_xfer_finished`, `_handle_blocked_waiting_request`). When
+    a schedule runs nothing (every request waits on a load, or only loads started) no step
+    runs: the clock goes to the next arrival or landing, and the landings by then are
+    reported through `update_from_output` of that empty schedule (as vLLM's engine core
+    polls a connector with empty steps). A schedule that only started loads is a record of
+    its own (nothing scheduled). A load the engine never lands ends the replay (the
+    comparison names the step where the two part)."""
+    v = _vllm()
+    scheduler = make_scheduler(scenario, tier=True)
+    conn = scheduler.connector
+    conn.tier_tokens = {str(r["id"]): int(r.get("tier_tokens", 0))
+                        for r in scenario["requests"]}
+    hasher = v["get_request_block_hasher"](int(scenario["block_size"]), v["hash_fn"])
+    st = scenario["step_time"]
+    pending = sorted(enumerate(scenario["requests"]), key=lambda ir: (ir[1]["arrival_s"], ir[0]))
+    index = {r["id"]: i for i, r in enumerate(scenario["requests"])}
+    todo = {rid: list(ts) for rid, ts in landed.items()}
+    loading: dict[str, float] = {}  # requests vLLM holds in WAITING_FOR_REMOTE_KVS -> land
+    inf = float("inf")
+    remote = v["RequestStatus"].WAITING_FOR_REMOTE_KVS
+    pos = 0
+    live: dict[str, Any] = {}
+    steps: list[dict[str, Any]] = []
+    t = 0.0
+
+    def next_event() -> float:
+        nxt = min(loading.values(), default=inf)
+        if pos < len(pending):
+            nxt = min(nxt, float(pending[pos][1]["arrival_s"]))
+        return nxt
+
+    def output(out: Any, req_ids: list[str], sampled: list[list[int]], end: float) -> None:
+        done = {rid for rid, tl in loading.items() if tl <= end}
+        for rid in done:
+            del loading[rid]
+        mro = v["ModelRunnerOutput"](
+            req_ids=req_ids, req_id_to_index={r: j for j, r in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            kv_connector_output=v["KVConnectorOutput"](finished_recving=done))
+        scheduler.update_from_output(out, mro)
+
+    while pos < len(pending) or live:
+        pos = _admit_arrivals(v, scheduler, hasher, pending, pos, t, live)
+        conn.started.clear()
+        out = scheduler.schedule()
+        loads: dict[str, list[int]] = {}
+        for rid, ext in conn.started:
+            req = live[rid]
+            if req.status == remote:
+                loads[rid] = [int(req.num_computed_tokens) - ext, ext]
+                times = todo.get(rid)
+                loading[rid] = times.pop(0) if times else inf
+        total = out.total_num_scheduled_tokens
+        if total == 0 and not loads:
+            nxt = next_event()
+            if nxt == inf:
+                break  # vLLM waits on a load xmemplan's engine never lands
+            output(out, [], [], nxt)
+            t = max(t, nxt)
+            continue
+        pool = scheduler.kv_cache_manager.block_pool
+        used = int(scenario["num_gpu_blocks"]) - 1 - pool.get_num_free_blocks()
+        new_hits = {d.req_id: int(d.num_computed_tokens) for d in out.scheduled_new_reqs}
+        cached = out.scheduled_cached_reqs
+        for rid, n in zip(cached.req_ids, cached.num_computed_tokens):
+            if rid in cached.resumed_req_ids:
+                new_hits[rid] = int(n)
+        req_ids, sampled = [], []
+        for rid in out.num_scheduled_tokens:
+            req = live[rid]
+            req_ids.append(rid)
+            if req.num_computed_tokens >= req.num_tokens:
+                sampled.append([output_token(index[rid], len(req.output_token_ids))])
+            else:
+                sampled.append([])
+        if total > 0:
+            end = t + (st["base_s"] + st["per_token_s"] * total
+                       + st["per_seq_s"] * len(out.num_scheduled_tokens))
+        else:  # only loads started: no step runs, the engine waits for the next event
+            end = next_event()
+        output(out, req_ids, sampled, end)
+        finished = [rid for rid in req_ids if rid not in scheduler.requests]
+        for rid in finished:
+            del live[rid]
+        steps.append({
+            "step": len(steps), "t_s": t,
+            "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
+            "preempted": sorted(out.preempted_req_ids or ()),
+            "new_hits": new_hits, "finished": finished,
+            "kv_blocks_used": used, "loads": loads,
+        })
+        if end == inf:
+            break
+        t = end
+        if len(steps) >= max_steps:
+            raise RuntimeError(f"no end after {max_steps} steps")
     return steps

@@ -426,7 +426,11 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
     arrivals and linear step times the engines' own schedulers are driven with; per step
     the scheduled tokens per request, preemptions, first-admission hits, finished
     requests and blocks held; vLLM: `lookups`, the hit tokens of each prefix-cache lookup
-    the step made (policy._count_lookup)."""
+    the step made (policy._count_lookup). With a tier (a request's `tier_tokens`, the
+    prefix host DRAM holds; `tier_link`: kv_bytes_per_token, bandwidth, latency_s), vLLM
+    records also carry `loads`, {id: [HBM hit, tokens loaded]} of the tier loads the step
+    started, and `landed`, {id: time} of the loads that landed since the record before; a
+    schedule that only starts loads is a record of its own (nothing scheduled)."""
     from xmemplan.errors import UsageError
 
     try:
@@ -438,6 +442,11 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
         prompts = [list(map(int, r["tokens"])) for r in reqs]
         outs = [int(r["max_tokens"]) for r in reqs]
         arrival = np.array([float(r["arrival_s"]) for r in reqs])
+        tier_tok = np.array([int(r.get("tier_tokens", 0)) for r in reqs], np.int64)
+        link = scenario.get("tier_link", {})
+        kvb = float(link.get("kv_bytes_per_token", 1.0))
+        link_bw = float(link.get("bandwidth", 1.0))
+        link_lat = float(link.get("latency_s", 0.0))
     except (KeyError, TypeError, ValueError) as e:
         raise UsageError(f"scenario: missing or bad field ({e})") from None
     full = [p + [OUT_BASE + i * OUT_STRIDE + k for k in range(o)]
@@ -456,9 +465,11 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
         reserve_full_isl=bool(scenario.get("scheduler_reserve_full_isl", True)),
         async_schedule=bool(scenario.get("async_scheduling", False)),
         base_s=float(st.get("base_s", 0.0)), per_token_s=float(st.get("per_token_s", 0.0)),
-        per_seq_s=float(st.get("per_seq_s", 0.0)))
+        per_seq_s=float(st.get("per_seq_s", 0.0)),
+        kv_bytes_per_token=kvb, dram_bandwidth=link_bw, dram_latency_s=link_lat)
     r = Requests(arrival=arrival, prompt=np.array([len(p) for p in prompts]),
-                 output=np.array(outs), keys=keys, koff=koff, kn=kn, ids=ids)
+                 output=np.array(outs), keys=keys, koff=koff, kn=kn, ids=ids,
+                 tier_tokens=tier_tok, tier=np.where(tier_tok > 0, 0, -1))
     if sorted(arrival.tolist()) != arrival.tolist():
         raise UsageError("scenario: requests must be listed by arrival_s")
     rows, srows = 4096, 1024
@@ -469,13 +480,24 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
         rows, srows = max(rows, 2 * tn), max(srows, 2 * sn)
     del res
     out: list[dict[str, Any]] = []
+    prev_b = 0
     for k in range(sn):
         t, a, b, held = steps[k]
         rec: dict[str, Any] = {"step": k, "t_s": float(t), "scheduled": {}, "preempted": [],
                                "new_hits": {}, "finished": [], "kv_blocks_used": int(held),
-                               "lookups": {}}
+                               "lookups": {}, "loads": {}, "landed": {}}
+        for kind, i, v in trace[prev_b:int(a)]:  # between records: only loads landing
+            if kind == 5:
+                rec["landed"][ids[i]] = float(np.array([v], np.int64).view(np.float64)[0])
+        prev_b = max(prev_b, int(b))
         for kind, i, v in trace[int(a):int(b)]:
-            if kind == 0:
+            if kind == 5:
+                rec["landed"][ids[i]] = float(np.array([v], np.int64).view(np.float64)[0])
+            elif kind == 6:
+                rec["loads"][ids[i]] = [0, int(v)]
+            elif kind == 7:
+                rec["loads"][ids[i]][0] = int(v)
+            elif kind == 0:
                 rec["scheduled"][ids[i]] = int(v)
             elif kind == 1:
                 rec["preempted"].append(ids[i])
@@ -483,7 +505,7 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
                 rec["new_hits"][ids[i]] = int(v)
             elif kind == 4:
                 rec["lookups"][ids[i]] = int(v)
-            else:
+            elif kind == 3:
                 rec["finished"].append(ids[i])
         out.append(rec)
     return out

@@ -151,6 +151,19 @@ def _attn_j(attn0, kv0, j, da, dk):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
+def _trace_landed(trace, tn, i, now):  # noqa: ANN001, ANN202
+    """Replay trace row kind 5: request i's tier load landed at `now` (the float's bits in
+    the int row: replay_scenario's `landed`)."""
+    tb = np.empty(1)
+    tb[0] = now
+    if tn < trace.shape[0]:
+        trace[tn, 0] = 5
+        trace[tn, 1] = i
+        trace[tn, 2] = tb.view(np.int64)[0]
+    return tn + 1
+
+
+@njit(cache=True)
 def _hide(RI, pnext, ptag, pkind, ph, pt, kc, r, i, kind):  # noqa: ANN001, ANN202
     """Async scheduling: request i arrived (kind 0) or finished its load (kind 1) while
     replica r's step runs; the batch after that step is already built, so the scheduler
@@ -401,7 +414,16 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                 if steps_out.shape[0] > 1:
                     tn = t_step0
             if ns == 0:
-                if steps_out.shape[0] > 1 and tn > t_step0:
+                if steps_out.shape[0] > 1 and nl_any > 0:
+                    # replay: a schedule that only started tier loads is recorded (no
+                    # step runs: the replica waits for the next event)
+                    if sn < steps_out.shape[0]:
+                        steps_out[sn, 0] = now
+                        steps_out[sn, 1] = t_step0
+                        steps_out[sn, 2] = tn
+                        steps_out[sn, 3] = nb - P[1][r, 2]
+                    sn += 1
+                elif steps_out.shape[0] > 1 and tn > t_step0:
                     tn = t_step0  # nothing ran: no step to record
                 continue
             # price the step
@@ -621,6 +643,12 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
                 RI[i, R_COMP] += RI[i, R_EXT]
                 RI[i, R_LOADED_TOTAL] += RI[i, R_EXT]
                 RI[i, R_LOADED] = 1
+                if pp[P_CACHING] == 1 and RI[i, R_CACHEABLE] == 1:
+                    # the loaded blocks become findable now (vLLM: cache_blocks when
+                    # the request leaves WAITING_FOR_REMOTE_KVS)
+                    cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP], bs)
+                if trace.shape[0] > 1:
+                    tn = _trace_landed(trace, tn, i, now)
                 if asyn and QI[r, Q_STATE] != 0:
                     _hide(RI, pnext, ptag, pkind, ph, pt, kc, r, i, 1)  # still ST_LOADING
                 else:

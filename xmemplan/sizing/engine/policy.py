@@ -12,8 +12,11 @@ vLLM V1 (`vllm_schedule`, v1/core/sched/scheduler.py `schedule()`):
 2. if nothing was preempted, waiting requests FCFS while the budget lasts and fewer than
    max_num_seqs run: its cached prefix (full blocks, at most all tokens but one) is a hit;
    a prefix the tier holds beyond that is loaded first (OffloadingConnector: the request
-   waits, WAITING_FOR_REMOTE_KVS, and others run); the rest is cut to the budget; the
-   first request whose blocks do not fit stops the loop.
+   waits, WAITING_FOR_REMOTE_KVS, and others run; its blocks are findable once the load
+   lands); the rest is cut to the budget; the first request whose blocks do not fit
+   stops the loop. Waiting requests that hold blocks (a load under way or landed) head
+   the waiting list in the order their loads started, a preempted request goes after
+   them (vLLM 0.33's kv_holding_waiting queue, drained before the waiting queue).
 
 SGLang (`sglang_schedule`, managers/scheduler.py `get_next_batch_to_run`,
 schedule_policy.py `PrefillAdder`):
@@ -69,8 +72,10 @@ N_R = 32
 ST_NEW, ST_WAIT, ST_LOADING, ST_RUN, ST_DONE = range(5)
 # replica int fields
 (Q_WHEAD, Q_WTAIL, Q_RHEAD, Q_RTAIL, Q_NRUN, Q_STATE, Q_FLOWS, Q_OUTST, Q_CHUNKED,
- Q_PREEMPTED, Q_LOOKED, Q_LOOKED_HIT) = range(12)
-N_Q = 12
+ Q_PREEMPTED, Q_LOOKED, Q_LOOKED_HIT, Q_HTAIL) = range(13)
+N_Q = 13
+# (vLLM: Q_HTAIL the last waiting request that holds blocks, -1 none: they head the
+# waiting list, in the order their loads started; vllm_schedule)
 # scheduler parameters (ints)
 (P_POLICY, P_BS, P_MAXSEQ, P_BUDGET, P_THRESH, P_CHUNK, P_CACHING, P_MAXPREFILL,
  P_EBS, P_FULLISL) = range(10)
@@ -100,6 +105,22 @@ def w_prepend(RI, QI, r, i):  # noqa: ANN001, ANN201
 @njit(cache=True, inline="always")
 def w_remove(RI, QI, r, i):  # noqa: ANN001, ANN201
     dl_remove(RI, QI, r, i, R_WPREV, R_WNEXT, Q_WHEAD, Q_WTAIL)
+
+
+@njit(cache=True, inline="always")
+def w_insert_after(RI, QI, r, x, i):  # noqa: ANN001, ANN201
+    """Request i into the waiting list after request x (at its head when x is -1)."""
+    if x < 0:
+        w_prepend(RI, QI, r, i)
+        return
+    n = RI[x, R_WNEXT]
+    RI[i, R_WPREV] = x
+    RI[i, R_WNEXT] = n
+    RI[x, R_WNEXT] = i
+    if n >= 0:
+        RI[n, R_WPREV] = i
+    else:
+        QI[r, Q_WTAIL] = i
 
 
 @njit(cache=True, inline="always")
@@ -208,7 +229,9 @@ def preempt(P, RI, QI, rb, r, p, trace, tn):  # noqa: ANN001, ANN201
     RI[p, R_PREEMPT] += 1
     RI[p, R_NEWHIT] = 1
     RI[p, R_STOK] = 0
-    w_prepend(RI, QI, r, p)
+    # vLLM `waiting.prepend_request`: the head of the waiting queue, which comes after the
+    # requests that hold blocks (their own queue, kv_holding_waiting, drained first)
+    w_insert_after(RI, QI, r, QI[r, Q_HTAIL], p)
     QI[r, Q_PREEMPTED] += 1
     return _trace(trace, tn, 1, p, 0)
 
@@ -258,9 +281,9 @@ def _count_lookup(RI, QI, r, i, hit, caching, trace, tn):  # noqa: ANN001, ANN20
 def _full_fits(P, RI, keys, r, i, nhit, bs):  # noqa: ANN001, ANN202
     """vLLM 0.33 `scheduler_reserve_full_isl` (default True): a waiting request is
     admitted only if blocks for its whole sequence so far fit, not only its first chunk
-    (KVCacheManager.allocate_slots, full_sequence_must_fit)."""
-    if RI[i, R_COMP] > 0:
-        return True  # loaded already (its blocks were checked when its load started)
+    (KVCacheManager.allocate_slots, full_sequence_must_fit). A request whose tier load
+    landed is checked again: the blocks its load holds count, the rest must fit now
+    (vLLM's waiting loop passes full_sequence_must_fit for it too)."""
     need = _cdiv(ntokens(RI, i), bs) - RI[i, R_HELD] - nhit
     ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
     return need + ev <= P[1][r, 2]
@@ -375,13 +398,23 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
             if need + ev + _inflight_reserved(RI, QI, r, bs) > P[1][r, 2]:
                 break
-            if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, caching):
+            # its blocks are not findable until the load lands (vLLM 0.33 allocate_slots(
+            # ..., delay_cache_blocks=load_kv_async); cache_blocks in
+            # _update_waiting_for_remote_kv: loop.py caches them at the landing)
+            if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, False):
                 break
             RI[i, R_HIT] = nhit * bs + fx
             RI[i, R_HIT_TOTAL] += nhit * bs + fx
             RI[i, R_COMP] += nhit * bs + fx
             RI[i, R_STATUS] = ST_LOADING
             QI[r, Q_LOOKED] = NONE
+            # vLLM 0.33 puts it in kv_holding_waiting, drained before the waiting queue
+            # at every step (Scheduler.schedule: skip_request, _holds_kv_blocks)
+            w_remove(RI, QI, r, i)
+            w_insert_after(RI, QI, r, QI[r, Q_HTAIL], i)
+            QI[r, Q_HTAIL] = i
+            tn = _trace(trace, tn, 6, i, ext)  # replay: a load starts (and its HBM hit)
+            tn = _trace(trace, tn, 7, i, nhit * bs + fx)
             loads[nl] = i
             nl += 1
             i = nx
@@ -393,6 +426,8 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             new = budget
         if not allocate(P, RI, keys, rb, r, i, new + fx, nhit, bs, caching):
             break
+        if QI[r, Q_HTAIL] == i:
+            QI[r, Q_HTAIL] = RI[i, R_WPREV]
         w_remove(RI, QI, r, i)
         run_append(RI, QI, r, i)
         RI[i, R_STATUS] = ST_RUN
