@@ -210,7 +210,7 @@ def _request(run: Run, mem_fraction: float):  # noqa: ANN202
 
 def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
             seed: int = 0, pool_scale: float = 1.0, agents: int = AGENTS,
-            engine_pool: bool = False, tasks: bool = True,
+            weights_pool: bool = False, tasks: bool = True,
             flags: tuple[int | None, int | None] = (MAX_BATCHED, MAX_SEQS)) -> Prediction:
     """The published deployment on the simulator's engine (vLLM policy, one replica), 12
     closed-loop agents, lengths drawn per request; the first tenth of requests left out
@@ -240,7 +240,7 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
     tr = Traffic(np.zeros(requests), prompt, output=output, prev=prev,
                  think=np.full(requests, think_s))
     setup = dataclasses.replace(req.setup, chunk_tokens=flags[0], max_num_seqs=flags[1],
-                                engine_pool=engine_pool)
+                                engine_pool=not weights_pool)
     cfg = config_for(setup, replicas=1, nodes=1, load_tier=tier, policy="vllm",
                      prompt_p50=float(run.isl_p50))
     if pool_scale != 1.0:  # a sensitivity only (docs/validation.md): never a default
@@ -295,7 +295,7 @@ SWEEP_MEM_FRACTION = 0.9
 
 
 def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float,
-           seeds: int, engine_pool: bool = False, tasks: bool = True,
+           seeds: int, weights_pool: bool = False, tasks: bool = True,
            deployment: str = "defaults") -> None:
     flags: tuple[int | None, int | None] = (None, None)
     if deployment == "defaults":
@@ -306,7 +306,7 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
         how = f"the 04-19 deployment: mem fraction {mem_fraction}, start_server.sh flags"
     rows = [(n, r, predict_seeds(r, seeds, think_s=think_s, mem_fraction=mem_fraction,
                                  requests=requests, pool_scale=pool_scale, agents=n,
-                                 engine_pool=engine_pool, tasks=tasks, flags=flags)[0])
+                                 weights_pool=weights_pool, tasks=tasks, flags=flags)[0])
             for n, r in SWEEP]
     ok50 = sum(abs(p.ttft_p50_ms / r.ttft_p50_ms - 1) <= TTFT_TOL for _, r, p in rows)
     ok90 = sum(abs(p.ttft_p90_ms / r.ttft_p90_ms - 1) <= TTFT_TOL for _, r, p in rows)
@@ -362,9 +362,10 @@ def main() -> None:
                     help="TTFT against concurrency: the 04-18 DRAM sweep, 4 to 24 agents")
     ap.add_argument("--pool-scale", type=float, default=1.0,
                     help="sensitivity: scale the simulated KV pool (not a fitted value)")
-    ap.add_argument("--engine-pool", action="store_true",
-                    help="size the KV pool as vLLM does (model.engine_kv_room_tokens: "
-                         "less the profile run's activations and non-torch memory)")
+    ap.add_argument("--weights-pool", action="store_true",
+                    help="size the KV pool as HBM x mem fraction less the weights only "
+                         "(size's pool before round 6), not as vLLM does (less its profile "
+                         "run's activations and its non-torch memory too)")
     ap.add_argument("--sweep-deployment", choices=("defaults", "0419"), default="defaults",
                     help="the sweep's unrecorded server flags: the fork's defaults "
                          "(gpu_memory_utilization 0.9) or the 04-19 runs' (--mem-fraction, "
@@ -379,12 +380,12 @@ def main() -> None:
 
     think_s = units.parse_duration(a.think, "--think")
     if a.sweep:
-        _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds, a.engine_pool,
+        _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds, a.weights_pool,
                not a.independent_lengths, a.sweep_deployment)
         return
     preds = [predict_seeds(r, a.seeds, think_s=think_s, mem_fraction=a.mem_fraction,
                            requests=a.requests, pool_scale=a.pool_scale,
-                           engine_pool=a.engine_pool, tasks=not a.independent_lengths)
+                           weights_pool=a.weights_pool, tasks=not a.independent_lengths)
              for r in RUNS]
     rows = [(r, p) for r, (p, _, _) in zip(RUNS, preds, strict=True)]
     fails: list[str] = []
@@ -442,7 +443,7 @@ def main() -> None:
     print(f"assumed: think {think_s:.2f} s, mem fraction {a.mem_fraction}, {a.requests:,} "
           f"requests x {a.seeds} seeds (medians), --max-num-batched-tokens {MAX_BATCHED}, --max-num-seqs {MAX_SEQS}"
           + ("" if a.pool_scale == 1.0 else f", KV pool x {a.pool_scale}")
-          + (", vLLM's pool accounting" if a.engine_pool else ""))
+          + (", pool: weights only" if a.weights_pool else ""))
     if a.independent_lengths:
         print("lengths: each request's drawn alone")
     else:

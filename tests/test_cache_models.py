@@ -158,8 +158,15 @@ def placed_profiles(tmp_path_factory):
     return d
 
 
-SIZE_ARGS = ("--model", "qwen3-30b-a3b-fp8", "--mem-fraction", "0.42", "--tp", "1",
-             "--ttft-slo", "5s", "-f", "json")
+# One tp1 replica with a 31.5k-token KV room (492 pages of 64) under each engine's own pool
+# accounting (simmodel.kv_pool_tokens): SGLang's at 0.395 of the device's memory, vLLM's
+# (less its profile run and non-torch memory) at 0.4511
+MEM_FRACTION = {"sglang": "0.395", "vllm": "0.4511"}
+SIZE_ARGS = ("--model", "qwen3-30b-a3b-fp8", "--tp", "1", "--ttft-slo", "5s", "-f", "json")
+
+
+def _size_args(engine: str = "sglang") -> tuple[str, ...]:
+    return (*SIZE_ARGS, "--mem-fraction", MEM_FRACTION[engine], "--engine", engine)
 
 
 def test_size_split_follows_the_profiles_cache_model(cli, placed_profiles):
@@ -176,12 +183,12 @@ def test_size_split_follows_the_profiles_cache_model(cli, placed_profiles):
     splits, placed = {}, {}
     for m in ("lru", "vllm", "sglang"):
         path = placed_profiles / f"{m}.json"
-        r = cli("size", "--workload", path, *SIZE_ARGS)
+        r = cli("size", "--workload", path, *_size_args())
         assert r.code == 0, r.err
         opts = {o["option"]: o for o in json.loads(r.out)["options"]}
         splits[m] = {k: opts[k]["hit_split"] for k in ("hbm-only", "host-dram")}
         req, _ = build_request(ttft_slo="5s", workload=path, model="qwen3-30b-a3b-fp8",
-                               mem_fraction="0.42", tp=1)
+                               mem_fraction=MEM_FRACTION["sglang"], tp=1)
         p = Planner(req)
         placed[m] = {o: p.placement(o, opts[o]["gpus"], 0, 1.0, 0).split()
                      for o in ("hbm-only", "host-dram")}
@@ -231,14 +238,14 @@ def test_sglang_engine_pool_is_sglangs_cache_on_the_generated_case(cli, placed_p
     path = placed_profiles / "sglang.json"
     share, gpus = {}, {}
     for eng in ("sglang", "vllm"):
-        r = cli("size", "--workload", path, "--engine", eng, *SIZE_ARGS)
+        r = cli("size", "--workload", path, *_size_args(eng))
         assert r.code == 0, r.err
         opts = {o["option"]: o for o in json.loads(r.out)["options"]}
         share[eng] = opts["hbm-only"]["hit_split"]["hbm"]
         gpus[eng] = opts["hbm-only"]["gpus"]
     assert share["vllm"] - share["sglang"] > 0.01, share  # 0.4703 vs 0.4372 at 31.5k
     req, _ = build_request(ttft_slo="5s", workload=path, model="qwen3-30b-a3b-fp8",
-                           mem_fraction="0.42", tp=1)
+                           mem_fraction=MEM_FRACTION["sglang"], tp=1)
     dep = Planner(req).deployment("hbm-only", gpus["sglang"], 0)
     blocks = int(dep.hbm_tokens) // 64
     doc = json.loads(path.read_text())

@@ -171,7 +171,7 @@ DEFAULT_CALIBRATION = Calibration(
     # per token is not fitted (decode-heavy runs cannot tell it from per request; the
     # single-request per-token overhead above is the host's per-token work). Fitted with
     # the engines' async scheduling as each run's version had it (loaded.csv).
-    step_overheads_by_engine={"vllm": (0.0, 0.0, 8.75e-5), "sglang": (2.1875e-4, 0.0, 1.02e-4)},
+    step_overheads_by_engine={"vllm": (0.0, 0.0, 8.75e-5), "sglang": (2.1875e-4, 0.0, 1.0e-4)},
 )
 
 

@@ -57,6 +57,7 @@ from xmemplan.sizing.simmodel import (
     Setup,
     config_for,
     engine_for,
+    kv_pool_tokens,
     requests_for,
     single_request_ttft,
 )
@@ -453,7 +454,7 @@ class Planner:
     # capacities -------------------------------------------------------------------------
     def hbm_tokens(self, gpus: int) -> float:
         r = self.req
-        per = M.kv_room_tokens(r.model, r.gpu, r.shape, r.mem_fraction)
+        per = kv_pool_tokens(r.setup, r.engine)  # the engine's own pool (simmodel)
         return per * max(1, gpus // r.shape.gpus)  # tokens per replica x replicas
 
     def tier_tokens(self, option: str, gpus: int, nodes: int) -> float:
@@ -607,7 +608,7 @@ class Planner:
         """Replicas, each one's HBM room, and the shared tier caches of `option`."""
         req = self.req
         R = max(1, gpus // req.shape.gpus)
-        room = M.kv_room_tokens(req.model, req.gpu, req.shape, req.mem_fraction)
+        room = kv_pool_tokens(req.setup, req.engine)
         if option == "hbm-only":
             return RT.Deployment(R, room, np.full(R, -1, np.int64), np.zeros(0))
         t = req.host if option == "host-dram" else req.xmem

@@ -49,9 +49,9 @@ class Setup:
     attention_dtype: str = "bf16"  # "fp8": FP8 attention at the GPU's FP8 peak (model.ttft)
     mem_fraction: float = HBM_USABLE  # share of HBM the engine takes for weights + KV
     # The KV pool as the engine sizes it (model.engine_kv_room_tokens: vLLM less its
-    # profile run and non-torch memory, SGLang less its context) instead of weights only;
-    # opt-in (docs/validation.md "KV pool check": the held-out pools do not settle it).
-    engine_pool: bool = False
+    # profile run and non-torch memory, SGLang less its context); False: weights only
+    # (kv_pool_tokens; docs/validation.md "KV pool check", "Task structure")
+    engine_pool: bool = True
     max_num_seqs: int | None = None  # vLLM --max-num-seqs (None: its default on this GPU)
     # each step's batch built while the step before runs (vLLM --async-scheduling /
     # --no-async-scheduling, SGLang --disable-overlap-schedule); None: the engine's default
@@ -224,12 +224,7 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     budget, seqs = vllm_defaults(s.gpu)
     seqs = s.max_num_seqs or seqs
     chunk = s.chunk_tokens or M.default_chunk_tokens(s.gpu)
-    if s.engine_pool:
-        room = M.engine_kv_room_tokens(
-            s.model, s.gpu, s.shape, policy, s.mem_fraction,
-            (s.chunk_tokens or budget) if policy == "vllm" else chunk, seqs)
-    else:
-        room = M.kv_room_tokens(s.model, s.gpu, s.shape, s.mem_fraction)
+    room = kv_pool_tokens(s, policy)
     return Config(
         policy=policy, replicas=replicas, block_tokens=bs, engine_block_tokens=engine_block,
         blocks=max(1, int(room // bs)),
@@ -253,6 +248,20 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         sm_interference=e.sm_interference, tier_write=tier_write,
         async_schedule=((ASYNC_BY_DEFAULT and async_default(policy))
                         if s.async_schedule is None else s.async_schedule))
+
+
+def kv_pool_tokens(s: Setup, policy: str) -> float:
+    """KV tokens one replica holds. With `s.engine_pool` (the default) as the engine sizes
+    its pool (model.engine_kv_room_tokens): vLLM less its profile run at its batch budget
+    and max_num_seqs, its non-torch and CUDA graph memory; SGLang less its context. Else
+    HBM x mem fraction less the weights (model.kv_room_tokens). The planner's placement
+    room and the engine's pool both come from here."""
+    if not s.engine_pool:
+        return M.kv_room_tokens(s.model, s.gpu, s.shape, s.mem_fraction)
+    budget, seqs = vllm_defaults(s.gpu)
+    chunk = s.chunk_tokens or (budget if policy == "vllm" else M.default_chunk_tokens(s.gpu))
+    return M.engine_kv_room_tokens(s.model, s.gpu, s.shape, policy, s.mem_fraction, chunk,
+                                   s.max_num_seqs or seqs)
 
 
 def requests_for(tr: Traffic, *, shared: np.ndarray, tier_tokens: np.ndarray, tier: int,
