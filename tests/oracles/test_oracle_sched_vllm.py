@@ -240,17 +240,15 @@ def test_matches_vllm_async_scheduler(vllm_engine: None, seed: int, blocks: int,
 # reports them to vLLM as finished_recving); everything else is vLLM's own decision.
 # Compared per step as above, plus `loads` (which requests start a load, their HBM hit and
 # tokens loaded). Each case reaches several loads in flight at once and preemption.
-TIER_KNOWN: dict[int, str] = {
-    43: "step 89: a request re-admitted after preemption hits one block more in xmemplan "
-        "(20 tokens, vLLM 16): a block loaded while another copy of its hash is cached is a "
-        "cached duplicate in vLLM (BlockHashToBlockMap.insert keeps both; freed to the "
-        "free queue's tail), an empty block in xmemplan's pool (freed to the front)",
-}
-TIER_CASES = [  # seed, blocks, budget, max_num_seqs, rate
-    (41, 32, 32, 8, 200.0),    # pressure: preemptions while loads are in flight
-    (42, 24, 32, 8, 300.0),    # heavy pressure
-    (43, 48, 64, 16, 400.0),   # wide batch, many loads at once
-    (44, 32, 16, 8, 200.0),    # small budget: chunked prefills beside loads
+TIER_KNOWN: dict[int, str] = {}  # none parts since the duplicate-block fix (pool.py)
+TIER_CASES = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
+    (41, 32, 32, 8, 200.0, True),    # pressure: preemptions while loads are in flight
+    (42, 24, 32, 8, 300.0, True),    # heavy pressure
+    (43, 48, 64, 16, 400.0, True),   # wide batch, many loads at once
+    (44, 32, 16, 8, 200.0, True),    # small budget: chunked prefills beside loads
+    (45, 24, 16, 8, 400.0, True),    # small pool and budget, busy
+    (46, 64, 64, 16, 800.0, True),   # bursty arrivals into a larger pool
+    (47, 32, 32, 8, 400.0, False),   # no prefix caching: every hit is the tier's
 ]
 TIER_CASES = [  # type: ignore[misc]
     pytest.param(*case, marks=pytest.mark.xfail(reason=TIER_KNOWN[case[0]], strict=True))
@@ -267,18 +265,22 @@ def first_parting_tier(ours: list[dict], theirs: list[dict]) -> str:
     return first_parting(ours, theirs)
 
 
-def tier_case(seed: int, blocks: int, budget: int, seqs: int, rate: float) -> dict:
+def tier_case(seed: int, blocks: int, budget: int, seqs: int, rate: float,
+              caching: bool = True) -> dict:
     from oracle_scenarios import tier_scenario
 
-    return tier_scenario(seed, 30, num_gpu_blocks=blocks, max_num_batched_tokens=budget,
-                         max_num_seqs=seqs, rate=rate, max_tokens=(4, 40))
+    sc = tier_scenario(seed, 30, num_gpu_blocks=blocks, max_num_batched_tokens=budget,
+                       max_num_seqs=seqs, rate=rate, max_tokens=(4, 40))
+    sc["enable_prefix_caching"] = caching
+    return sc
 
 
-@pytest.mark.parametrize(("seed", "blocks", "budget", "seqs", "rate"), TIER_CASES)
+@pytest.mark.parametrize(("seed", "blocks", "budget", "seqs", "rate", "caching"), TIER_CASES)
 def test_matches_vllm_scheduler_with_a_tier(vllm_engine: None, seed: int, blocks: int,
-                                            budget: int, seqs: int, rate: float) -> None:
+                                            budget: int, seqs: int, rate: float,
+                                            caching: bool) -> None:
     replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
-    sc = tier_case(seed, blocks, budget, seqs, rate)
+    sc = tier_case(seed, blocks, budget, seqs, rate, caching)
     ours = list(replay(sc))
     theirs = sched_vllm.replay_scenario_tier(sc, sched_vllm.landings(ours))
     msg = first_parting_tier(ours, theirs)

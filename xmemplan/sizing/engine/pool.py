@@ -258,9 +258,11 @@ def pool_cache(P, r, b, key):  # noqa: ANN001, ANN201
     B, H = P[0], P[2]
     if B[b, B_KEY] >= 0:
         return
-    if h_insert(H, r, key, b):
-        B[b, B_KEY] = key
-    # else a duplicate: nobody finds it, it is freed as an empty block
+    h_insert(H, r, key, b)
+    # a duplicate (the key is cached already: the first block keeps the map) keeps its
+    # key too: vLLM's BlockHashToBlockMap.insert holds both blocks under the hash, so
+    # when freed it goes to the free queue's tail as a cached block (BlockPool.free_blocks)
+    B[b, B_KEY] = key
 
 
 @njit(cache=True)

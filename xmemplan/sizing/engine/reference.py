@@ -70,10 +70,9 @@ class PoolRef:
     def cache(self, b: int, key: int) -> None:
         if b in self.key:
             return
-        if key in self.cached:
-            return  # a duplicate: the first block keeps the key
-        self.key[b] = key
-        self.cached[key] = b
+        self.key[b] = key  # a duplicate keeps its key too (freed as a cached block)
+        if key not in self.cached:
+            self.cached[key] = b  # the first block keeps the map
 
     def release(self, blocks: list[int]) -> None:
         front = []
