@@ -240,6 +240,22 @@ def test_matches_vllm_async_scheduler(vllm_engine: None, seed: int, blocks: int,
 # reports them to vLLM as finished_recving); everything else is vLLM's own decision.
 # Compared per step as above, plus `loads` (which requests start a load, their HBM hit and
 # tokens loaded). Each case reaches several loads in flight at once and preemption.
+def test_tier_driver_loads_then_schedules_the_rest(vllm_engine: None) -> None:
+    # the driver's own check: one request, 18 tokens, the tier holds 17 (cut to whole
+    # blocks of 4 and below the last token: 16); nothing runs until its load lands at
+    # 0.25 s (given here, not by xmemplan), then the other 2 tokens
+    sc = one(18, 2, block_size=4, num_gpu_blocks=64)
+    sc["requests"][0]["tier_tokens"] = 17
+    steps = sched_vllm.replay_scenario_tier(sc, {"a": [0.25]})
+    assert steps[0]["scheduled"] == {} and steps[0]["loads"] == {"a": [0, 16]}
+    assert steps[0]["kv_blocks_used"] == 4  # the load holds its blocks
+    assert steps[1]["t_s"] == 0.25 and steps[1]["scheduled"] == {"a": 2}
+    assert steps[1]["new_hits"] == {"a": 16}  # the loaded tokens count as computed
+    assert [s["finished"] for s in steps][-1] == ["a"] and len(steps) == 3
+    # a load the engine never lands leaves vLLM waiting: the replay stops there
+    assert len(sched_vllm.replay_scenario_tier(sc, {})) == 1
+
+
 TIER_KNOWN: dict[int, str] = {}  # none parts since the duplicate-block fix (pool.py)
 TIER_CASES = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
     (41, 32, 32, 8, 200.0, True),    # pressure: preemptions while loads are in flight
