@@ -16,19 +16,23 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from xmemplan.prefix.kernels import _add_child, _common, _find_child, _set_child, _slot
+from xmemplan.prefix.kernels import (
+    _add_child,
+    _common,
+    _find_child,
+    _set_child,
+    _slot,
+    no_runtime,
+)
 
 EMPTY = -1
 NEVER = -2  # vLLM: the page id of a full block no prompt can ask for (output, no key):
 #   hashed (freed to the tail) but in no chain, as a unique id of its own would be
 
-# NO_NRT: the two replay kernels are compiled without numba's runtime (`_nrt=False`). They
-# allocate nothing (every table is the caller's), so reference counts guard nothing there,
-# yet with the runtime each array an inlined helper binds (`_find`, `_heap_push`, `_evict`,
-# ...) costs an atomic NRT_incref / NRT_decref pair per call, in the hot loops: 15-18 % of a
-# replay by `perf`. Without it the SGLang kernel on Mooncake runs 6.2 -> 4.2 ms
-# (docs/performance.md, round 6). A kernel compiled so cannot allocate an array (numba
-# refuses to compile it), so scratch arrays are arguments.
+# The two replay kernels run without numba's runtime (`kernels.no_runtime`): they allocate
+# nothing (every table is the caller's), and the runtime's reference counts of the arrays
+# the inlined helpers bind cost the SGLang kernel a third of its time (Mooncake: 6.2 ->
+# 4.2 ms a replay; docs/performance.md, round 6).
 
 
 @njit(cache=True)
@@ -135,7 +139,7 @@ def _q_after(blk: np.ndarray, at: int, b: int) -> None:
     blk[nb, PRV] = b
 
 
-@njit(cache=True, _nrt=False)  # see NO_NRT above
+@no_runtime
 def vllm_replay(
     canon: np.ndarray,  # int64: page ids (kv_page_ids), one per full page of the KV
     offsets: np.ndarray,  # int64, n + 1
@@ -652,7 +656,7 @@ def _release_tree(
     return clock, n_nodes, hsize, free_pages, evictable
 
 
-@njit(cache=True, _nrt=False)  # see NO_NRT above
+@no_runtime
 def sglang_replay(
     keys: np.ndarray,  # int64: page ids (kv_page_ids), one per full page of the KV
     offsets: np.ndarray,  # int64, n + 1

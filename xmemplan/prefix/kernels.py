@@ -15,10 +15,31 @@ suffice: the driver sizes the arrays once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import numpy as np
 from numba import njit
 
 EMPTY = -1
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def no_runtime(fn: _F) -> _F:
+    """`njit(cache=True)` without numba's runtime (NRT). A kernel that allocates nothing
+    needs no reference counts, yet with the runtime every array an inlined helper binds
+    costs an atomic NRT_incref / NRT_decref pair per call, in the hot loops (15-30 % of the
+    engine models' replays and of the engine simulator's loop by `perf`: docs/performance.md,
+    round 6). numba refuses to compile an allocation without it, and a kernel it calls
+    inherits it unless that kernel says otherwise (`with_runtime`)."""
+    return njit(cache=True, _nrt=False)(fn)  # type: ignore[no-any-return]
+
+
+def with_runtime(fn: _F) -> _F:
+    """`njit(cache=True)` with the runtime even when a `no_runtime` kernel calls it: for a
+    rarely called kernel that allocates (its arrays are counted and freed as usual)."""
+    return njit(cache=True, _nrt=True)(fn)  # type: ignore[no-any-return]
 
 
 @njit(cache=True, inline="always")

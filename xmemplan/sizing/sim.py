@@ -66,6 +66,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import njit
 
+from xmemplan.prefix.kernels import no_runtime
+
 INF = np.inf
 
 # fpar indices
@@ -117,7 +119,7 @@ def _unfinished_add(outstanding: np.ndarray, seg: np.ndarray, P: int, q: int,
         k //= 2
 
 
-@njit(cache=True)
+@no_runtime
 def _heap_push(ht: np.ndarray, hi: np.ndarray, n: int, t: float, i: int) -> int:
     k = n
     ht[k] = t
@@ -132,7 +134,7 @@ def _heap_push(ht: np.ndarray, hi: np.ndarray, n: int, t: float, i: int) -> int:
     return n + 1
 
 
-@njit(cache=True)
+@no_runtime
 def _heap_pop(ht: np.ndarray, hi: np.ndarray, n: int) -> int:
     n -= 1
     ht[0] = ht[n]

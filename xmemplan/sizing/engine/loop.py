@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from xmemplan.prefix.kernels import no_runtime, with_runtime
 from xmemplan.sizing.engine.policy import (
     CLIP_MAX_NEW_TOKENS,
     N_Q,
@@ -132,7 +133,7 @@ N_S = 9
 INIT_RATIO, MIN_FACTOR, DECAY_STEPS = 0.7, 0.14, 600.0
 
 
-@njit(cache=True)
+@no_runtime
 def _lin_w(tok, lin_t, tp):  # noqa: ANN001, ANN202
     """The linear part of compute_time: max(linear FLOP time, weight byte time), and the
     MoE kernels' fixed time."""
@@ -150,7 +151,7 @@ def _attn_j(attn0, kv0, j, da, dk):  # noqa: ANN001, ANN202
     return a if a >= k else k
 
 
-@njit(cache=True)
+@with_runtime  # allocates (a replay's trace only)
 def _trace_landed(trace, tn, i, now):  # noqa: ANN001, ANN202
     """Replay trace row kind 5: request i's tier load landed at `now` (the float's bits in
     the int row: replay_scenario's `landed`)."""
@@ -163,7 +164,7 @@ def _trace_landed(trace, tn, i, now):  # noqa: ANN001, ANN202
     return tn + 1
 
 
-@njit(cache=True)
+@no_runtime
 def _hide(RI, pnext, ptag, pkind, ph, pt, kc, r, i, kind):  # noqa: ANN001, ANN202
     """Async scheduling: request i arrived (kind 0) or finished its load (kind 1) while
     replica r's step runs; the batch after that step is already built, so the scheduler
@@ -178,7 +179,7 @@ def _hide(RI, pnext, ptag, pkind, ph, pt, kc, r, i, kind):  # noqa: ANN001, ANN2
     pt[r] = i
 
 
-@njit(cache=True)
+@no_runtime
 def _unhide(RI, QI, pnext, ptag, pkind, ph, pt, kc, r, every):  # noqa: ANN001, ANN202
     """The hidden requests of replica r the scheduler sees now (all of them when
     `every`, else those hidden before the last kick), in the order they came."""
@@ -295,14 +296,13 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
 
     ht = np.empty(2 * n + 1)
     hi = np.empty(2 * n + 1, np.int64)
-    hn = 0
+    hn = int(np.int64(0))  # not a literal: _run_loop is compiled for one type of it
     for i in range(n):
         if prev[i] < 0:
             hn = _heap_push(ht, hi, hn, arrival[i], i)
     stage = np.zeros(n, np.int64)  # heap entry: 0 arrival, 1 load done
     rh_t = np.empty(8 * R + 8 * n + 1)
     rh_i = np.empty(8 * R + 8 * n + 1, np.int64)
-    rhn = 0
 
     fmax = 3 * n + 3 * R + 4
     f_rem = np.zeros(fmax)
@@ -311,24 +311,16 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     f_rep = np.zeros(fmax, np.int64)
     f_owner = np.zeros(fmax, np.int64)  # request, -1 - replica (batch load), -1-R-r write
     active = np.empty(fmax, np.int64)
-    nact = 0
     free = np.empty(fmax, np.int64)
     nfree_f = fmax
     for k in range(fmax):
         free[k] = fmax - 1 - k
-    f_last = 0.0
     cnt_gpu = np.zeros((R, 2), np.int64)
     cnt_sw = np.zeros(n_switch, np.int64)
-    cnt_x = 0
     wflow = np.full((R, 2), -1, np.int64)  # the write stream of each replica and tier
     wbytes = np.zeros(2)
 
-    now = 0.0
-    started = False
-    tn = 0
-    sn = 0
     kick = np.zeros(R, np.int64)
-    nkick = 0
     kicked = np.zeros(R, np.int64)
     # async scheduling: the requests each replica does not see yet (a FIFO list), the
     # replica's kicks that built a batch
@@ -339,6 +331,55 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     pt = np.full(R, -1, np.int64)
     kc = np.zeros(R, np.int64)
 
+    # the loop allocates nothing: it runs without numba's runtime (no_runtime), so an
+    # array bound by one of its inlined helpers costs no atomic reference count
+    # (docs/performance.md, round 6)
+    now, tn, sn = _run_loop(
+        P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt_gpu, cnt_sw, dep,
+        f_owner, f_rate, f_rem, f_rep, f_tier, free, hi, hn, ht, interf, kc, keys, kick,
+        kicked, kvb, lat, layers, load_end, loads, macro_ok, nb, nfree_f, node_bw,
+        outstanding, per_switch, ph, pkind, pnext, policy, pp, prev, pt, ptag, rA0, rDA,
+        rDK, rK, rKV0, rLW, ratio, ratio_decay, ratio_min, rb, rbstart, rcomp, rend, rfixed,
+        rh_i, rh_t, rlast, rload_end, route, rprefill, rtok, seg, sgp, stage, stats,
+        steps_out, switch_bw, think, tier, tp, trace, wbytes, wflow, write)
+
+    stats[S_SPAN_END] = now
+    hbm = np.zeros((n, 4), np.int64)
+    loaded = np.zeros(n, np.int64)
+    npre = np.zeros(n, np.int64)
+    rep = np.zeros(n, np.int64)
+    for i in range(n):
+        hbm[i, 0] = RI[i, R_HIT]
+        hbm[i, 1] = RI[i, R_EXT]
+        hbm[i, 2] = RI[i, R_LOOKUPS]
+        hbm[i, 3] = RI[i, R_LOOKUP_HIT]
+        loaded[i] = RI[i, R_LOADED_TOTAL]
+        npre[i] = RI[i, R_PREEMPT]
+        rep[i] = RI[i, R_REP]
+        stats[S_PREEMPT] += RI[i, R_PREEMPT]
+    return RO, rep, hbm, loaded, npre, busy, stats, tn, sn
+
+
+@no_runtime
+def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt_gpu,
+              cnt_sw, dep, f_owner, f_rate, f_rem, f_rep, f_tier, free, hi, hn, ht, interf,
+              kc, keys, kick, kicked, kvb, lat, layers, load_end, loads, macro_ok, nb,
+              nfree_f, node_bw, outstanding, per_switch, ph, pkind, pnext, policy, pp, prev,
+              pt, ptag, rA0, rDA, rDK, rK, rKV0, rLW, ratio, ratio_decay, ratio_min, rb,
+              rbstart, rcomp, rend, rfixed, rh_i, rh_t, rlast, rload_end, route, rprefill,
+              rtok, seg, sgp, stage, stats, steps_out, switch_bw, think, tier, tp, trace,
+              wbytes, wflow, write):  # noqa: ANN001, ANN202, C901
+    """run_kernel's event loop over the tables it made (module doc). Returns (now, trace
+    rows used, steps used)."""
+    cnt_x = 0
+    f_last = 0.0
+    nact = 0
+    nkick = 0
+    now = 0.0
+    rhn = 0
+    sn = 0
+    started = False
+    tn = 0
     sg_g = S[5]
     while True:
         if sg_g[G_OVER] != 0:
@@ -797,22 +838,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
             kicked[r] = 1
             kick[nkick] = r
             nkick += 1
-
-    stats[S_SPAN_END] = now
-    hbm = np.zeros((n, 4), np.int64)
-    loaded = np.zeros(n, np.int64)
-    npre = np.zeros(n, np.int64)
-    rep = np.zeros(n, np.int64)
-    for i in range(n):
-        hbm[i, 0] = RI[i, R_HIT]
-        hbm[i, 1] = RI[i, R_EXT]
-        hbm[i, 2] = RI[i, R_LOOKUPS]
-        hbm[i, 3] = RI[i, R_LOOKUP_HIT]
-        loaded[i] = RI[i, R_LOADED_TOTAL]
-        npre[i] = RI[i, R_PREEMPT]
-        rep[i] = RI[i, R_REP]
-        stats[S_PREEMPT] += RI[i, R_PREEMPT]
-    return RO, rep, hbm, loaded, npre, busy, stats, tn, sn
+    return now, tn, sn
 
 
 def _unused() -> tuple[int, ...]:

@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from xmemplan.prefix.kernels import no_runtime
+
 NONE = -1
 OFF = -2  # a block not in the free queue (held by a request)
 # B[b, .] per block; Q[r, .] per replica; H[s, .] per map slot
@@ -72,13 +74,13 @@ def pool_new(R: int, nb: int, arena: int, mapped: int) -> tuple:  # type: ignore
     return B, Q, H, ctr
 
 
-@njit(cache=True)
+@no_runtime
 def pool_nfree(P, r):  # noqa: ANN001, ANN201
     """Blocks of replica r no request holds (never used, or free and maybe cached)."""
     return P[1][r, Q_NFREE]
 
 
-@njit(cache=True)
+@no_runtime
 def h_find(H, r, key):  # noqa: ANN001, ANN201
     """The block of replica r cached under `key`, or -1."""
     mask = H.shape[0] - 1
@@ -90,7 +92,7 @@ def h_find(H, r, key):  # noqa: ANN001, ANN201
     return NONE
 
 
-@njit(cache=True)
+@no_runtime
 def h_insert(H, r, key, b):  # noqa: ANN001, ANN201
     """Map (r, key) -> b unless the key is cached already (then the first block keeps it,
     and b is found by nobody: vLLM keeps both, the first one is the one a lookup returns).
@@ -107,7 +109,7 @@ def h_insert(H, r, key, b):  # noqa: ANN001, ANN201
     return True
 
 
-@njit(cache=True)
+@no_runtime
 def h_delete(H, r, key, b):  # noqa: ANN001, ANN201
     """Drop (r, key) if it maps to block b (backward-shift deletion)."""
     mask = H.shape[0] - 1
@@ -135,7 +137,7 @@ def h_delete(H, r, key, b):  # noqa: ANN001, ANN201
     return True
 
 
-@njit(cache=True)
+@no_runtime
 def pool_match(P, r, keys, k0, nmax):  # noqa: ANN001, ANN201
     """How many of keys[k0:k0+nmax] replica r has cached, consecutively from the first."""
     H = P[2]
@@ -189,7 +191,7 @@ def dl_remove(X, L, r, i, PREV, NEXT, HEAD, TAIL):  # noqa: ANN001, ANN201
         L[r, TAIL] = p
 
 
-@njit(cache=True)
+@no_runtime
 def pool_evictable(P, r, keys, k0, n):  # noqa: ANN001, ANN201
     """Of the first n cached keys, the blocks no request holds (they sit in the free queue,
     so taking them as hits leaves fewer free blocks to allocate)."""
@@ -202,7 +204,7 @@ def pool_evictable(P, r, keys, k0, n):  # noqa: ANN001, ANN201
     return c
 
 
-@njit(cache=True)
+@no_runtime
 def pool_touch(P, r, keys, k0, n, rb, rb0, held):  # noqa: ANN001, ANN201
     """A request takes the first n cached keys as hits: their blocks join its table
     rb[rb0 + held:] (reference +1; out of the free queue if it was free). Returns held."""
@@ -220,7 +222,7 @@ def pool_touch(P, r, keys, k0, n, rb, rb0, held):  # noqa: ANN001, ANN201
     return held
 
 
-@njit(cache=True)
+@no_runtime
 def pool_alloc(P, r, n, rb, rb0, held):  # noqa: ANN001, ANN201
     """n new blocks: never-used ones first, then from the head of replica r's free queue
     (a cached one loses its key: evicted). The caller checked nfree >= n. Returns held."""
@@ -252,7 +254,7 @@ def pool_alloc(P, r, n, rb, rb0, held):  # noqa: ANN001, ANN201
     return held
 
 
-@njit(cache=True)
+@no_runtime
 def pool_cache(P, r, b, key):  # noqa: ANN001, ANN201
     """Block b now holds the tokens of `key` (a full block computed): findable."""
     B, H = P[0], P[2]
@@ -265,7 +267,7 @@ def pool_cache(P, r, b, key):  # noqa: ANN001, ANN201
     B[b, B_KEY] = key
 
 
-@njit(cache=True)
+@no_runtime
 def pool_free(P, r, rb, rb0, held):  # noqa: ANN001, ANN201
     """A request lets go of its `held` blocks, last block first; a block no request holds
     any more goes to the tail of the free queue keeping its key (LRU), or, holding no key

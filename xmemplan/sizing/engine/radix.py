@@ -60,6 +60,7 @@ from xmemplan.prefix.engine_kernels import (
     _unlock,
     _walk,
 )
+from xmemplan.prefix.kernels import no_runtime, with_runtime
 
 EMPTY = -1
 MK = 7  # nd column: the mark of a heap compaction (kept entries)
@@ -111,7 +112,7 @@ def _sync(S, Q, r):  # noqa: ANN001, ANN202
     Q[r, Q_NFREE] = S[4][r, RQ_AVAIL] + S[4][r, RQ_EVICT]
 
 
-@njit(cache=True)
+@with_runtime
 def _compact(S, r):  # noqa: ANN001, ANN202
     """Replica r's heap without stale entries (each evictable leaf once)."""
     nd, ht, hn, rq = S[0], S[2], S[3], S[4]
@@ -137,7 +138,7 @@ def _compact(S, r):  # noqa: ANN001, ANN202
     rq[r, RQ_HSIZE] = hs
 
 
-@njit(cache=True)
+@with_runtime
 def _gc(S, RI, r_node, keys, R):  # noqa: ANN001, ANN202
     """Renumber the live nodes 0.. in order (roots stay 0..R-1), rebuild the child table
     (a new epoch) and the heaps; requests' locked nodes (RI[:, r_node]) follow."""
@@ -204,7 +205,7 @@ def radix_cached(rq, r, k0, n):  # noqa: ANN001, ANN201
     return False, 0, r
 
 
-@njit(cache=True)
+@no_runtime
 def radix_walk(S, RI, r_node, keys, r, k0, n):  # noqa: ANN001, ANN201
     """match_prefix of keys[k0:k0+n] (n >= 1) in replica r's tree: (pages matched, last
     node)."""
@@ -258,7 +259,7 @@ def radix_short(rq, r, tokens, bs):  # noqa: ANN001, ANN201
     return short if short > 0 and rq[r, RQ_EVICT] > 0 else 0
 
 
-@njit(cache=True)
+@no_runtime
 def radix_evict(S, Q, keys, r, short, bs):  # noqa: ANN001, ANN201
     """RadixCache.evict(short tokens) in replica r's tree."""
     rq, tb = S[4], S[1]
@@ -278,7 +279,7 @@ def radix_take(rq, Q, r, pages):  # noqa: ANN001, ANN201
     Q[r, Q_NFREE] = rq[r, RQ_AVAIL] + rq[r, RQ_EVICT]
 
 
-@njit(cache=True)
+@no_runtime
 def radix_checkpoint(S, Q, RI, r_node, r_prot, keys, r, i, k0, key_n, prompt_n):  # noqa: ANN001, ANN201
     """RadixCache.checkpoint(req, up_to = key_n pages): request i's lock (RI[i, r_node],
     over RI[i, r_prot] pages) moves to the node where its first key_n pages end."""
@@ -302,7 +303,7 @@ def radix_checkpoint(S, Q, RI, r_node, r_prot, keys, r, i, k0, key_n, prompt_n):
     _sync(S, Q, r)
 
 
-@njit(cache=True)
+@no_runtime
 def radix_release(S, Q, RI, r_node, r_prot, keys, r, i, k0, key_n, prompt_n, held, insert):  # noqa: ANN001, ANN201
     """Request i lets go of its `held` pages: release_kv_cache(checkpoint=insert)."""
     nd, tb, ht, hn, rq, g, path = S

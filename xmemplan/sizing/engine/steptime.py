@@ -21,7 +21,7 @@ k = 1. Over the step's pieces:
 
 from __future__ import annotations
 
-from numba import njit
+from xmemplan.prefix.kernels import no_runtime
 
 # fields of the step-time parameter vector
 (T_LIN, T_ATTN, T_WDENSE, T_WEXP, T_MISS, T_HBM, T_KVB, T_T0, T_TOKOVH, T_PASS, T_DEC,
@@ -29,7 +29,7 @@ from numba import njit
 N_T = 18
 
 
-@njit(cache=True)
+@no_runtime
 def compute_time(tokens, lin_t, attn_t, kv_read, tp):  # noqa: ANN001, ANN201
     """Roofline of one pass: linear and attention, each the larger of FLOP and byte time."""
     wb = tp[T_WDENSE] + tp[T_WEXP] * (1.0 - tp[T_MISS] ** tokens) if tokens > 0 else 0.0
@@ -39,7 +39,7 @@ def compute_time(tokens, lin_t, attn_t, kv_read, tp):  # noqa: ANN001, ANN201
     return (lin_t if lin_t >= w_t else w_t) + (attn_t if attn_t >= kv_t else kv_t) + moe
 
 
-@njit(cache=True)
+@no_runtime
 def pass_time(comp, prefill, tp):  # noqa: ANN001, ANN201
     """The pass's compute with its layer floor as a minimum (floor rule "max"): a pass is
     never faster than its chain of latency-bound kernels; under the "add" rule the floor
@@ -50,7 +50,7 @@ def pass_time(comp, prefill, tp):  # noqa: ANN001, ANN201
     return comp if comp >= f else f
 
 
-@njit(cache=True)
+@no_runtime
 def overhead_time(tokens, nseq, prefill, starts, start_tokens, tp):  # noqa: ANN001, ANN201
     """The step's fixed costs (see the module doc). `prefill`: a piece of a prompt is in the
     step; `starts`: requests whose prefill starts now, holding `start_tokens` prompt tokens."""
