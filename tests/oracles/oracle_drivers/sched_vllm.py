@@ -102,7 +102,7 @@ def _vllm() -> dict[str, Any]:
 
 
 def make_scheduler(scenario: dict[str, Any], cls: str = "Scheduler",
-                   tier: bool = False) -> Any:
+                   tier: bool = False, async_config: bool = False) -> Any:
     v = _vllm()
     block = int(scenario["block_size"])
     blocks = int(scenario["num_gpu_blocks"])
@@ -112,6 +112,7 @@ def make_scheduler(scenario: dict[str, Any], cls: str = "Scheduler",
         max_model_len=MAX_MODEL_LEN, enable_chunked_prefill=True, is_encoder_decoder=False,
         long_prefill_token_threshold=int(scenario.get("long_prefill_token_threshold", 0)),
         scheduler_reserve_full_isl=bool(scenario.get("scheduler_reserve_full_isl", True)),
+        **({"async_scheduling": True} if async_config else {}),
     )
     cache = v["CacheConfig"](block_size=block,
                              enable_prefix_caching=bool(scenario["enable_prefix_caching"]))
@@ -437,4 +438,131 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
         t = end
         if len(steps) >= max_steps:
             raise RuntimeError(f"no end after {max_steps} steps")
+    return steps
+
+
+def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[float]],
+                               max_steps: int = 100_000) -> list[dict[str, Any]]:
+    """`replay_scenario_async` with the tier connector (`replay_scenario_tier`), vLLM's
+    config with async scheduling on (two batches in flight: with a kv_both connector vLLM
+    then defers block frees, `defer_block_free`). Every schedule is a batch of the engine
+    core's queue, an empty one too (it takes no GPU time but is processed in order, after
+    the batch before it: its output carries the loads landed by then); an empty schedule
+    with nothing but empty batches in flight processes them and waits for the next
+    arrival or landing. Records as `replay_scenario_tier`."""
+    from collections import deque
+
+    v = _vllm()
+    scheduler = make_scheduler(scenario, "AsyncScheduler", tier=True, async_config=True)
+    conn = scheduler.connector
+    conn.tier_tokens = {str(r["id"]): int(r.get("tier_tokens", 0))
+                        for r in scenario["requests"]}
+    hasher = v["get_request_block_hasher"](int(scenario["block_size"]), v["hash_fn"])
+    st = scenario["step_time"]
+    pending = sorted(enumerate(scenario["requests"]), key=lambda ir: (ir[1]["arrival_s"], ir[0]))
+    index = {r["id"]: i for i, r in enumerate(scenario["requests"])}
+    todo = {rid: list(ts) for rid, ts in landed.items()}
+    loading: dict[str, float] = {}
+    inf = float("inf")
+    remote = v["RequestStatus"].WAITING_FOR_REMOTE_KVS
+    pos = 0
+    live: dict[str, Any] = {}
+    steps: list[dict[str, Any]] = []
+    queue: deque[tuple[Any, list[str], list[bool], dict[str, Any] | None, float]] = deque()
+    now = 0.0
+    gpu_free = 0.0
+
+    def process(out: Any, req_ids: list[str], samples: list[bool],
+                rec: dict[str, Any] | None, end: float) -> None:
+        done = {rid for rid, tl in loading.items() if tl <= end}
+        for rid in done:
+            del loading[rid]
+        sampled = []
+        for rid, smp in zip(req_ids, samples, strict=True):
+            req = live[rid]
+            sampled.append([output_token(index[rid], len(req.output_token_ids))] if smp
+                           else [])
+        mro = v["ModelRunnerOutput"](
+            req_ids=req_ids, req_id_to_index={r: j for j, r in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            kv_connector_output=v["KVConnectorOutput"](finished_recving=done))
+        scheduler.update_from_output(out, mro)
+        fin = [rid for rid in req_ids if rid not in scheduler.requests]
+        if rec is not None:
+            rec["finished"] = fin
+        for rid in fin:
+            del live[rid]
+
+    while pos < len(pending) or live or queue:
+        pos = _admit_arrivals(v, scheduler, hasher, pending, pos, now, live)
+        if len(queue) < 2 and scheduler.has_requests():
+            conn.started.clear()
+            out = scheduler.schedule()
+            loads: dict[str, list[int]] = {}
+            for rid, ext in conn.started:
+                req = live[rid]
+                if req.status == remote:
+                    loads[rid] = [int(req.num_computed_tokens) - ext, ext]
+                    times = todo.get(rid)
+                    loading[rid] = times.pop(0) if times else inf
+            total = out.total_num_scheduled_tokens
+            if total == 0 and all(q[3] is None or not q[1] for q in queue):
+                # nothing runs: the batches in flight (empty) are processed, then the
+                # engine waits for the next event
+                while queue:
+                    q = queue.pop()
+                    process(*q)
+                if loads:
+                    steps.append({"step": len(steps), "t_s": max(now, gpu_free),
+                                  "scheduled": {}, "preempted": sorted(
+                                      out.preempted_req_ids or ()), "new_hits": {},
+                                  "finished": [], "kv_blocks_used": int(
+                                      scenario["num_gpu_blocks"]) - 1
+                                  - scheduler.kv_cache_manager.block_pool
+                                  .get_num_free_blocks(), "loads": loads})
+                nxt = min(loading.values(), default=inf)
+                if pos < len(pending):
+                    nxt = min(nxt, float(pending[pos][1]["arrival_s"]))
+                if nxt == inf:
+                    break
+                now = max(now, gpu_free, nxt)
+                process(out, [], [], None, now)
+                continue
+            pool = scheduler.kv_cache_manager.block_pool
+            used = int(scenario["num_gpu_blocks"]) - 1 - pool.get_num_free_blocks()
+            new_hits = {d.req_id: int(d.num_computed_tokens) for d in out.scheduled_new_reqs}
+            cached = out.scheduled_cached_reqs
+            for rid, n in zip(cached.req_ids, cached.num_computed_tokens):
+                if rid in cached.resumed_req_ids:
+                    new_hits[rid] = int(n)
+            req_ids = list(out.num_scheduled_tokens)
+            samples = [not live[rid].is_prefill_chunk for rid in req_ids]
+            start = max(now, gpu_free)
+            dur = (st["base_s"] + st["per_token_s"] * total + st["per_seq_s"] * len(req_ids)
+                   if total > 0 else 0.0)
+            gpu_free = start + dur
+            rec = None
+            if total > 0 or loads:
+                rec = {"step": len(steps), "t_s": start,
+                       "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
+                       "preempted": sorted(out.preempted_req_ids or ()),
+                       "new_hits": new_hits, "finished": [], "kv_blocks_used": used,
+                       "loads": loads}
+                steps.append(rec)
+            queue.appendleft((out, req_ids, samples, rec, gpu_free))
+            if len(steps) >= max_steps:
+                raise RuntimeError(f"no end after {max_steps} steps")
+            if len(queue) < 2:
+                continue
+        elif not queue:
+            nxt = min(loading.values(), default=inf)
+            if pos < len(pending):
+                nxt = min(nxt, float(pending[pos][1]["arrival_s"]))
+            if nxt == inf:
+                break
+            now = max(now, nxt)
+            continue
+        q = queue.pop()
+        now = max(now, q[4])
+        process(*q)
     return steps

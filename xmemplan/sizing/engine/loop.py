@@ -684,10 +684,6 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 RI[i, R_COMP] += RI[i, R_EXT]
                 RI[i, R_LOADED_TOTAL] += RI[i, R_EXT]
                 RI[i, R_LOADED] = 1
-                if pp[P_CACHING] == 1 and RI[i, R_CACHEABLE] == 1:
-                    # the loaded blocks become findable now (vLLM: cache_blocks when
-                    # the request leaves WAITING_FOR_REMOTE_KVS)
-                    cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP], bs)
                 if trace.shape[0] > 1:
                     tn = _trace_landed(trace, tn, i, now)
                 if asyn and QI[r, Q_STATE] != 0:

@@ -13,10 +13,11 @@ vLLM V1 (`vllm_schedule`, v1/core/sched/scheduler.py `schedule()`):
    max_num_seqs run: its cached prefix (full blocks, at most all tokens but one) is a hit;
    a prefix the tier holds beyond that is loaded first (OffloadingConnector: the request
    waits, WAITING_FOR_REMOTE_KVS, and others run; its blocks are findable once the load
-   lands); the rest is cut to the budget; the first request whose blocks do not fit
-   stops the loop. Waiting requests that hold blocks (a load under way or landed) head
-   the waiting list in the order their loads started, a preempted request goes after
-   them (vLLM 0.33's kv_holding_waiting queue, drained before the waiting queue).
+   has landed and the loop reaches it); the rest is cut to the budget; the first request
+   whose blocks do not fit stops the loop. Waiting requests that hold blocks (a load
+   under way or landed) head the waiting list in the order their loads started, a
+   preempted request goes after them (vLLM 0.33's kv_holding_waiting queue, drained
+   before the waiting queue).
 
 SGLang (`sglang_schedule`, managers/scheduler.py `get_next_batch_to_run`,
 schedule_policy.py `PrefillAdder`):
@@ -374,6 +375,12 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
         nhit = 0
         ext = 0
         fx = 0
+        if RI[i, R_LOADED] == 1 and caching and RI[i, R_CACHEABLE] == 1:
+            # its load landed: the loop reaching it promotes it, and only now are the
+            # loaded blocks findable (vLLM 0.33 _handle_blocked_waiting_request ->
+            # _update_waiting_for_remote_kv: cache_blocks), so a block another request
+            # computed meanwhile keeps the hash's map and the loaded one is the duplicate
+            cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP], bs)
         if RI[i, R_COMP] == 0 and RI[i, R_LOADED] == 0:
             nhit = lookup(P, RI, keys, r, i, bs, caching)
             fx = _fixed_hit(RI, i, nhit * bs)
@@ -398,9 +405,9 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
             if need + ev + _inflight_reserved(RI, QI, r, bs) > P[1][r, 2]:
                 break
-            # its blocks are not findable until the load lands (vLLM 0.33 allocate_slots(
-            # ..., delay_cache_blocks=load_kv_async); cache_blocks in
-            # _update_waiting_for_remote_kv: loop.py caches them at the landing)
+            # its blocks are not findable until the load lands and the loop reaches it
+            # (vLLM 0.33 allocate_slots(..., delay_cache_blocks=load_kv_async);
+            # cache_blocks in _update_waiting_for_remote_kv: above)
             if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, False):
                 break
             RI[i, R_HIT] = nhit * bs + fx
