@@ -169,6 +169,60 @@ def _admit_arrivals(v: dict[str, Any], scheduler: Any, hasher: Any,
     return pos
 
 
+def _blocks_used(scheduler: Any, scenario: dict[str, Any]) -> int:
+    """Blocks held as the schedule left them (the pool less its null block)."""
+    pool = scheduler.kv_cache_manager.block_pool
+    return int(scenario["num_gpu_blocks"]) - 1 - pool.get_num_free_blocks()
+
+
+def _new_hits(out: Any) -> dict[str, int]:
+    """Computed tokens of the requests a schedule admits or resumes: their prefix hits."""
+    hits = {d.req_id: int(d.num_computed_tokens) for d in out.scheduled_new_reqs}
+    cached = out.scheduled_cached_reqs
+    for rid, n in zip(cached.req_ids, cached.num_computed_tokens):
+        if rid in cached.resumed_req_ids:
+            hits[rid] = int(n)
+    return hits
+
+
+def _step_s(st: dict[str, float], out: Any) -> float:
+    """The scenario's time of a step that schedules `out`."""
+    return (st["base_s"] + st["per_token_s"] * out.total_num_scheduled_tokens
+            + st["per_seq_s"] * len(out.num_scheduled_tokens))
+
+
+def _sampled(live: dict[str, Any], index: dict[str, int], req_ids: list[str],
+             samples: list[bool]) -> list[list[int]]:
+    """The token each request that samples this step gets (none for a prefill chunk)."""
+    return [[output_token(index[rid], len(live[rid].output_token_ids))] if smp else []
+            for rid, smp in zip(req_ids, samples, strict=True)]
+
+
+def _loads_started(conn: Any, live: dict[str, Any], remote: Any,
+                   todo: dict[str, list[float]], loading: dict[str, float]
+                   ) -> dict[str, list[int]]:
+    """{id: [HBM hit, tokens loaded]} of the loads the last schedule started (requests now
+    in WAITING_FOR_REMOTE_KVS); each is put in `loading` with the time `todo` lands it."""
+    loads: dict[str, list[int]] = {}
+    for rid, ext in conn.started:
+        req = live[rid]
+        if req.status == remote:
+            loads[rid] = [int(req.num_computed_tokens) - ext, ext]
+            times = todo.get(rid)
+            loading[rid] = times.pop(0) if times else float("inf")
+    return loads
+
+
+def _next_event(loading: dict[str, float], pending: list[tuple[int, dict[str, Any]]],
+                pos: int) -> float:
+    """When a driver waiting on nothing runnable moves its clock to: the next landing or
+    arrival (inf: none)."""
+    nxt = min(loading.values(), default=float("inf"))
+    if pos < len(pending):
+        nxt = min(nxt, float(pending[pos][1]["arrival_s"]))
+    return nxt
+
+
 def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[dict[str, Any]]:
     """Per-step records of vLLM's own scheduler on the scenario (contract part B)."""
     v = _vllm()
@@ -198,21 +252,11 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[
                                    f"{len(live)} requests unfinished and no arrivals left")
             t = max(t, float(pending[pos][1]["arrival_s"]))
             continue
-        pool = scheduler.kv_cache_manager.block_pool
-        used = int(scenario["num_gpu_blocks"]) - 1 - pool.get_num_free_blocks()  # as scheduled
-        new_hits = {d.req_id: int(d.num_computed_tokens) for d in out.scheduled_new_reqs}
-        cached = out.scheduled_cached_reqs
-        for rid, n in zip(cached.req_ids, cached.num_computed_tokens):
-            if rid in cached.resumed_req_ids:
-                new_hits[rid] = int(n)
-        req_ids, sampled = [], []
-        for rid in out.num_scheduled_tokens:
-            req = live[rid]
-            req_ids.append(rid)
-            if req.num_computed_tokens >= req.num_tokens:
-                sampled.append([output_token(index[rid], len(req.output_token_ids))])
-            else:
-                sampled.append([])
+        used = _blocks_used(scheduler, scenario)  # as scheduled
+        new_hits = _new_hits(out)
+        req_ids = list(out.num_scheduled_tokens)
+        sampled = _sampled(live, index, req_ids, [
+            live[rid].num_computed_tokens >= live[rid].num_tokens for rid in req_ids])
         mro = v["ModelRunnerOutput"](
             req_ids=req_ids, req_id_to_index={r: j for j, r in enumerate(req_ids)},
             sampled_token_ids=sampled,
@@ -267,25 +311,18 @@ def replay_scenario_async(scenario: dict[str, Any], max_steps: int = 100_000
         if len(queue) < 2 and scheduler.has_requests():
             out = scheduler.schedule()
             if out.total_num_scheduled_tokens > 0:
-                pool = scheduler.kv_cache_manager.block_pool
-                used = int(scenario["num_gpu_blocks"]) - 1 - pool.get_num_free_blocks()
-                new_hits = {d.req_id: int(d.num_computed_tokens)
-                            for d in out.scheduled_new_reqs}
-                cached = out.scheduled_cached_reqs
-                for rid, n in zip(cached.req_ids, cached.num_computed_tokens):
-                    if rid in cached.resumed_req_ids:
-                        new_hits[rid] = int(n)
+                used = _blocks_used(scheduler, scenario)
+                new_hits = _new_hits(out)
                 req_ids = list(out.num_scheduled_tokens)
                 samples = [not live[rid].is_prefill_chunk for rid in req_ids]
                 start = max(now, gpu_free)
-                gpu_free = start + (st["base_s"] + st["per_token_s"]
-                                    * out.total_num_scheduled_tokens
-                                    + st["per_seq_s"] * len(req_ids))
-                rec = {"step": len(steps), "t_s": start,
-                       "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
-                       "preempted": sorted(out.preempted_req_ids or ()),
-                       "new_hits": new_hits, "finished": [], "kv_blocks_used": used,
-                       "end": gpu_free}
+                gpu_free = start + _step_s(st, out)
+                rec: dict[str, Any] = {
+                    "step": len(steps), "t_s": start,
+                    "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
+                    "preempted": sorted(out.preempted_req_ids or ()),
+                    "new_hits": new_hits, "finished": [], "kv_blocks_used": used,
+                    "end": gpu_free}
                 steps.append(rec)
                 queue.appendleft((out, req_ids, samples, rec))
                 if len(steps) >= max_steps:
@@ -304,14 +341,9 @@ def replay_scenario_async(scenario: dict[str, Any], max_steps: int = 100_000
         # wait for the oldest batch in flight, then process its output
         out, req_ids, samples, rec = queue.pop()
         now = max(now, rec["end"])
-        sampled = []
-        for rid, smp in zip(req_ids, samples, strict=True):
-            req = live[rid]
-            sampled.append([output_token(index[rid], len(req.output_token_ids))] if smp
-                           else [])
         mro = v["ModelRunnerOutput"](
             req_ids=req_ids, req_id_to_index={r: j for j, r in enumerate(req_ids)},
-            sampled_token_ids=sampled,
+            sampled_token_ids=_sampled(live, index, req_ids, samples),
         )
         scheduler.update_from_output(out, mro)
         rec["finished"] = [rid for rid in req_ids if rid not in scheduler.requests]
@@ -367,12 +399,6 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
     steps: list[dict[str, Any]] = []
     t = 0.0
 
-    def next_event() -> float:
-        nxt = min(loading.values(), default=inf)
-        if pos < len(pending):
-            nxt = min(nxt, float(pending[pos][1]["arrival_s"]))
-        return nxt
-
     def output(out: Any, req_ids: list[str], sampled: list[list[int]], end: float) -> None:
         done = {rid for rid, tl in loading.items() if tl <= end}
         for rid in done:
@@ -387,41 +413,22 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
         pos = _admit_arrivals(v, scheduler, hasher, pending, pos, t, live)
         conn.started.clear()
         out = scheduler.schedule()
-        loads: dict[str, list[int]] = {}
-        for rid, ext in conn.started:
-            req = live[rid]
-            if req.status == remote:
-                loads[rid] = [int(req.num_computed_tokens) - ext, ext]
-                times = todo.get(rid)
-                loading[rid] = times.pop(0) if times else inf
+        loads = _loads_started(conn, live, remote, todo, loading)
         total = out.total_num_scheduled_tokens
         if total == 0 and not loads:
-            nxt = next_event()
+            nxt = _next_event(loading, pending, pos)
             if nxt == inf:
                 break  # vLLM waits on a load xmemplan's engine never lands
             output(out, [], [], nxt)
             t = max(t, nxt)
             continue
-        pool = scheduler.kv_cache_manager.block_pool
-        used = int(scenario["num_gpu_blocks"]) - 1 - pool.get_num_free_blocks()
-        new_hits = {d.req_id: int(d.num_computed_tokens) for d in out.scheduled_new_reqs}
-        cached = out.scheduled_cached_reqs
-        for rid, n in zip(cached.req_ids, cached.num_computed_tokens):
-            if rid in cached.resumed_req_ids:
-                new_hits[rid] = int(n)
-        req_ids, sampled = [], []
-        for rid in out.num_scheduled_tokens:
-            req = live[rid]
-            req_ids.append(rid)
-            if req.num_computed_tokens >= req.num_tokens:
-                sampled.append([output_token(index[rid], len(req.output_token_ids))])
-            else:
-                sampled.append([])
-        if total > 0:
-            end = t + (st["base_s"] + st["per_token_s"] * total
-                       + st["per_seq_s"] * len(out.num_scheduled_tokens))
-        else:  # only loads started: no step runs, the engine waits for the next event
-            end = next_event()
+        used = _blocks_used(scheduler, scenario)
+        new_hits = _new_hits(out)
+        req_ids = list(out.num_scheduled_tokens)
+        sampled = _sampled(live, index, req_ids, [
+            live[rid].num_computed_tokens >= live[rid].num_tokens for rid in req_ids])
+        # only loads started: no step runs, the engine waits for the next event
+        end = t + _step_s(st, out) if total > 0 else _next_event(loading, pending, pos)
         output(out, req_ids, sampled, end)
         finished = [rid for rid in req_ids if rid not in scheduler.requests]
         for rid in finished:
@@ -477,14 +484,9 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
         done = {rid for rid, tl in loading.items() if tl <= end}
         for rid in done:
             del loading[rid]
-        sampled = []
-        for rid, smp in zip(req_ids, samples, strict=True):
-            req = live[rid]
-            sampled.append([output_token(index[rid], len(req.output_token_ids))] if smp
-                           else [])
         mro = v["ModelRunnerOutput"](
             req_ids=req_ids, req_id_to_index={r: j for j, r in enumerate(req_ids)},
-            sampled_token_ids=sampled,
+            sampled_token_ids=_sampled(live, index, req_ids, samples),
             kv_connector_output=v["KVConnectorOutput"](finished_recving=done))
         scheduler.update_from_output(out, mro)
         fin = [rid for rid in req_ids if rid not in scheduler.requests]
@@ -498,13 +500,7 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
         if len(queue) < 2 and scheduler.has_requests():
             conn.started.clear()
             out = scheduler.schedule()
-            loads: dict[str, list[int]] = {}
-            for rid, ext in conn.started:
-                req = live[rid]
-                if req.status == remote:
-                    loads[rid] = [int(req.num_computed_tokens) - ext, ext]
-                    times = todo.get(rid)
-                    loading[rid] = times.pop(0) if times else inf
+            loads = _loads_started(conn, live, remote, todo, loading)
             total = out.total_num_scheduled_tokens
             if total == 0 and all(q[3] is None or not q[1] for q in queue):
                 # nothing runs: the batches in flight (empty) are processed, then the
@@ -514,33 +510,23 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
                     process(*q)
                 if loads:
                     steps.append({"step": len(steps), "t_s": max(now, gpu_free),
-                                  "scheduled": {}, "preempted": sorted(
-                                      out.preempted_req_ids or ()), "new_hits": {},
-                                  "finished": [], "kv_blocks_used": int(
-                                      scenario["num_gpu_blocks"]) - 1
-                                  - scheduler.kv_cache_manager.block_pool
-                                  .get_num_free_blocks(), "loads": loads})
-                nxt = min(loading.values(), default=inf)
-                if pos < len(pending):
-                    nxt = min(nxt, float(pending[pos][1]["arrival_s"]))
+                                  "scheduled": {},
+                                  "preempted": sorted(out.preempted_req_ids or ()),
+                                  "new_hits": {}, "finished": [],
+                                  "kv_blocks_used": _blocks_used(scheduler, scenario),
+                                  "loads": loads})
+                nxt = _next_event(loading, pending, pos)
                 if nxt == inf:
                     break
                 now = max(now, gpu_free, nxt)
                 process(out, [], [], None, now)
                 continue
-            pool = scheduler.kv_cache_manager.block_pool
-            used = int(scenario["num_gpu_blocks"]) - 1 - pool.get_num_free_blocks()
-            new_hits = {d.req_id: int(d.num_computed_tokens) for d in out.scheduled_new_reqs}
-            cached = out.scheduled_cached_reqs
-            for rid, n in zip(cached.req_ids, cached.num_computed_tokens):
-                if rid in cached.resumed_req_ids:
-                    new_hits[rid] = int(n)
+            used = _blocks_used(scheduler, scenario)
+            new_hits = _new_hits(out)
             req_ids = list(out.num_scheduled_tokens)
             samples = [not live[rid].is_prefill_chunk for rid in req_ids]
             start = max(now, gpu_free)
-            dur = (st["base_s"] + st["per_token_s"] * total + st["per_seq_s"] * len(req_ids)
-                   if total > 0 else 0.0)
-            gpu_free = start + dur
+            gpu_free = start + (_step_s(st, out) if total > 0 else 0.0)
             rec = None
             if total > 0 or loads:
                 rec = {"step": len(steps), "t_s": start,
@@ -555,9 +541,7 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
             if len(queue) < 2:
                 continue
         elif not queue:
-            nxt = min(loading.values(), default=inf)
-            if pos < len(pending):
-                nxt = min(nxt, float(pending[pos][1]["arrival_s"]))
+            nxt = _next_event(loading, pending, pos)
             if nxt == inf:
                 break
             now = max(now, nxt)

@@ -143,6 +143,19 @@ def _lin_w(tok, lin_t, tp):  # noqa: ANN001, ANN202
     return (lin_t if lin_t >= w_t else w_t) + moe
 
 
+@no_runtime
+def _record_step(steps_out, sn, now, t_step0, tn, held):  # noqa: ANN001, ANN202
+    """Replay: row sn of the step records (its clock, its trace rows t_step0..tn, the
+    blocks held), kept while the table has room (the caller reruns with a larger one);
+    the next row's index."""
+    if sn < steps_out.shape[0]:
+        steps_out[sn, 0] = now
+        steps_out[sn, 1] = t_step0
+        steps_out[sn, 2] = tn
+        steps_out[sn, 3] = held
+    return sn + 1
+
+
 @njit(cache=True, inline="always")
 def _attn_j(attn0, kv0, j, da, dk):  # noqa: ANN001, ANN202
     """The attention part of the j-th decode step of a run (scalars only: cheap)."""
@@ -458,12 +471,7 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 if steps_out.shape[0] > 1 and nl_any > 0:
                     # replay: a schedule that only started tier loads is recorded (no
                     # step runs: the replica waits for the next event)
-                    if sn < steps_out.shape[0]:
-                        steps_out[sn, 0] = now
-                        steps_out[sn, 1] = t_step0
-                        steps_out[sn, 2] = tn
-                        steps_out[sn, 3] = nb - P[1][r, 2]
-                    sn += 1
+                    sn = _record_step(steps_out, sn, now, t_step0, tn, nb - P[1][r, 2])
                 elif steps_out.shape[0] > 1 and tn > t_step0:
                     tn = t_step0  # nothing ran: no step to record
                 continue
@@ -514,12 +522,7 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
             stats[S_STEPS] += 1
             stats[S_DECODE_STEPS] += 1  # priced steps (a run of decode steps is one)
             if steps_out.shape[0] > 1:
-                if sn < steps_out.shape[0]:
-                    steps_out[sn, 0] = now
-                    steps_out[sn, 1] = t_step0
-                    steps_out[sn, 2] = tn
-                    steps_out[sn, 3] = nb - P[1][r, 2]
-                sn += 1
+                sn = _record_step(steps_out, sn, now, t_step0, tn, nb - P[1][r, 2])
             nbl = 0
             if policy == SGLANG and nl > 0:
                 for tr in range(2):

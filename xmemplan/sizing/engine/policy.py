@@ -39,6 +39,7 @@ from numba import njit
 
 from xmemplan.sizing.engine.pool import (
     dl_append,
+    dl_insert_after,
     dl_prepend,
     dl_remove,
     pool_alloc,
@@ -111,17 +112,7 @@ def w_remove(RI, QI, r, i):  # noqa: ANN001, ANN201
 @njit(cache=True, inline="always")
 def w_insert_after(RI, QI, r, x, i):  # noqa: ANN001, ANN201
     """Request i into the waiting list after request x (at its head when x is -1)."""
-    if x < 0:
-        w_prepend(RI, QI, r, i)
-        return
-    n = RI[x, R_WNEXT]
-    RI[i, R_WPREV] = x
-    RI[i, R_WNEXT] = n
-    RI[x, R_WNEXT] = i
-    if n >= 0:
-        RI[n, R_WPREV] = i
-    else:
-        QI[r, Q_WTAIL] = i
+    dl_insert_after(RI, QI, r, x, i, R_WPREV, R_WNEXT, Q_WHEAD, Q_WTAIL)
 
 
 @njit(cache=True, inline="always")
@@ -143,16 +134,17 @@ def ntokens(RI, i):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True, inline="always")
-def allocate(P, RI, keys, rb, r, i, new_tokens, nhit, bs, caching):  # noqa: ANN001, ANN201
+def allocate(P, RI, keys, rb, r, i, new_tokens, nhit, bs, caching, reserved):  # noqa: ANN001, ANN201
     """vLLM `allocate_slots`: blocks for `nhit` cached blocks (taken as hits) and
-    `new_tokens` more tokens; False (nothing changed) when the free queue is short. The
+    `new_tokens` more tokens; False (nothing changed) when the free queue less `reserved`
+    blocks (`reserved_blocks`: what other in-flight prefills still need) is short. The
     full blocks the step will compute are cached at once (findable by later requests)."""
     comp = RI[i, R_COMP] + nhit * bs
     need = _cdiv(comp + new_tokens, bs) - RI[i, R_HELD] - nhit
     if need < 0:
         need = 0
     ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
-    if need + ev > P[1][r, 2]:
+    if need + ev + reserved > P[1][r, 2]:
         return False
     held = RI[i, R_HELD]
     if nhit > 0:
@@ -345,7 +337,7 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             if _no_alloc(RI, i, new, bs, caching):
                 ok = True
                 break
-            if allocate(P, RI, keys, rb, r, i, new, 0, bs, caching):
+            if allocate(P, RI, keys, rb, r, i, new, 0, bs, caching, 0):
                 ok = True
                 break
             p = QI[r, Q_RTAIL]
@@ -400,15 +392,12 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
         if ext > 0:
             # an async load holds its blocks with no progress until it lands: it is
             # admitted only into the free blocks less what the in-flight prefills still
-            # need (vLLM 0.33 `_inflight_prefill_reserved_blocks`, PR #44560)
-            need = _cdiv(RI[i, R_COMP] + nhit * bs + fx + ext, bs) - RI[i, R_HELD] - nhit
-            ev = pool_evictable(P, r, keys, RI[i, R_KOFF], nhit) if nhit > 0 else 0
-            if need + ev + _inflight_reserved(RI, QI, r, bs) > P[1][r, 2]:
-                break
-            # its blocks are not findable until the load lands and the loop reaches it
-            # (vLLM 0.33 allocate_slots(..., delay_cache_blocks=load_kv_async);
-            # cache_blocks in _update_waiting_for_remote_kv: above)
-            if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, False):
+            # need (vLLM 0.33 `_inflight_prefill_reserved_blocks`, PR #44560), and its
+            # blocks are not findable until the load lands and the loop reaches it
+            # (allocate_slots(..., delay_cache_blocks=load_kv_async); cache_blocks in
+            # _update_waiting_for_remote_kv: above)
+            if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, False,
+                            _inflight_reserved(RI, QI, r, bs)):
                 break
             RI[i, R_HIT] = nhit * bs + fx
             RI[i, R_HIT_TOTAL] += nhit * bs + fx
@@ -431,7 +420,7 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             new = thr
         if new > budget:
             new = budget
-        if not allocate(P, RI, keys, rb, r, i, new + fx, nhit, bs, caching):
+        if not allocate(P, RI, keys, rb, r, i, new + fx, nhit, bs, caching, 0):
             break
         if QI[r, Q_HTAIL] == i:
             QI[r, Q_HTAIL] = RI[i, R_WPREV]

@@ -179,6 +179,22 @@ def dl_prepend(X, L, r, i, PREV, NEXT, HEAD, TAIL):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True, inline="always")
+def dl_insert_after(X, L, r, x, i, PREV, NEXT, HEAD, TAIL):  # noqa: ANN001, ANN201
+    """Row i into list r after row x (at the head when x is NONE)."""
+    if x < 0:
+        dl_prepend(X, L, r, i, PREV, NEXT, HEAD, TAIL)
+        return
+    n = X[x, NEXT]
+    X[i, PREV] = x
+    X[i, NEXT] = n
+    X[x, NEXT] = i
+    if n >= 0:
+        X[n, PREV] = i
+    else:
+        L[r, TAIL] = i
+
+
+@njit(cache=True, inline="always")
 def dl_remove(X, L, r, i, PREV, NEXT, HEAD, TAIL):  # noqa: ANN001, ANN201
     p, n = X[i, PREV], X[i, NEXT]
     if p >= 0:
