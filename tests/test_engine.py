@@ -539,11 +539,13 @@ def test_sglang_pool_tables_grow_and_compact_without_changing_the_run(
 @pytest.mark.parametrize("asyn", [False, True])
 def test_parked_tier_loads_do_not_deadlock_the_pool(asyn: bool) -> None:
     """Twelve long prompts arrive at once, all but 0.5-3 % of each in the tier, together
-    more than the pool (1.27x; coding agents on one GPU, benchmarks/loaded_check.py).
-    vLLM 0.33 admits an async tier load only into the free blocks less what the in-flight
-    prefills still need (`_inflight_prefill_reserved_blocks`, PR #44560), so a landed load
-    finds room for the rest of its prompt. Without that gate the parked loads take every
-    block, none can run, and the engine stops with nothing finished (vLLM issue #45388)."""
+    more than the pool (1.27x; coding agents on one GPU, benchmarks/loaded_check.py). In
+    round 6 these parked loads took every block and the engine stopped with nothing
+    finished (vLLM issue #45388's deadlock). Two of vLLM 0.33's rules now keep a landed
+    load's room: the in-flight reservation (`_inflight_prefill_reserved_blocks`, PR
+    #44560; checked alone by `test_a_tier_load_waits_for_the_blocks_in_flight_prefills_
+    still_need`) and the blocks-holding waiting requests tried first (`kv_holding_waiting`);
+    with either one the run finishes. A regression guard of the whole."""
 
     prompt = np.array([52821, 29504, 51625, 106053, 49590, 71243, 46176, 88069, 65979,
                        51182, 77019, 75286])
@@ -579,3 +581,36 @@ def test_parked_tier_loads_do_not_deadlock_the_pool(asyn: bool) -> None:
     r, *_ = run(req, cfg)
     assert np.isfinite(r.done).all()
     assert (r.tier_hit > 0).all()  # every request did load from the tier
+
+
+def _load_gate_scenario() -> dict[str, Any]:
+    """One 40-token prefill in 8-token chunks (long_prefill_token_threshold; blocks of 4: 10
+    blocks in all), the step's budget left for more, and beside
+    it a 24-token request whose first 20 tokens the tier holds (a 5-block load), in a pool
+    of 13 blocks."""
+    return {"engine": "vllm", "block_size": 4, "num_gpu_blocks": 14, "max_num_seqs": 8,
+            "max_num_batched_tokens": 64, "long_prefill_token_threshold": 8,
+            "enable_prefix_caching": True,
+            "step_time": {"base_s": 0.01, "per_token_s": 0.0, "per_seq_s": 0.0},
+            "tier_link": {"kv_bytes_per_token": 1.0, "bandwidth": 1000.0, "latency_s": 0.0},
+            "requests": [
+                {"id": "a", "arrival_s": 0.0, "tokens": list(range(1000, 1040)),
+                 "max_tokens": 2},
+                {"id": "b", "arrival_s": 0.0, "tokens": list(range(2000, 2024)),
+                 "max_tokens": 2, "tier_tokens": 20}]}
+
+
+def test_a_tier_load_waits_for_the_blocks_in_flight_prefills_still_need() -> None:
+    """vLLM 0.33 admits an async tier load only into the free blocks less what the
+    in-flight prefills still need (`_inflight_prefill_reserved_blocks`, PR #44560). After
+    a's first chunk 11 blocks are free, enough for b's 5-block load, but a still needs 8:
+    b's load waits until a no longer needs them (vLLM 0.33's own Scheduler gives the same
+    records: tests/oracles, `test_tier_load_gate_matches_vllm`)."""
+    steps = replay_scenario(_load_gate_scenario())
+    first_load = next(k for k, s in enumerate(steps) if s["loads"])
+    last_a = max(k for k, s in enumerate(steps) if "a" in s["scheduled"])
+    assert steps[first_load]["loads"] == {"b": [0, 20]}
+    assert first_load > last_a  # without the gate b loads at step 0 and a must wait
+    assert sum(s["scheduled"].get("a", 0) for s in steps) == 41  # 40 prompt + 1 decode
+    assert [f for s in steps for f in s["finished"]] == ["a", "b"]
+

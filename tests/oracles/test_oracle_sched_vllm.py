@@ -256,6 +256,18 @@ def test_tier_driver_loads_then_schedules_the_rest(vllm_engine: None) -> None:
     assert len(sched_vllm.replay_scenario_tier(sc, {})) == 1
 
 
+def test_tier_load_gate_matches_vllm(vllm_engine: None) -> None:
+    # tests/test_engine.py's in-flight reservation case: an async load waits for the
+    # blocks a chunked prefill still needs; vLLM's own records equal the engine's
+    from test_engine import _load_gate_scenario
+
+    from xmemplan.sizing.engine import replay_scenario
+
+    ours = replay_scenario(_load_gate_scenario())
+    theirs = sched_vllm.replay_scenario_tier(_load_gate_scenario(), sched_vllm.landings(ours))
+    assert not first_parting_tier(ours, theirs)
+
+
 TIER_KNOWN: dict[int, str] = {}  # none parts since the duplicate-block fix (pool.py)
 TIER_CASES = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
     (41, 32, 32, 8, 200.0, True),    # pressure: preemptions while loads are in flight
