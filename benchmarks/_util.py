@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -39,3 +40,11 @@ def apply_async_flag(a: argparse.Namespace) -> None:
         from xmemplan.sizing import simmodel
 
         simmodel.ASYNC_BY_DEFAULT = a.async_schedule == "on"
+
+
+def pipe_friendly() -> None:
+    """End quietly when the reader closes the pipe (`script | head`), as a shell tool does,
+    instead of a BrokenPipeError traceback."""
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+

@@ -44,7 +44,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-from _util import add_async_flag, apply_async_flag
+from _util import add_async_flag, apply_async_flag, pipe_friendly
 
 SRC = "netpreme/vllm_xmem netpreme/coding_agents/"
 AGENTS = 12
@@ -310,8 +310,8 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
             for n, r in SWEEP]
     ok50 = sum(abs(p.ttft_p50_ms / r.ttft_p50_ms - 1) <= TTFT_TOL for _, r, p in rows)
     ok90 = sum(abs(p.ttft_p90_ms / r.ttft_p90_ms - 1) <= TTFT_TOL for _, r, p in rows)
-    print(f"TTFT within {TTFT_TOL:.0%} at {ok50} of {len(rows)} levels on the p50, {ok90} "
-          f"on the p90: the unseen DRAM sweep of 04-18, 4 to 24 agents")
+    print(f"TTFT within {TTFT_TOL:.0%} at {ok50} of {len(rows)} levels (p50), {ok90} (p90): "
+          "the unseen 04-18 DRAM sweep")
     print(f"({how}; think {think_s:.2f} s, pool x {pool_scale}, medians of {seeds} seeds; "
           "measured / predicted)")
     print(f"{'agents':>6} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
@@ -455,4 +455,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    pipe_friendly()
     main()

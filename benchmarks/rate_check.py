@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _util import add_async_flag, apply_async_flag
+from _util import add_async_flag, apply_async_flag, pipe_friendly
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data" / "measurements" / "rate.csv"
@@ -364,4 +364,5 @@ def main() -> None:
               + " ".join(f"{hit[r]['hbm_hit']:.0%}" for r in run.rates))
 
 if __name__ == "__main__":
+    pipe_friendly()
     main()
