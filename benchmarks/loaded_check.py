@@ -32,6 +32,11 @@ Workload inputs, each derived from the published runs (docs/validation.md "Loade
 - each agent's request extends its previous one by the published hit share (GPU +
   external); whether that prefix is still in HBM is the run's outcome.
 
+Bounds (issue 19): TTFT p50 and p90 within 30 %, or within the published run-to-run spread:
+the three 04-19 runs of an option repeat one deployment, so a prediction inside the range
+they measured passes too (both counts are printed); throughput within 20 %; KV use and the
+GPU share of hits within 10 points.
+
     .venv/bin/python benchmarks/loaded_check.py
 """
 
@@ -312,17 +317,21 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
     ok90 = sum(abs(p.ttft_p90_ms / r.ttft_p90_ms - 1) <= TTFT_TOL for _, r, p in rows)
     print(f"TTFT within {TTFT_TOL:.0%} at {ok50} of {len(rows)} levels (p50), {ok90} (p90): "
           "the unseen 04-18 DRAM sweep")
-    print(f"({how}; think {think_s:.2f} s, pool x {pool_scale}, medians of {seeds} seeds; "
+    print(f"({how};\n think {think_s:.2f} s, pool x {pool_scale}, medians of {seeds} seeds; "
           "measured / predicted)")
     print(f"{'agents':>6} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
-          f"{'err':>5} {'req/s':>5} {'pred':>5} {'KV':>4} {'pred':>4} {'GPU sh':>6} {'pred':>4} "
-          f"{'admit':>5} {'steps/s':>7}")
+          f"{'err':>5} {'queue p50':>9} {'pred':>6}")
     for n, r, p in rows:
+        q = "-" if r.queue_p50_ms is None else f"{r.queue_p50_ms:,.0f}"
         print(f"{n:6} {r.ttft_p50_ms:8,.0f} {p.ttft_p50_ms:6,.0f} "
               f"{_err(p.ttft_p50_ms, r.ttft_p50_ms):>5} {r.ttft_p90_ms:6,.0f} "
-              f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} "
-              f"{r.rps or 0:5.2f} {p.rps:5.2f} {r.kv_usage or 0:4.0%} {p.kv_usage:4.0%} "
-              f"{r.gpu_share:6.0%} {p.gpu_share:4.0%} {p.admit_share:5.0%} {p.steps_s:7.1f}")
+              f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} {q:>9} "
+              f"{p.queue_p50_ms:6,.0f}")
+    print(f"{'agents':>6} {'req/s':>5} {'pred':>5} {'KV':>4} {'pred':>4} {'GPU share':>9} "
+          f"{'pred':>4} {'admit':>5} {'steps/s':>7}")
+    for n, r, p in rows:
+        print(f"{n:6} {r.rps or 0:5.2f} {p.rps:5.2f} {r.kv_usage or 0:4.0%} {p.kv_usage:4.0%} "
+              f"{r.gpu_share:9.0%} {p.gpu_share:4.0%} {p.admit_share:5.0%} {p.steps_s:7.1f}")
 
 
 def predict_seeds(run: Run, seeds: int, **kw: object) -> tuple[Prediction, float, float]:
@@ -344,6 +353,18 @@ def _overheads(mem_fraction: float) -> str:
                    load_tier="host", policy="vllm", prompt_p50=RUNS[0].isl_p50)
     return (f"step overheads {c.base_s * 1e3:.3g} ms + {c.per_token_s * 1e6:.3g} us/token + "
             f"{c.per_seq_s * 1e6:.3g} us/request")
+
+
+def repeat_spread(run: Run, field: str) -> tuple[float, float]:
+    """The lowest and highest `field` the runs of `run`'s option measured: the 04-19 runs
+    repeat one deployment (server, flags, 12 agents) per option, so their range is the
+    published run-to-run spread (issue 19: within 30 %, or within that spread)."""
+    vals = [getattr(r, field) for r in RUNS if r.option == run.option]
+    return min(vals), max(vals)
+
+
+def _in(v: float, lo: float, hi: float) -> str:
+    return "y" if lo <= v <= hi else "n"
 
 
 def _err(p: float, m: float | None) -> str:
@@ -388,12 +409,18 @@ def main() -> None:
                            weights_pool=a.weights_pool, tasks=not a.independent_lengths)
              for r in RUNS]
     rows = [(r, p) for r, (p, _, _) in zip(RUNS, preds, strict=True)]
-    fails: list[str] = []
+    fails: list[str] = []  # outside every bound
+    strict: list[str] = []  # outside the 30 % bound (within the repeats' spread or not)
     for r, p in rows:
-        for what, pv, mv in (("TTFT p50", p.ttft_p50_ms, r.ttft_p50_ms),
-                             ("TTFT p90", p.ttft_p90_ms, r.ttft_p90_ms)):
+        for what, pv, mv, span in (("TTFT p50", p.ttft_p50_ms, r.ttft_p50_ms,
+                                    repeat_spread(r, "ttft_p50_ms")),
+                                   ("TTFT p90", p.ttft_p90_ms, r.ttft_p90_ms,
+                                    repeat_spread(r, "ttft_p90_ms"))):
             if abs(pv / mv - 1) > TTFT_TOL:
-                fails.append(f"{r.name} {what} {pv / mv - 1:+.0%}")
+                strict.append(f"{r.name} {what} {pv / mv - 1:+.0%}")
+                if not span[0] <= pv <= span[1]:
+                    fails.append(f"{r.name} {what} {pv / mv - 1:+.0%} (repeats "
+                                 f"{span[0]:,.0f}-{span[1]:,.0f} ms)")
         for what, pv, mo in (("req/s", p.rps, r.rps), ("tok/s", p.tok_s, r.tok_s)):
             if mo is not None and abs(pv / mo - 1) > THROUGHPUT_TOL:
                 fails.append(f"{r.name} {what} {pv / mo - 1:+.0%}")
@@ -403,34 +430,45 @@ def main() -> None:
             fails.append(f"{r.name} GPU share of hits "
                          f"{100 * (p.gpu_share - r.gpu_share):+.0f} points")
     verdict = "PASS" if not fails else f"FAIL ({len(fails)} outside)"
-    print(f"{verdict}: {len(RUNS)} published loaded runs (12 agents, 1 H100), TTFT within "
-          f"{TTFT_TOL:.0%}, throughput {THROUGHPUT_TOL:.0%}, KV and GPU share "
-          f"{100 * POINTS_TOL:.0f} points")
-    print(f"{'run':24} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
-          f"{'err':>5} {'queue p50':>9} {'pred':>6} {'p50 over seeds':>14}")
+    print(f"{verdict}: {len(RUNS)} published loaded runs (12 agents, 1 H100)")
+    print(f"bounds: TTFT {TTFT_TOL:.0%} or the repeats' spread, throughput "
+          f"{THROUGHPUT_TOL:.0%}, KV and GPU share {100 * POINTS_TOL:.0f} pts")
+    print(f"({len(strict)} TTFT checks are outside the {TTFT_TOL:.0%} bound alone)")
+    print(f"{'run':25} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
+          f"{'err':>5} {'repeats':>6}")
+    for r, p in rows:
+        lo, hi = repeat_spread(r, "ttft_p50_ms")
+        print(f"{r.name:25} {r.ttft_p50_ms:8,.0f} {p.ttft_p50_ms:6,.0f} "
+              f"{_err(p.ttft_p50_ms, r.ttft_p50_ms):>5} {r.ttft_p90_ms:6,.0f} "
+              f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} "
+              f"{_in(p.ttft_p50_ms, lo, hi)}/{_in(p.ttft_p90_ms, *repeat_spread(r, 'ttft_p90_ms'))}")
+    print(f"{'run':25} {'queue p50':>9} {'pred':>6} {'p50 over seeds':>14} {'preempt':>7}")
     for (r, p), (_, lo, hi) in zip(rows, preds, strict=True):
         q = "-" if r.queue_p50_ms is None else f"{r.queue_p50_ms:,.0f}"
-        print(f"{r.name:24} {r.ttft_p50_ms:8,.0f} {p.ttft_p50_ms:6,.0f} "
-              f"{_err(p.ttft_p50_ms, r.ttft_p50_ms):>5} {r.ttft_p90_ms:6,.0f} "
-              f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} {q:>9} "
-              f"{p.queue_p50_ms:6,.0f} {_err(lo, r.ttft_p50_ms):>6}..{_err(hi, r.ttft_p50_ms)}")
-    print(f"{'run':24} {'req/s':>5} {'pred':>5} {'tok/s':>5} {'pred':>5} {'KV':>4} "
-          f"{'pred':>4} {'preempt':>7}")
+        print(f"{r.name:25} {q:>9} {p.queue_p50_ms:6,.0f} "
+              f"{_err(lo, r.ttft_p50_ms) + '..' + _err(hi, r.ttft_p50_ms):>14} "
+              f"{p.preemptions:7.2f}")
+    print(f"{'run':25} {'req/s':>5} {'pred':>5} {'tok/s':>5} {'pred':>5} {'KV':>4} "
+          f"{'pred':>4}")
     for r, p in rows:
         rps = "-" if r.rps is None else f"{r.rps:.2f}"
         tok = "-" if r.tok_s is None else f"{r.tok_s:.0f}"
         kv = "-" if r.kv_usage is None else f"{r.kv_usage:.0%}"
-        print(f"{r.name:24} {rps:>5} {p.rps:5.2f} {tok:>5} {p.tok_s:5.0f} {kv:>4} "
-              f"{p.kv_usage:4.0%} {p.preemptions:7.2f}")
-    print(f"{'run':24} {'GPU hit':>7} {'pred':>5} {'ext hit':>7} {'pred':>4} "
-          f"{'GPU share':>9} {'pred':>4} {'admit':>5} {'steps/s':>7}")
+        print(f"{r.name:25} {rps:>5} {p.rps:5.2f} {tok:>5} {p.tok_s:5.0f} {kv:>4} "
+              f"{p.kv_usage:4.0%}")
+    print(f"{'run':25} {'GPU hit':>7} {'pred':>5} {'ext hit':>7} {'pred':>4} "
+          f"{'GPU share':>9} {'pred':>4}")
     for r, p in rows:
-        print(f"{r.name:24} {r.gpu_hit:7.1%} {p.gpu_hit:5.1%} {r.ext_hit:7.0%} "
-              f"{p.ext_hit:4.0%} {r.gpu_share:9.0%} {p.gpu_share:4.0%} {p.admit_share:5.0%} "
-              f"{p.steps_s:7.1f}")
-    print("GPU hit: vllm:prefix_cache_hits / queries, every lookup (the fork's vLLM counts a\n"
-          "waiting request at each step that tries it); ext hit: the connector's, once per\n"
-          "admission; GPU share from both; admit: each request once, at its admission;\n"
+        print(f"{r.name:25} {r.gpu_hit:7.1%} {p.gpu_hit:5.1%} {r.ext_hit:7.0%} "
+              f"{p.ext_hit:4.0%} {r.gpu_share:9.0%} {p.gpu_share:4.0%}")
+    print(f"{'run':25} {'admit':>5} {'steps/s':>7}")
+    for r, p in rows:
+        print(f"{r.name:25} {p.admit_share:5.0%} {p.steps_s:7.1f}")
+    print("repeats: in (y) or out (n) of the TTFT p50 / p90 range the option's three 04-19\n"
+          "runs measured (same server, flags and agents: the published run-to-run spread)")
+    print("GPU hit: vllm:prefix_cache_hits / queries, every lookup (the fork's vLLM counts\n"
+          "a waiting request at each step that tries it); ext hit: the connector's, once\n"
+          "per admission; GPU share from both; admit: each request once, at its admission;\n"
           "steps/s: the simulated engine's (each step tries the waiting head again)")
     x = [(r, p) for r, p in rows if r.name.endswith("(clean)")]
     if len(x) == 2:
@@ -441,16 +479,17 @@ def main() -> None:
     for f in fails:
         print(f"  outside: {f}")
     print(f"assumed: think {think_s:.2f} s, mem fraction {a.mem_fraction}, {a.requests:,} "
-          f"requests x {a.seeds} seeds (medians), --max-num-batched-tokens {MAX_BATCHED}, --max-num-seqs {MAX_SEQS}"
+          f"requests x {a.seeds} seeds (medians),\n --max-num-batched-tokens {MAX_BATCHED}, "
+          f"--max-num-seqs {MAX_SEQS}"
           + ("" if a.pool_scale == 1.0 else f", KV pool x {a.pool_scale}")
           + (", pool: weights only" if a.weights_pool else ""))
     if a.independent_lengths:
         print("lengths: each request's drawn alone")
     else:
         turns, rho = task_structure()
-        print(f"lengths: agents work through tasks of {turns} turns whose prompts grow; "
-              f"{rho:.0%} of var(log prompt) between tasks (the runs' completed tasks, "
-              "data/measurements/netpreme-turns.csv)")
+        print(f"lengths: agents work through tasks of {turns} turns whose prompts grow;\n"
+              f" {rho:.0%} of var(log prompt) between tasks (the runs' completed tasks,\n"
+              " data/measurements/netpreme-turns.csv)")
     print(f"engine: {_overheads(a.mem_fraction)}")
 
 
