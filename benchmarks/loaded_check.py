@@ -16,8 +16,9 @@ event, which an async OffloadingConnector load records only once its KV has arri
 waiting for blocks and the tier load both count in it.
 
 Workload inputs, each derived from the published runs (docs/validation.md "Loaded check"):
-- the engine flags of netpreme/coding_agents/start_server.sh: --max-num-batched-tokens
-  65536, --max-num-seqs 256 (vLLM policy otherwise as `size`);
+- the engine flags of netpreme/coding_agents/start_server.sh as benchmark/run_concurrent.py
+  starts it: --max-num-batched-tokens 65536, --max-num-seqs 12 (the runner sets it to the
+  concurrency level; vLLM policy otherwise as `size`);
 - output tokens per request: lognormal with the published gen_tok_len p50 as median and
   output_tokens_per_sec / requests_per_sec as mean (the histogram's p90 is a bucket
   interpolation; the mean is exact);
@@ -56,7 +57,13 @@ AGENTS = 12
 # 109 turns of the 6 tasks the DRAM summary run completed after its warm-up (their e2e_ms)
 OK_TURNS_E2E_MEAN_S = 10.396
 THINK_S = AGENTS / 1.13 - OK_TURNS_E2E_MEAN_S  # Little's law: 0.224 s
-MAX_BATCHED, MAX_SEQS = 65536, 256  # start_server.sh
+# start_server.sh passes --max-num-batched-tokens 65536 (fixed) and --max-num-seqs
+# ${MAX_NUM_SEQS:-256}; benchmark/run_concurrent.py, which started a fresh server for each
+# concurrency level, sets MAX_NUM_SEQS to the level ("max_num_seqs defaults to concurrency
+# so vLLM never queues more requests than the number of active agent tasks") unless given
+# --max-num-seqs, which the runs do not record.
+MAX_BATCHED = 65536
+MAX_SEQS = AGENTS
 # vLLM v1/metrics/buckets.py: TIME_TO_FIRST_TOKEN_BUCKETS, REQUEST_LATENCY_BUCKETS (queue)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -115,8 +122,8 @@ RUNS = (
         queue_p50_ms=1_898.6, rps=1.399, tok_s=311.719, kv_usage=0.943),
 )
 # TTFT against concurrency: the 2026-04-18 04:08 DRAM sweep, 4 to 24 agents (one c<N>.json
-# per level). Its server flags are not recorded beside it (its ITL is 38 ms at 12 agents
-# where the 04-19 runs show 19-23 ms); it is run with the 04-19 deployment.
+# per level). Its mem fraction is not recorded beside it (its ITL is 38 ms at 12 agents
+# where the 04-19 runs show 19-23 ms): see SWEEP_MEM_FRACTION.
 _S = _B + "hybrid-cpu_p8000_20260418_040848/c0"
 SWEEP = tuple(
     (n, Run(f"DRAM 04-18 {n:2} agents", "host-dram", isl50, isl90, gpu / 100, ext / 100,
@@ -291,27 +298,33 @@ def published_hit_rates(r, keep: np.ndarray) -> tuple[float, float]:  # noqa: AN
             float(r.tier_hit[ok].sum()) / q_ext if q_ext > 0 else 0.0)
 
 
-# The sweep's server flags are not recorded beside it: by default it is run as the fork
-# serves with none given: gpu_memory_utilization 0.9 (netpreme/vllm_xmem
-# vllm/config/cache.py, CacheConfig) and vLLM's batch defaults for the GPU
-# (simmodel.vllm_defaults). Its KV use at 4 and 8 agents (32 % and 68 %) is what that
-# pool gives, not the 0.75 one of the 04-19 runs (docs/validation.md).
+# The sweep ran under the same runner (benchmark/run_concurrent.py: a fresh server per
+# level through start_server.sh), so by default it gets that script's flags: 65,536 batched
+# tokens and max_num_seqs = the level. Its gpu_memory_utilization is not recorded: the
+# default is start_server.sh's and the fork's own, 0.9 (${GPU_MEMORY_UTILIZATION:-0.9};
+# netpreme/vllm_xmem vllm/config/cache.py, CacheConfig). Its KV use at 4 and 8 agents
+# (32 % and 68 %) is what that pool gives, not the 0.75 one of the 04-19 runs
+# (docs/validation.md). `--sweep-deployment defaults` runs vLLM's batch defaults for the
+# GPU instead (simmodel.vllm_defaults), `0419` the 04-19 runs' mem fraction.
 SWEEP_MEM_FRACTION = 0.9
 
 
 def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float,
            seeds: int, weights_pool: bool = False, tasks: bool = True,
-           deployment: str = "defaults") -> None:
-    flags: tuple[int | None, int | None] = (None, None)
-    if deployment == "defaults":
-        mem_fraction = SWEEP_MEM_FRACTION
-        how = f"vLLM defaults: mem fraction {SWEEP_MEM_FRACTION}, batch defaults"
+           deployment: str = "script") -> None:
+    def flags(n: int) -> tuple[int | None, int | None]:
+        return (None, None) if deployment == "defaults" else (MAX_BATCHED, n)
+
+    if deployment == "0419":
+        how = f"the 04-19 deployment: mem fraction {mem_fraction}, the runner's flags"
     else:
-        flags = (MAX_BATCHED, MAX_SEQS)
-        how = f"the 04-19 deployment: mem fraction {mem_fraction}, start_server.sh flags"
+        mem_fraction = SWEEP_MEM_FRACTION
+        how = (f"mem fraction {SWEEP_MEM_FRACTION}, " + (
+            "vLLM's batch defaults" if deployment == "defaults"
+            else f"the runner's flags: {MAX_BATCHED:,} tokens, seqs = agents"))
     rows = [(n, r, predict_seeds(r, seeds, think_s=think_s, mem_fraction=mem_fraction,
                                  requests=requests, pool_scale=pool_scale, agents=n,
-                                 weights_pool=weights_pool, tasks=tasks, flags=flags)[0])
+                                 weights_pool=weights_pool, tasks=tasks, flags=flags(n))[0])
             for n, r in SWEEP]
     ok50 = sum(abs(p.ttft_p50_ms / r.ttft_p50_ms - 1) <= TTFT_TOL for _, r, p in rows)
     ok90 = sum(abs(p.ttft_p90_ms / r.ttft_p90_ms - 1) <= TTFT_TOL for _, r, p in rows)
@@ -387,10 +400,11 @@ def main() -> None:
                     help="size the KV pool as HBM x mem fraction less the weights only "
                          "(size's pool before round 6), not as vLLM does (less its profile "
                          "run's activations and its non-torch memory too)")
-    ap.add_argument("--sweep-deployment", choices=("defaults", "0419"), default="defaults",
-                    help="the sweep's unrecorded server flags: the fork's defaults "
-                         "(gpu_memory_utilization 0.9) or the 04-19 runs' (--mem-fraction, "
-                         "start_server.sh)")
+    ap.add_argument("--sweep-deployment", choices=("script", "defaults", "0419"),
+                    default="script",
+                    help="the sweep's server: the runner's flags at mem fraction 0.9 "
+                         "(script), vLLM's batch defaults at 0.9 (defaults), or the "
+                         "runner's flags at --mem-fraction (0419)")
     ap.add_argument("--independent-lengths", action="store_true",
                     help="draw each request's prompt length alone (no task structure: "
                          "the check before round 6)")
