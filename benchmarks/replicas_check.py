@@ -34,7 +34,8 @@ benchmarking/37-capacity/README.md, inference-perf):
   index being the request's number within its stage); `ignore_eos`, 1,000 output tokens
   each. The prompts are random token ids sent as text, which the server tokenises
   again: replayed at the lengths the same harness and tokenizer counted (RETOKENIZED);
-  each replica's KV room is the run's own (`kv_tokens_per_replica`, with_run_room).
+  each replica's KV room is the run's own in the engine's pool (`kv_tokens_per_replica`,
+  with_run_room).
 What the run's figures are (inference-perf's stage summary, reportgen/base.py
 `summarize_requests`, as llm-d's report script reads it: the TTFT p90 column is
 `successes.latency.time_to_first_token.p90`):
@@ -76,10 +77,14 @@ tiered-prefix-cache-cpu.values.yaml): queue, kv-cache-utilization, GPU prefix (a
 of the replica's KV room: autoTune), CPU prefix (lruCapacityPerServer 82,000 blocks of 16
 tokens) and no-hit-lru scorers at weight 1 each (the README: "1:1:1:1:1"); the HBM-only
 baseline is taken as the same without the CPU scorer (the README does not give its
-configuration: an assumption). The CPU tier per replica: `cpu_bytes_to_use` 100 GiB per
-TP rank (guides/tiered-prefix-cache/modelserver/gpu/vllm/native/cpu/base/patch-vllm.yaml;
-the README: 200 GiB a replica) = 819,200 tokens of Qwen3-32B's 262,144-byte KV (the
-README's 1,312,000 tokens assume 160 KB a token). Compared: TTFT p90 and total (prompt +
+configuration: an assumption). The CPU tier per replica: 200 GiB a vLLM server (the
+README: "at 200 GiB/replica"; the guide's cpu/ overlay of that release sets
+`cpu_bytes_to_use` 214,748,364,800, guides/tiered-prefix-cache/cpu/modelserver/gpu/vllm/
+offloading-connector/base/patch-vllm.yaml), which vLLM's CPUOffloadingSpec spends for
+the whole engine, not per TP rank (its offloaded block is the GPU page x the KV tensors x
+`parallel_config.world_size`; the same in vLLM 0.33's kv_offload/cpu/spec.py) = 819,200
+tokens of Qwen3-32B's 262,144-byte KV (the README's 1,312,000 tokens assume 160 KB a
+token; the later native/cpu overlay's 100 GiB would be 409,600). Compared: TTFT p90 and total (prompt +
 output) tokens/s per stage, and the ceiling; reported beside them, the time per output
 token from the README's mean E2E latency and mean TTFT.
 """
@@ -234,18 +239,37 @@ def run_stream(row: dict[str, str], stages: list[tuple[float, float]], seed: int
 
 
 def with_run_room(req: SizeRequest, row: dict[str, str]) -> SizeRequest:
-    """`req` with the HBM share that leaves the run's own KV room per replica
+    """`req` with the memory share that gives each replica the run's own KV room
     (`kv_tokens_per_replica`: the engine's logged KV capacity the source states, 461,376
-    tokens a pod in run 1, 298,000 a replica in run 2) in place of the default 0.9 of HBM
-    less the weights (448,000 and 299,072)."""
-    from xmemplan.sizing import model as M
+    tokens a pod in run 1, 298,000 a replica in run 2) in the engine's own pool. The
+    engine sizes its pool as vLLM does (simmodel.kv_pool_tokens: util x memory less the
+    weights, the profile run's peak and the non-torch memory), so the share is solved on
+    that pool; solving it on weights alone (before round 7) left the engine 3.3 % (run 1,
+    446,241) and 4.3 % (run 2, 285,207) short of the room the runs logged."""
+    from xmemplan.sizing.simmodel import kv_pool_tokens
 
     if not row.get("kv_tokens_per_replica"):
         return req
     kv = float(row["kv_tokens_per_replica"])
-    frac = ((kv * M.kv_bytes_per_token_per_gpu(req.model, req.shape)
-             + M.weight_bytes_per_gpu(req.model, req.shape)) / req.gpu.hbm_capacity_bytes)
+    # the pool is linear in the share where it is positive: two secant steps land on it
+    lo, hi = 0.5, 0.99
+    f_lo = kv_pool_tokens(replace(req, mem_fraction=lo).setup, req.engine) - kv
+    f_hi = kv_pool_tokens(replace(req, mem_fraction=hi).setup, req.engine) - kv
+    frac = hi
+    for _ in range(3):
+        if f_hi == f_lo:
+            break
+        frac = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+        lo, f_lo = hi, f_hi
+        hi, f_hi = frac, kv_pool_tokens(replace(req, mem_fraction=frac).setup, req.engine) - kv
     return replace(req, mem_fraction=frac)
+
+
+def run_room(req: SizeRequest) -> float:
+    """A replica's KV room as the engine holds it (the router's GPU index, autoTune)."""
+    from xmemplan.sizing.simmodel import kv_pool_tokens
+
+    return float(kv_pool_tokens(req.setup, req.engine))
 
 
 def simulate(rows: list[dict[str, str]], seed: int
@@ -253,7 +277,6 @@ def simulate(rows: list[dict[str, str]], seed: int
     """Per (scheduler, stage QPS) of one replay of each scheduler's run: (TTFT p90 s,
     output tokens/s and total (prompt + output) tokens/s over the stage's span from its
     first request sent to its last finished, mean time per output token s)."""
-    from xmemplan.sizing import model as M
 
     got: dict[tuple[str, float], tuple[float, float, float, float]] = {}
     by_sched: dict[str, list[dict[str, str]]] = defaultdict(list)
@@ -273,7 +296,7 @@ def simulate(rows: list[dict[str, str]], seed: int
             gpu=row["gpu"], tp=int(row["tp"]), engine=row["engine"], router="session",
             requests=n, slo_on="all", slo_at="p90", seed=seed)
         req = with_run_room(req, row)
-        room = M.kv_room_tokens(req.model, req.gpu, req.shape, req.mem_fraction)
+        room = run_room(req)
         router, params = scheduler(measured, room)
         req = replace(req, router=router, router_params=params)
         p = StagedPlanner(req)
