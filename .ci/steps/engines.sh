@@ -47,6 +47,9 @@ fi
 # xmemplan without its heavy optional deps, then what the compared modules import.
 pipq install -q --no-deps -e .
 pipq install -q numba polars typer rich xxhash pytest hypothesis
+# What sglang.srt.managers.scheduler imports beyond schedule_policy (its Scheduler is built
+# without its model worker: tests/oracles/oracle_drivers/sched_sglang.py).
+pipq install -q setproctitle uvicorn email-validator
 "$VENV/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
 built=$(date +%s)
 

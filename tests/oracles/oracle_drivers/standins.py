@@ -25,12 +25,17 @@ import types
 from typing import Any
 
 ROOTS = ("triton", "torchvision")
+# A stand-in that raises instead: no GPU driver is active (SGLang's fla utils ask triton's
+# driver for the device and fall back to "cpu" when the call raises).
+RAISES = frozenset({"triton.runtime.driver.active"})
 
 
 class _StandInMeta(type):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        if f"{cls.__name__}.{name}" in RAISES:
+            raise RuntimeError(f"{cls.__name__}.{name}: no GPU driver (stand-in)")
         return _stand_in(f"{cls.__name__}.{name}")
 
     def __getitem__(cls, _key: Any) -> Any:
@@ -65,6 +70,8 @@ class _Module(types.ModuleType):
             raise AttributeError(name)
         if name == "InterpolationMode":
             return InterpolationMode
+        if f"{self.__name__}.{name}" in RAISES:
+            raise RuntimeError(f"{self.__name__}.{name}: no GPU driver (stand-in)")
         value = _stand_in(f"{self.__name__}.{name}")
         setattr(self, name, value)
         return value
