@@ -363,42 +363,52 @@ def test_matches_vllm_scheduler_with_a_tier_long_prompts(vllm_engine: None, seed
 
 
 # Async scheduling with the tier (vLLM's AsyncScheduler, the engine core's batch queue,
-# async_scheduling on in vLLM's config: with the kv_both connector it also defers block
-# frees). Compared as the async cases above, kv_blocks_used left out for the same reason
-# (requests finishing at step k still hold their blocks when step k+1 is built; with the
-# connector vLLM frees them a batch later still, `defer_block_free`).
-TIER_ASYNC = [  # seed, blocks, budget, max_num_seqs, rate, prompts up to 400 tokens
-    (51, 4096, 64, 32, 50.0, True),   # light load
-    (52, 4096, 32, 32, 200.0, True),  # busy
-    (53, 4096, 24, 16, 200.0, True),  # 7 loads in flight at once
-    (54, 48, 64, 16, 200.0, True),    # a small pool: a preemption
-    # Under KV pressure they part (expected failure; docs/oracles.md): vLLM schedules
-    # step 11 with 1 request, xmemplan with 8
-    pytest.param(46, 64, 64, 16, 800.0, False, marks=pytest.mark.xfail(strict=True, reason=(
-        "KV pressure under async scheduling: a request finishing at step k holds its "
-        "blocks while step k+1 is built, and with the kv_both connector vLLM frees a "
-        "finished or preempted request's blocks only once the batch in flight is "
-        "processed and will not preempt a request whose blocks it cannot free at once "
-        "(defer_block_free, _request_blocks_can_be_freed); the engine frees at the "
-        "step's end"))),
+# async_scheduling on in vLLM's config). With two batches in flight and the kv_both
+# connector vLLM 0.33 defers block frees (`defer_block_free`): a request that finishes at
+# step k still holds its blocks and seat while step k+1 is built, and a request step k
+# scheduled is no preemption victim then (`_request_blocks_can_be_freed`: the running
+# loop stops instead). The engine's rule (Config.defer_block_free, on here as the
+# scenario has a tier) models both, so every field is compared, the blocks held too.
+# `binds`: without the rule the engine parts in what runs, not only in the blocks held
+TIER_ASYNC = [  # seed, blocks, budget, max_num_seqs, rate, prompts up to 400 tokens, binds
+    (51, 4096, 64, 32, 50.0, True, False),   # light load
+    (52, 4096, 32, 32, 200.0, True, False),  # busy
+    (53, 4096, 24, 16, 200.0, True, False),  # 7 loads in flight at once
+    (54, 48, 64, 16, 200.0, True, False),    # a small pool: a preemption
+    # parted at step 11 before the rule (vLLM scheduled 1 request, xmemplan 8: the
+    # others' victim was in flight), then at step 18 before the duplicate chain (pool.py)
+    (46, 64, 64, 16, 800.0, False, True),
+    (61, 32, 32, 8, 200.0, False, True),     # KV pressure: 30 preemptions
+    (62, 24, 32, 8, 300.0, False, True),     # heavy pressure: 37 preemptions, 23 loads
+    (65, 96, 32, 16, 300.0, True, True),     # long prompts and pressure
 ]
 
 
-@pytest.mark.parametrize(("seed", "blocks", "budget", "seqs", "rate", "long"), TIER_ASYNC)
+@pytest.mark.parametrize(("seed", "blocks", "budget", "seqs", "rate", "long", "binds"),
+                         TIER_ASYNC)
 def test_matches_vllm_async_scheduler_with_a_tier(vllm_engine: None, seed: int, blocks: int,
                                                   budget: int, seqs: int, rate: float,
-                                                  long: bool) -> None:
+                                                  long: bool, binds: bool) -> None:
     replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
     sc = (tier_long_case(seed, blocks, budget, seqs, rate) if long
           else tier_case(seed, blocks, budget, seqs, rate))
     sc["async_scheduling"] = True
     ours = list(replay(sc))
     theirs = sched_vllm.replay_scenario_async_tier(sc, sched_vllm.landings(ours))
-    msg = first_parting_tier([dict(s, kv_blocks_used=None) for s in ours],
-                             [dict(s, kv_blocks_used=None) for s in theirs])
+    msg = first_parting_tier(ours, theirs)
     assert not msg, msg
     assert sum(len(s["loads"]) for s in theirs) >= 5
+
+    def decisions(records: list[dict]) -> list[dict]:
+        return [dict(s, kv_blocks_used=None) for s in records]
+
     # the case exercises it: the engine without async parts from vLLM's AsyncScheduler
     sync = list(replay(dict(sc, async_scheduling=False)))
-    assert first_parting_tier([dict(s, kv_blocks_used=None) for s in sync],
-                              [dict(s, kv_blocks_used=None) for s in theirs])
+    assert first_parting_tier(decisions(sync), decisions(theirs))
+    # and without the deferred frees: in the blocks held, and (under KV pressure, where
+    # the case preempts) in what runs
+    eager = list(replay(dict(sc, defer_block_free=False)))
+    assert first_parting_tier(eager, theirs)
+    if binds:
+        assert sum(len(s["preempted"]) for s in theirs) > 0
+        assert first_parting_tier(decisions(eager), decisions(theirs))

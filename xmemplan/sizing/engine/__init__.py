@@ -31,6 +31,7 @@ drop_stale_cache(_HERE, [_HERE.parent / "sim.py", _PREFIX / "engine_kernels.py",
 
 from xmemplan.sizing.engine.loop import (
     E_ASYNC,
+    E_DEFER,
     E_LAYERS,
     E_NB,
     E_PER_SWITCH,
@@ -131,6 +132,12 @@ class Config:
     # the batch of a step built while the step before runs (vLLM --async-scheduling,
     # SGLang's overlap scheduler; loop.py): off here, on per engine in simmodel.config_for
     async_schedule: bool = False
+    # vLLM 0.33's deferred block frees (`defer_block_free`: async scheduling with a KV
+    # connector that loads, the OffloadingConnector's kv_both): a request that finished
+    # in step k frees its blocks and seat once step k+1 is built, and one that step k
+    # scheduled is no preemption victim while step k+1 is built (loop.py). vLLM policy
+    # with async_schedule only; off here, on with a tier in simmodel.config_for
+    defer_block_free: bool = False
     lin_s_per_token: float = 0.0
     attn_s_per_unit: float = 0.0
     dense_weight_bytes: float = 0.0
@@ -221,6 +228,7 @@ class Config:
         ep[E_LAYERS] = self.layers
         ep[E_NB] = self.blocks
         ep[E_ASYNC] = int(self.async_schedule)
+        ep[E_DEFER] = int(self.defer_block_free)
         if self.replicas < 1 or self.block_tokens < 1 or self.blocks < 1 \
                 or self.max_num_seqs < 1 or self.max_batched_tokens < 1 or self.layers < 1 \
                 or self.gpus_per_switch < 1:
@@ -421,6 +429,16 @@ def chain_keys(tokens: list[list[int]], block: int) -> tuple[np.ndarray, np.ndar
     return np.asarray(keys, np.int64), koff, kn
 
 
+def defer_block_free(scenario: dict[str, Any]) -> bool:
+    """A scenario's `defer_block_free`; absent: as vLLM 0.33 sets it (`Scheduler.__init__`:
+    more than one batch in flight and a KV connector that loads), i.e. vLLM with
+    `async_scheduling` and a tier (`tier_link`: the oracle's kv_both connector)."""
+    if "defer_block_free" in scenario:
+        return bool(scenario["defer_block_free"])
+    return (scenario.get("engine") == "vllm" and bool(scenario.get("async_scheduling"))
+            and "tier_link" in scenario)
+
+
 def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
     """Step one replica through an oracle scenario (docs/oracles.md section B): the same
     arrivals and linear step times the engines' own schedulers are driven with; per step
@@ -464,6 +482,7 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
         prefix_caching=bool(scenario.get("enable_prefix_caching", True)),
         reserve_full_isl=bool(scenario.get("scheduler_reserve_full_isl", True)),
         async_schedule=bool(scenario.get("async_scheduling", False)),
+        defer_block_free=defer_block_free(scenario),
         base_s=float(st.get("base_s", 0.0)), per_token_s=float(st.get("per_token_s", 0.0)),
         per_seq_s=float(st.get("per_seq_s", 0.0)),
         kv_bytes_per_token=kvb, dram_bandwidth=link_bw, dram_latency_s=link_lat)

@@ -20,6 +20,16 @@ starts, so a request that arrives (or, vLLM, finishes its tier load) while a ste
 first seen at the end of the step after it; an engine with nothing else to run sees it at
 once. Results are not delayed: both engines process a step's tokens when it ends.
 
+Deferred block frees (ep[E_DEFER] = 1, vLLM with async scheduling only: vLLM 0.33's
+`defer_block_free`, set with more than one batch in flight and a KV connector that loads,
+as the OffloadingConnector does): step k+1 is built while step k is in flight and step k
+is processed after it. So a request that finishes at step k keeps its blocks and seat
+while step k+1 is built (it stays in the running list, ST_DONE, skipped) and frees them
+once it is (`_free_finished`, in the running order); a request step k scheduled (R_SEQ ==
+Q_INFL) is no preemption victim while step k+1 is built: the running loop stops instead
+(policy.vllm_schedule; vLLM `_request_blocks_can_be_freed`). A build that schedules
+nothing lets step k be processed and builds again (vLLM's empty batch).
+
 Routing: route[i] >= 0 pins a replica; -1 joins the replica with the fewest unfinished
 requests (sim.py's min tree); -2 follows prev's replica.
 """
@@ -38,7 +48,9 @@ from xmemplan.sizing.engine.policy import (
     P_CACHING,
     P_POLICY,
     Q_CHUNKED,
+    Q_FIN,
     Q_FLOWS,
+    Q_INFL,
     Q_LOOKED,
     Q_LOOKED_HIT,
     Q_NRUN,
@@ -69,6 +81,7 @@ from xmemplan.sizing.engine.policy import (
     R_REP,
     R_RNEXT,
     R_S0,
+    R_SEQ,
     R_STARTED,
     R_STATUS,
     R_STOK,
@@ -118,8 +131,8 @@ INF = np.inf
  L_WRITE) = range(8)
 N_L = 8
 # engine int parameters beyond the policy's (ep)
-E_REPLICAS, E_PER_SWITCH, E_LAYERS, E_NB, E_ASYNC = range(5)
-N_E = 5
+E_REPLICAS, E_PER_SWITCH, E_LAYERS, E_NB, E_ASYNC, E_DEFER = range(6)
+N_E = 6
 # per-request float outputs
 (O_ARR, O_READY, O_START, O_FIRST, O_DONE, O_ITL_MAX, O_LAST) = range(7)
 N_O = 7
@@ -206,6 +219,24 @@ def _unhide(RI, QI, pnext, ptag, pkind, ph, pt, kc, r, every):  # noqa: ANN001, 
         pt[r] = -1
 
 
+@no_runtime
+def _free_finished(P, RI, QI, rb, r):  # noqa: ANN001, ANN202
+    """Deferred frees: the step in flight is processed. The requests that finished in it
+    leave the running list and free their blocks, in its order (vLLM's
+    update_from_output); no victim is held back any more."""
+    QI[r, Q_INFL] = -1
+    if QI[r, Q_FIN] == 0:
+        return
+    x = QI[r, Q_RHEAD]
+    while x >= 0:
+        nx = RI[x, R_RNEXT]
+        if RI[x, R_STATUS] == ST_DONE:
+            run_remove(RI, QI, r, x)
+            release(P, RI, rb, r, x)
+        x = nx
+    QI[r, Q_FIN] = 0
+
+
 @njit(cache=True)
 def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff, kn, keys,  # noqa: ANN001, ANN201, C901
                fixhit, cacheable, pp, tp, lp, ep, cons, trace, steps_out, sgp):
@@ -223,6 +254,8 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     asyn = ep[E_ASYNC] == 1
     bs = pp[P_BS]
     policy = pp[P_POLICY]
+    # vLLM 0.33's deferred block frees (module doc): async scheduling and a KV connector
+    defer = ep[E_DEFER] == 1 and asyn and policy != SGLANG
     kvb = tp[T_KVB]
     cap = np.empty(2)
     cap[0] = lp[L_DRAM_CAP]
@@ -244,6 +277,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
         QI[r, Q_FLOWS] = 0
         QI[r, 7] = 0
         QI[r, 9] = 0
+        QI[r, Q_FIN] = 0
     rbcap = 0
     for i in range(n):
         RI[i, R_PROMPT] = prompt[i]
@@ -348,8 +382,8 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     # array bound by one of its inlined helpers costs no atomic reference count
     # (docs/performance.md, round 6)
     now, tn, sn = _run_loop(
-        P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt_gpu, cnt_sw, dep,
-        f_owner, f_rate, f_rem, f_rep, f_tier, free, hi, hn, ht, interf, kc, keys, kick,
+        P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt_gpu, cnt_sw, defer,
+        dep, f_owner, f_rate, f_rem, f_rep, f_tier, free, hi, hn, ht, interf, kc, keys, kick,
         kicked, kvb, lat, layers, load_end, loads, macro_ok, nb, nfree_f, node_bw,
         outstanding, per_switch, ph, pkind, pnext, policy, pp, prev, pt, ptag, rA0, rDA,
         rDK, rK, rKV0, rLW, ratio, ratio_decay, ratio_min, rb, rbstart, rcomp, rend, rfixed,
@@ -375,8 +409,8 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
 
 @no_runtime
 def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt_gpu,
-              cnt_sw, dep, f_owner, f_rate, f_rem, f_rep, f_tier, free, hi, hn, ht, interf,
-              kc, keys, kick, kicked, kvb, lat, layers, load_end, loads, macro_ok, nb,
+              cnt_sw, defer, dep, f_owner, f_rate, f_rem, f_rep, f_tier, free, hi, hn, ht,
+              interf, kc, keys, kick, kicked, kvb, lat, layers, load_end, loads, macro_ok, nb,
               nfree_f, node_bw, outstanding, per_switch, ph, pkind, pnext, policy, pp, prev,
               pt, ptag, rA0, rDA, rDK, rK, rKV0, rLW, ratio, ratio_decay, ratio_min, rb,
               rbstart, rcomp, rend, rfixed, rh_i, rh_t, rlast, rload_end, route, rprefill,
@@ -427,6 +461,7 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
             if asyn:
                 _unhide(RI, QI, pnext, ptag, pkind, ph, pt, kc, r, False)
             if QI[r, Q_WHEAD] < 0 and QI[r, Q_RHEAD] < 0 and ph[r] < 0:
+                QI[r, Q_INFL] = -1  # (deferred frees) the step in flight is processed
                 continue
             t_step0 = tn
             npre0 = QI[r, Q_PREEMPTED]
@@ -461,8 +496,18 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                         RI[i, R_FLOWS] = 1
                         load_end[i] = now
                     nl_any += nl
-                if ns > 0 or ph[r] < 0:
+                if ns > 0 or (ph[r] < 0 and QI[r, Q_INFL] < 0):
                     break
+                if QI[r, Q_INFL] >= 0:
+                    # deferred frees: vLLM's empty batch lets the engine core process the
+                    # one in flight (its finished requests free their blocks, no victim
+                    # is held back any more), and it schedules again
+                    if steps_out.shape[0] > 1 and nl_any > 0:
+                        # replay: that empty schedule started tier loads (its own record)
+                        sn = _record_step(steps_out, sn, now, t_step0, tn, nb - P[1][r, 2])
+                        t_step0 = tn
+                        nl_any = 0
+                    _free_finished(P, RI, QI, rb, r)
                 # nothing to run without them: an idle engine sees the hidden requests now
                 _unhide(RI, QI, pnext, ptag, pkind, ph, pt, kc, r, True)
                 if steps_out.shape[0] > 1:
@@ -500,6 +545,7 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 k = RI[x, R_STOK]
                 if k <= 0:
                     continue
+                RI[x, R_SEQ] = kc[r] + 1  # (deferred frees) the step that schedules it
                 nseq += 1
                 s0 = float(RI[x, R_S0])
                 lin_t += lin * k
@@ -523,6 +569,9 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
             stats[S_DECODE_STEPS] += 1  # priced steps (a run of decode steps is one)
             if steps_out.shape[0] > 1:
                 sn = _record_step(steps_out, sn, now, t_step0, tn, nb - P[1][r, 2])
+            if defer:
+                # the step before is processed now that this one is built
+                _free_finished(P, RI, QI, rb, r)
             nbl = 0
             if policy == SGLANG and nl > 0:
                 for tr in range(2):
@@ -792,11 +841,16 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                             RO[i, O_ITL_MAX] = g
                     RO[i, O_LAST] = now
                     if RI[i, R_GEN] >= RI[i, R_OUT]:
-                        run_remove(RI, QI, r, i)
-                        if policy == SGLANG:  # release_kv_cache(checkpoint=True)
-                            sg_release(S, P, RI, keys, r, i, bs, pp[P_CACHING] == 1)
+                        if defer:
+                            # it keeps its seat and blocks while the next batch is built
+                            # (_free_finished after it)
+                            QI[r, Q_FIN] += 1
                         else:
-                            release(P, RI, rb, r, i)
+                            run_remove(RI, QI, r, i)
+                            if policy == SGLANG:  # release_kv_cache(checkpoint=True)
+                                sg_release(S, P, RI, keys, r, i, bs, pp[P_CACHING] == 1)
+                            else:
+                                release(P, RI, rb, r, i)
                         RI[i, R_STATUS] = ST_DONE
                         RO[i, O_DONE] = now
                         _unfinished_add(outstanding, seg, PP, r, -1)
@@ -818,6 +872,8 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                         # unfinished after its prefill: checkpoint_kv_cache
                         sg_checkpoint(S, P, RI, keys, r, i, bs)
             i = nx
+        if defer:
+            QI[r, Q_INFL] = kc[r]  # in flight until the next batch is built
         # write-through of the step's new prompt KV to the tier (same links as loads):
         # one write stream per replica and tier, later writes queue behind earlier ones
         for tr in range(2):

@@ -18,6 +18,9 @@ vLLM V1 (`vllm_schedule`, v1/core/sched/scheduler.py `schedule()`):
    under way or landed) head the waiting list in the order their loads started, a
    preempted request goes after them (vLLM 0.33's kv_holding_waiting queue, drained
    before the waiting queue).
+With deferred block frees (loop.py: async scheduling and a KV connector) a request that
+finished in the step in flight is skipped and keeps its blocks, and a victim that step
+scheduled is not preempted: the running loop stops.
 
 SGLang (`sglang_schedule`, managers/scheduler.py `get_next_batch_to_run`,
 schedule_policy.py `PrefillAdder`):
@@ -66,18 +69,21 @@ from xmemplan.sizing.engine.radix import (
 (R_PROMPT, R_OUT, R_GEN, R_COMP, R_STATUS, R_REP, R_KOFF, R_KN, R_RBOFF, R_HELD, R_NCACHED,
  R_WPREV, R_WNEXT, R_RPREV, R_RNEXT, R_STOK, R_HIT, R_TIER_TOK, R_EXT, R_PREEMPT, R_LOADED,
  R_STARTED, R_NEWHIT, R_FLOWS, R_S0, R_LOADED_TOTAL, R_HIT_TOTAL, R_FIXHIT, R_CACHEABLE,
- R_LOOKUPS, R_LOOKUP_HIT, R_NODE) = range(32)
-N_R = 32
+ R_LOOKUPS, R_LOOKUP_HIT, R_NODE, R_SEQ) = range(33)
+N_R = 33
 # (SGLang: R_NODE the radix node request i holds locked, -1 none; R_NCACHED the pages of
-# its row the tree owns, cache_protected_len)
+# its row the tree owns, cache_protected_len; vLLM with deferred frees: R_SEQ the step
+# that last scheduled it, the replica's steps counted from 1)
 # status
 ST_NEW, ST_WAIT, ST_LOADING, ST_RUN, ST_DONE = range(5)
 # replica int fields
 (Q_WHEAD, Q_WTAIL, Q_RHEAD, Q_RTAIL, Q_NRUN, Q_STATE, Q_FLOWS, Q_OUTST, Q_CHUNKED,
- Q_PREEMPTED, Q_LOOKED, Q_LOOKED_HIT, Q_HTAIL) = range(13)
-N_Q = 13
+ Q_PREEMPTED, Q_LOOKED, Q_LOOKED_HIT, Q_HTAIL, Q_INFL, Q_FIN) = range(15)
+N_Q = 15
 # (vLLM: Q_HTAIL the last waiting request that holds blocks, -1 none: they head the
-# waiting list, in the order their loads started; vllm_schedule)
+# waiting list, in the order their loads started; vllm_schedule. With deferred frees
+# (loop.py): Q_INFL the step still in flight while the next batch is built, -1 none;
+# Q_FIN the requests that finished in it, still in the running list holding their blocks)
 # scheduler parameters (ints)
 (P_POLICY, P_BS, P_MAXSEQ, P_BUDGET, P_THRESH, P_CHUNK, P_CACHING, P_MAXPREFILL,
  P_EBS, P_FULLISL) = range(10)
@@ -324,6 +330,11 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
     QI[r, Q_LOOKED] = NONE
     i = QI[r, Q_RHEAD]
     while i >= 0 and budget > 0:
+        if RI[i, R_STATUS] == ST_DONE:
+            # finished in the step in flight (deferred frees): vLLM's async scheduler
+            # schedules no step past max_tokens
+            i = RI[i, R_RNEXT]
+            continue
         new = ntokens(RI, i) - RI[i, R_COMP]
         if 0 < thr < new:
             new = thr
@@ -341,6 +352,12 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
                 ok = True
                 break
             p = QI[r, Q_RTAIL]
+            if QI[r, Q_INFL] >= 0 and RI[p, R_SEQ] == QI[r, Q_INFL]:
+                # vLLM 0.33 defer_block_free: the victim's blocks may still be written by
+                # the step in flight, so they cannot be freed at once, and "a deferred
+                # free will not help with immediate allocation": stop, preempting nothing
+                # (Scheduler.schedule, _request_blocks_can_be_freed)
+                break
             preempted = True
             tn = preempt(P, RI, QI, rb, r, p, trace, tn)
             if p == i:

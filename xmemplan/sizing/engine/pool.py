@@ -15,7 +15,10 @@ granularity keeps the same order, see docs/size.md "The simulator"):
   allocation takes it from the head of the queue (the key is then dropped: eviction);
 - blocks never used yet are only counted (they come first in vLLM's initial queue);
 - a map (replica, key) -> block finds cached blocks (open addressing, linear probing,
-  deletion by backward shift).
+  deletion by backward shift). A key cached twice (the same prefix computed or loaded
+  twice at once) keeps both blocks, the first one found, the others chained behind it in
+  the order they were cached; when the found one is evicted the next one is found (vLLM
+  `BlockHashToBlockMap`: a hash maps to a dict of blocks, `get_one_block` the first).
 
 `xmemplan.sizing.engine.reference.PoolRef` is the same pool in plain Python (dicts and a
 list); tests/test_engine.py drives both with the same operations (Hypothesis).
@@ -31,7 +34,7 @@ from xmemplan.prefix.kernels import no_runtime
 NONE = -1
 OFF = -2  # a block not in the free queue (held by a request)
 # B[b, .] per block; Q[r, .] per replica; H[s, .] per map slot
-B_KEY, B_REF, B_PREV, B_NEXT = range(4)
+B_KEY, B_REF, B_PREV, B_NEXT, B_DUP = range(5)  # B_DUP: the next block of the same key
 Q_HEAD, Q_TAIL, Q_NFREE, Q_VIRGIN, Q_NFRONT = range(5)
 H_KEY, H_REP, H_BLK = range(3)
 # (numba passes every array argument with a reference count: the pool is three 2-D arrays
@@ -53,12 +56,13 @@ def pool_new(R: int, nb: int, arena: int, mapped: int) -> tuple:  # type: ignore
     from one arena of `arena` blocks (at most the blocks the run can hold); the map has
     room for `mapped` cached blocks (at most those of requests whose blocks are asked for).
     """
-    B = np.empty((arena, 4), np.int64)
+    B = np.empty((arena, 5), np.int64)
     for b in range(arena):
         B[b, B_KEY] = NONE
         B[b, B_REF] = 0
         B[b, B_PREV] = OFF
         B[b, B_NEXT] = OFF
+        B[b, B_DUP] = NONE
     Q = np.empty((R, 5), np.int64)
     for r in range(R):
         Q[r, Q_HEAD] = NONE
@@ -110,8 +114,9 @@ def h_insert(H, r, key, b):  # noqa: ANN001, ANN201
 
 
 @no_runtime
-def h_delete(H, r, key, b):  # noqa: ANN001, ANN201
-    """Drop (r, key) if it maps to block b (backward-shift deletion)."""
+def h_delete(H, r, key, b, nxt):  # noqa: ANN001, ANN201
+    """Drop (r, key) if it maps to block b (backward-shift deletion); when `nxt` >= 0 (the
+    key's next block) it maps to that one instead."""
     mask = H.shape[0] - 1
     s = _hslot(key, r, mask)
     while H[s, H_BLK] >= 0:
@@ -120,6 +125,9 @@ def h_delete(H, r, key, b):  # noqa: ANN001, ANN201
         s = (s + 1) & mask
     if H[s, H_BLK] < 0 or H[s, H_BLK] != b:
         return False
+    if nxt >= 0:
+        H[s, H_BLK] = nxt
+        return True
     H[s, H_BLK] = NONE
     j = s
     while True:
@@ -239,6 +247,21 @@ def pool_touch(P, r, keys, k0, n, rb, rb0, held):  # noqa: ANN001, ANN201
 
 
 @no_runtime
+def _uncache(B, H, r, b):  # noqa: ANN001, ANN202
+    """Block b loses its key (evicted): the key's next block is found instead, or (b a
+    later copy) b leaves the key's chain."""
+    key = B[b, B_KEY]
+    if not h_delete(H, r, key, b, B[b, B_DUP]):
+        x = h_find(H, r, key)
+        while x >= 0 and B[x, B_DUP] != b:
+            x = B[x, B_DUP]
+        if x >= 0:
+            B[x, B_DUP] = B[b, B_DUP]
+    B[b, B_DUP] = NONE
+    B[b, B_KEY] = NONE
+
+
+@no_runtime
 def pool_alloc(P, r, n, rb, rb0, held):  # noqa: ANN001, ANN201
     """n new blocks: never-used ones first, then from the head of replica r's free queue
     (a cached one loses its key: evicted). The caller checked nfree >= n. Returns held."""
@@ -261,8 +284,7 @@ def pool_alloc(P, r, n, rb, rb0, held):  # noqa: ANN001, ANN201
             B[b, B_PREV] = OFF
             B[b, B_NEXT] = OFF
             if B[b, B_KEY] >= 0:
-                h_delete(H, r, B[b, B_KEY], b)
-                B[b, B_KEY] = NONE
+                _uncache(B, H, r, b)
         Q[r, Q_NFREE] -= 1
         B[b, B_REF] = 1
         rb[rb0 + held] = b
@@ -276,10 +298,15 @@ def pool_cache(P, r, b, key):  # noqa: ANN001, ANN201
     B, H = P[0], P[2]
     if B[b, B_KEY] >= 0:
         return
-    h_insert(H, r, key, b)
-    # a duplicate (the key is cached already: the first block keeps the map) keeps its
-    # key too: vLLM's BlockHashToBlockMap.insert holds both blocks under the hash, so
-    # when freed it goes to the free queue's tail as a cached block (BlockPool.free_blocks)
+    if not h_insert(H, r, key, b):
+        # a duplicate (the key is cached already: the first block stays the one found)
+        # keeps its key too, chained last: vLLM's BlockHashToBlockMap.insert holds both
+        # blocks under the hash, so when freed it goes to the free queue's tail as a
+        # cached block (BlockPool.free_blocks), and it is found once the first is evicted
+        x = h_find(H, r, key)
+        while B[x, B_DUP] >= 0:
+            x = B[x, B_DUP]
+        B[x, B_DUP] = b
     B[b, B_KEY] = key
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xmemplan.prefix.engine_reference import SGLangCache
-from xmemplan.sizing.engine import OUT_BASE, OUT_STRIDE
+from xmemplan.sizing.engine import OUT_BASE, OUT_STRIDE, defer_block_free
 
 CLIP = 4096
 RETRACT_DECODE_STEPS = 20
@@ -29,7 +29,8 @@ class PoolRef:
         self.key: dict[int, int] = {}  # block -> key (cached blocks only)
         self.ref: dict[int, int] = {}
         self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(blocks))
-        self.cached: dict[int, int] = {}  # key -> block
+        # key -> its blocks in the order they were cached (the first is the one found)
+        self.cached: dict[int, list[int]] = {}
 
     @property
     def nfree(self) -> int:
@@ -44,12 +45,12 @@ class PoolRef:
         return n
 
     def evictable(self, keys: list[int]) -> int:
-        return sum(1 for k in keys if self.ref.get(self.cached[k], 0) == 0)
+        return sum(1 for k in keys if self.ref.get(self.cached[k][0], 0) == 0)
 
     def touch(self, keys: list[int]) -> list[int]:
         out = []
         for k in keys:
-            b = self.cached[k]
+            b = self.cached[k][0]
             if self.ref.get(b, 0) == 0:
                 del self.free[b]
             self.ref[b] = self.ref.get(b, 0) + 1
@@ -61,8 +62,10 @@ class PoolRef:
         for _ in range(n):
             b, _ = self.free.popitem(last=False)
             k = self.key.pop(b, None)
-            if k is not None and self.cached.get(k) == b:
-                del self.cached[k]
+            if k is not None:
+                self.cached[k].remove(b)
+                if not self.cached[k]:
+                    del self.cached[k]
             self.ref[b] = 1
             out.append(b)
         return out
@@ -70,9 +73,10 @@ class PoolRef:
     def cache(self, b: int, key: int) -> None:
         if b in self.key:
             return
-        self.key[b] = key  # a duplicate keeps its key too (freed as a cached block)
-        if key not in self.cached:
-            self.cached[key] = b  # the first block keeps the map
+        # a duplicate keeps its key too (freed as a cached block), found once the blocks
+        # cached before it are evicted
+        self.key[b] = key
+        self.cached.setdefault(key, []).append(b)
 
     def release(self, blocks: list[int]) -> None:
         front = []
@@ -225,6 +229,12 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
     asyn = bool(scenario.get("async_scheduling", False))
     hidden: list[_Req] = []
     busy_from: float | None = None  # the start of the step just run (None: idle)
+    # vLLM 0.33's deferred block frees (async scheduling with a KV connector; loop.py):
+    # the requests that finished in the step just run keep their blocks and seats while
+    # the next batch is built, and the ones it scheduled are no preemption victims
+    defer = not sg and asyn and defer_block_free(scenario)
+    fin: list[_Req] = []
+    inflight: set[str] = set()
     st = scenario.get("step_time", {})
     base, per_tok, per_seq = (float(st.get(k, 0.0)) for k in ("base_s", "per_token_s",
                                                               "per_seq_s"))
@@ -260,6 +270,9 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
             k = 0
             while k < len(running) and budget > 0:
                 q = running[k]
+                if q in fin:  # finished in the step in flight: nothing more to schedule
+                    k += 1
+                    continue
                 new = q.ntok - q.comp
                 if 0 < thr < new:
                     new = thr
@@ -272,6 +285,8 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     if _allocate(pool, q, new, 0, bs, caching):
                         ok = True
                         break
+                    if running[-1].rid in inflight:
+                        break  # its blocks cannot be freed at once: stop (policy.py)
                     p = running.pop()
                     preempted = True
                     pool.release(p.blocks)
@@ -418,6 +433,15 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                         rp.take(1)
                         q.held += 1
                     sched.append((q, 1))
+        if not sched and (fin or inflight):
+            # vLLM's empty batch: the one in flight is processed, then it schedules again
+            for q in fin:
+                running.remove(q)
+                pool.release(q.blocks)
+                q.blocks, q.ncached = [], 0
+            fin, inflight = [], set()
+            busy_from = None
+            continue
         if not sched:
             busy_from = None
             if hidden:
@@ -430,6 +454,13 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
         for q, k in sched:
             rec["scheduled"][q.rid] = k
         rec["kv_blocks_used"] = (rp if sg else pool).held(total)
+        if defer:  # the step before is processed now that this one is built
+            for q in fin:
+                running.remove(q)
+                pool.release(q.blocks)
+                q.blocks, q.ncached = [], 0
+            fin = []
+            inflight = {q.rid for q, _ in sched}
         dt = base + per_tok * sum(k for _, k in sched) + per_seq * len(sched)
         # the step ends: computed tokens, sampling, finishing
         if sg and not prefill_step:
@@ -448,7 +479,10 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                 continue
             if q.comp >= q.ntok:
                 q.gen += 1
-                if q.gen >= q.max_tokens:
+                if q.gen >= q.max_tokens and defer:
+                    fin.append(q)  # freed once the next batch is built
+                    rec["finished"].append(q.rid)
+                elif q.gen >= q.max_tokens:
                     running.remove(q)
                     if sg:  # release_kv_cache(checkpoint=True)
                         rp.release(q, insert=caching)
