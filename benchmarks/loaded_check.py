@@ -251,10 +251,12 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
     tier = "host" if run.option == "host-dram" else "xmem"
     tr = Traffic(np.zeros(requests), prompt, output=output, prev=prev,
                  think=np.full(requests, think_s))
+    # Netpreme's fork predates vLLM 0.33's deferred block frees (its
+    # vllm/v1/core/sched/scheduler.py has no defer_block_free): off, with its connector
     setup = dataclasses.replace(req.setup, chunk_tokens=flags[0], max_num_seqs=flags[1],
-                                engine_pool=not weights_pool)
+                                engine_pool=not weights_pool, defer_block_free=False)
     cfg = config_for(setup, replicas=1, nodes=1, load_tier=tier, policy="vllm",
-                     prompt_p50=float(run.isl_p50))
+                     prompt_p50=float(run.isl_p50), connector=True)
     if pool_scale != 1.0:  # a sensitivity only (docs/validation.md): never a default
         cfg = cfg.replace(blocks=max(1, round(cfg.blocks * pool_scale)))
     er = requests_for(tr, shared=shared, tier_tokens=shared,

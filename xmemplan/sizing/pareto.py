@@ -198,7 +198,8 @@ def run_point(req: SweepRequest, option: str, kind: str, load: float, run: int,
     tier = "host" if option == "host-dram" else "xmem"
     cfg = config_for(st, replicas=replicas, nodes=max(1, req.nodes), load_tier=tier,
                      policy="vllm" if st.mixed else "sglang",
-                     prompt_p50=float(np.median(s.prompt)), tier_write=option != "hbm-only")
+                     prompt_p50=float(np.median(s.prompt)), tier_write=option != "hbm-only",
+                     connector=option != "hbm-only")
     # GPU prefix caching off (the post's run): every hit is loaded from the tier
     cfg = cfg.replace(prefix_caching=False)
     if option != "xmem":

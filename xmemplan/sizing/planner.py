@@ -723,7 +723,7 @@ class Planner:
         tier = "host" if option == "host-dram" else "xmem"
         cfg = config_for(req.setup, replicas=replicas, nodes=max(nodes, 1), load_tier=tier,
                          policy=req.engine, prompt_p50=req.workload.prompt_p50,
-                         tier_write=option != "hbm-only")
+                         tier_write=option != "hbm-only", connector=option != "hbm-only")
         if option != "xmem":
             cfg = cfg.replace(node_bandwidth=math.inf)
         if instant_loads:

@@ -57,6 +57,12 @@ class Setup:
     # --no-async-scheduling, SGLang --disable-overlap-schedule); None: the engine's default
     # (async_default)
     async_schedule: bool | None = None
+    # vLLM's deferred block frees under async scheduling with a KV connector that loads
+    # (Config.defer_block_free; vLLM 0.33 `defer_block_free`); None: as vLLM 0.33 sets it
+    # (vLLM policy, async scheduling and a tier behind its OffloadingConnector:
+    # config_for's `connector`); False for vLLM versions before the rule (Netpreme's fork,
+    # benchmarks/loaded_check.py)
+    defer_block_free: bool | None = None
 
 
 def _raw_host_link(gpu: GpuSpec, tier: TierSpec) -> float:
@@ -205,7 +211,7 @@ def sim_block_tokens(engine_block: int, prompt_p50: float) -> int:
 def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem",
                policy: str = "sglang", prompt_p50: float = 0.0,
                overheads: tuple[float, float, float] | None = None,
-               tier_write: bool = True) -> Config:
+               tier_write: bool = True, connector: bool = False) -> Config:
     """The engine's Config for `replicas` replicas of `s.shape`: the same per-token rates
     and links as engine_for (the single-request model), the block pool from the KV room,
     the batch limits as the engine's defaults on this GPU. `overheads`: the engine's own
@@ -213,7 +219,9 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     calibration's (`s.calibration.step_*`, fitted on loaded runs). One request alone pays
     them inside the model's t0 and per-prompt-token overhead (which were fitted on
     single-request TTFTs that include them), so t0 and that overhead are reduced by them:
-    one request alone still costs model.ttft."""
+    one request alone still costs model.ttft. `connector`: a tier (host DRAM or X-Mem)
+    sits behind the engine's KV connector (vLLM's OffloadingConnector), which with async
+    scheduling turns vLLM 0.33's deferred block frees on (`s.defer_block_free` None)."""
     e = engine_for(s, replicas=replicas, nodes=nodes, load_tier=load_tier)
     cal = s.calibration
     comm = M.allreduce_seconds(s.model, s.gpu, s.shape, cal)
@@ -225,6 +233,10 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
     seqs = s.max_num_seqs or seqs
     chunk = s.chunk_tokens or M.default_chunk_tokens(s.gpu)
     room = kv_pool_tokens(s, policy)
+    asyn = ((ASYNC_BY_DEFAULT and async_default(policy)) if s.async_schedule is None
+            else s.async_schedule)
+    defer = (policy == "vllm" and asyn and connector) if s.defer_block_free is None \
+        else s.defer_block_free
     return Config(
         policy=policy, replicas=replicas, block_tokens=bs, engine_block_tokens=engine_block,
         blocks=max(1, int(room // bs)),
@@ -245,9 +257,8 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         dram_bandwidth=e.dram_bandwidth, switch_bandwidth=e.switch_bandwidth,
         dram_latency_s=e.dram_latency_s, xmem_bandwidth=e.xmem_bandwidth,
         node_bandwidth=e.node_bandwidth, xmem_latency_s=e.xmem_latency_s,
-        sm_interference=e.sm_interference, tier_write=tier_write,
-        async_schedule=((ASYNC_BY_DEFAULT and async_default(policy))
-                        if s.async_schedule is None else s.async_schedule))
+        sm_interference=e.sm_interference, tier_write=tier_write, async_schedule=asyn,
+        defer_block_free=defer)
 
 
 def kv_pool_tokens(s: Setup, policy: str) -> float:
