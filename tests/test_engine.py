@@ -394,16 +394,17 @@ def _loaded(policy: str, blocks: int, seed: int) -> tuple[Requests, Config]:
 @pytest.mark.parametrize("policy", ["vllm", "sglang"])
 @pytest.mark.parametrize("blocks", [150, 2000])
 @pytest.mark.parametrize("floor", ["add", "max"])
-@pytest.mark.parametrize("asyn", [False, True])
+@pytest.mark.parametrize("asyn", ["off", "on", "defer"])
 def test_decode_runs_equal_one_step_per_event(policy: str, blocks: int, floor: str,
-                                              asyn: bool) -> None:
+                                              asyn: str) -> None:
     """Runs of decode steps priced in one event give the times of stepping one by one
     (the trace mode steps one by one), with and without KV pressure, with the layer floor
     as an overhead or as the pass's minimum (a floor above some steps' roofline, and an
     MoE fixed time), with and without async scheduling (an arrival ends a run a step
-    later: the step after the one in progress was built without it)."""
+    later: the step after the one in progress was built without it), and with vLLM 0.33's
+    deferred block frees (test_decode_runs_with_deferred_frees_under_pressure)."""
     req, cfg = _loaded(policy, blocks, blocks)
-    cfg = cfg.replace(async_schedule=asyn)
+    cfg = cfg.replace(async_schedule=asyn != "off", defer_block_free=asyn == "defer")
     if floor == "max":
         cfg = cfg.replace(floor_rule="max", decode_fixed_s=0.0006, moe_fixed_s=1e-4)
     a, *_ = run(req, cfg)
@@ -419,6 +420,22 @@ def test_decode_runs_equal_one_step_per_event(policy: str, blocks: int, floor: s
     np.testing.assert_array_equal(a.lookup_hit, b.lookup_hit)
     if policy == "vllm" and blocks == 150:
         assert a.lookups.max() > 1 and a.lookup_hit.sum() > 0  # retried under pressure
+
+
+@pytest.mark.parametrize("asyn", ["off", "on", "defer"])
+def test_decode_runs_with_deferred_frees_under_pressure(asyn: str) -> None:
+    """vLLM at 250 blocks (preemptions, waiting requests that do not fit): with the
+    deferred frees a build that frees a finished request's blocks starts no run of decode
+    steps, as a waiting request may fit at the next step (a run there parted by up to 4 s
+    of TTFT from one step per event)."""
+    req, cfg = _loaded("vllm", 250, 250)
+    cfg = cfg.replace(async_schedule=asyn != "off", defer_block_free=asyn == "defer")
+    a, *_ = run(req, cfg)
+    b, *_ = run(req, cfg, trace_rows=2, step_rows=2)
+    assert a.steps == b.steps and b.preemptions.sum() > 0
+    np.testing.assert_allclose(a.first, b.first, atol=1e-9)
+    np.testing.assert_allclose(a.done, b.done, atol=1e-9)
+    np.testing.assert_array_equal(a.lookups, b.lookups)
 
 
 def test_hbm_hits_are_an_outcome_of_pool_pressure() -> None:

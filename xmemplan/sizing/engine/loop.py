@@ -569,6 +569,7 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
             stats[S_DECODE_STEPS] += 1  # priced steps (a run of decode steps is one)
             if steps_out.shape[0] > 1:
                 sn = _record_step(steps_out, sn, now, t_step0, tn, nb - P[1][r, 2])
+            freed = QI[r, Q_FIN] > 0
             if defer:
                 # the step before is processed now that this one is built
                 _free_finished(P, RI, QI, rb, r)
@@ -603,6 +604,11 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 # during the run (free blocks and hits stay as they are).
                 allow = macro_ok and not prefill and nl == 0 and nl_any == 0 \
                     and QI[r, Q_PREEMPTED] == npre0 and ph[r] < 0
+                if defer and (freed or ns < QI[r, Q_NRUN]):
+                    # deferred frees: blocks freed after this build may admit a waiting
+                    # request at the next, and a running loop stopped at a victim in
+                    # flight preempts it at the next: this batch does not repeat
+                    allow = False
                 ext_h = -1
                 left_h = 0
                 if allow and policy == SGLANG and QI[r, Q_WHEAD] >= 0:
