@@ -50,6 +50,7 @@ from xmemplan.sizing.engine.policy import (
     Q_CHUNKED,
     Q_FIN,
     Q_FLOWS,
+    Q_FULL,
     Q_INFL,
     Q_LOOKED,
     Q_LOOKED_HIT,
@@ -96,6 +97,7 @@ from xmemplan.sizing.engine.policy import (
     sg_checkpoint,
     sg_release,
     sglang_head_need,
+    sglang_ratio_after_retract,
     sglang_schedule,
     vllm_schedule,
     w_append,
@@ -329,9 +331,11 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     rtok = np.zeros(R)
     rlast = np.zeros(R)
     macro_ok = trace.shape[0] <= 1
-    ratio = np.full(R, INIT_RATIO * cons)
-    ratio_min = INIT_RATIO * cons * MIN_FACTOR
-    ratio_decay = (INIT_RATIO * cons - ratio_min) / DECAY_STEPS
+    # at most 1 (NewTokenRatioTracker.from_config); ratio[R]: the initial one (on_idle)
+    init_ratio = min(INIT_RATIO * cons, 1.0)
+    ratio = np.full(R + 1, init_ratio)
+    ratio_min = init_ratio * MIN_FACTOR
+    ratio_decay = (init_ratio - ratio_min) / DECAY_STEPS
     load_end = np.zeros(n)
     loads = np.zeros(n + 1, np.int64)
     dep = np.full(n, -1, np.int64)
@@ -513,6 +517,8 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 if steps_out.shape[0] > 1:
                     tn = t_step0
             if ns == 0:
+                if policy == SGLANG and QI[r, Q_WHEAD] < 0 and QI[r, Q_RHEAD] < 0:
+                    ratio[r] = ratio[R]  # on_idle: fully idle, the ratio resets
                 if steps_out.shape[0] > 1 and nl_any > 0:
                     # replay: a schedule that only started tier loads is recorded (no
                     # step runs: the replica waits for the next event)
@@ -565,6 +571,12 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
             kc[r] += 1
             rbstart[r] = now
             rprefill[r] = 1 if pre else 0
+            if policy == SGLANG and not pre and QI[r, Q_PREEMPTED] > npre0:
+                # update_running_batch after retract_decode: new_token_ratio is set to
+                # the kept requests' estimate and does not decay this step
+                # (NewTokenRatioTracker.estimate_new_token_ratio_after_retract)
+                ratio[r] = sglang_ratio_after_retract(RI, QI, r)
+                rprefill[r] = 2
             stats[S_STEPS] += 1
             stats[S_DECODE_STEPS] += 1  # priced steps (a run of decode steps is one)
             if steps_out.shape[0] > 1:
@@ -615,8 +627,8 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                     ext_h, left_h, fits_h = sglang_head_need(S, P, RI, QI, keys, r, pp)
                     if ext_h < 0:
                         allow = False
-                    elif not fits_h:
-                        ext_h = -1  # its blocks do not fit until a request finishes
+                    elif not fits_h or QI[r, Q_FULL] == 1:
+                        ext_h = -1  # not admitted until a request finishes
                 if allow:
                     K = 1 << 40
                     sumleft = 0
@@ -804,6 +816,7 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
         if policy == SGLANG and QI[r, Q_CHUNKED] >= 0:
             x = QI[r, Q_CHUNKED]
             QI[r, Q_CHUNKED] = -1
+            QI[r, Q_FULL] = 0  # left out of the merge: the running batch is not full
             RI[x, R_COMP] += RI[x, R_STOK]
             if pp[P_CACHING] == 1:
                 sg_checkpoint(S, P, RI, keys, r, x, bs)  # stash_chunked_request
@@ -855,6 +868,7 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                             run_remove(RI, QI, r, i)
                             if policy == SGLANG:  # release_kv_cache(checkpoint=True)
                                 sg_release(S, P, RI, keys, r, i, bs, pp[P_CACHING] == 1)
+                                QI[r, Q_FULL] = 0  # it leaves the batch (filter_batch)
                             else:
                                 release(P, RI, rb, r, i)
                         RI[i, R_STATUS] = ST_DONE

@@ -88,6 +88,9 @@ N_Q = 15
 (P_POLICY, P_BS, P_MAXSEQ, P_BUDGET, P_THRESH, P_CHUNK, P_CACHING, P_MAXPREFILL,
  P_EBS, P_FULLISL) = range(10)
 N_P = 10
+# SGLang: Q_FULL its running batch's batch_is_full (1 set; sglang_schedule, loop.py)
+Q_FULL = N_Q
+N_Q = Q_FULL + 1
 VLLM, SGLANG = 0, 1
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION default
 RETRACT_DECODE_STEPS = 20  # SGLang SGLANG_RETRACT_DECODE_STEPS default
@@ -477,6 +480,24 @@ def _reserve(RI, QI, r, ratio):  # noqa: ANN001, ANN202
     return s
 
 
+@njit(cache=True, inline="always")
+def sglang_ratio_after_retract(RI, QI, r):  # noqa: ANN001, ANN201
+    """new_token_ratio after a retraction: (outputs so far + 20 per request) / (max
+    outputs + 1) over the requests kept running, at most 1 (SGLang 0.5.23
+    NewTokenRatioTracker.estimate_new_token_ratio_after_retract)."""
+    gen = 0
+    out = 0
+    n = 0
+    i = QI[r, Q_RHEAD]
+    while i >= 0:
+        gen += RI[i, R_GEN]
+        out += RI[i, R_OUT]
+        n += 1
+        i = RI[i, R_RNEXT]
+    est = (gen + RETRACT_DECODE_STEPS * n) / (out + 1.0)
+    return est if est < 1.0 else 1.0
+
+
 # --- SGLang's pool (radix.py): one radix tree per replica ---------------------------------
 @njit(cache=True, inline="always")
 def sg_lookup(rq, RI, r, i, bs, caching):  # noqa: ANN001, ANN201
@@ -605,8 +626,18 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
     nl = 0
     tokens = 0
     nsched = 0
-    # 1. prefill: the chunked request first, then the waiting queue
-    if QI[r, Q_WHEAD] >= 0 and QI[r, Q_NRUN] < pp[P_MAXSEQ]:
+    # 1. prefill: the chunked request first, then the waiting queue. SGLang 0.5.23 keeps
+    # its running batch's batch_is_full from the step that set it (an admission refused
+    # for memory, or the running cap reached, while requests ran) until a request leaves
+    # it (finished or retracted, or the chunked request left out of the merge) or it is
+    # empty, and forms no prefill batch meanwhile but the chunked request's next chunk
+    # (scheduler.py _get_new_batch_prefill_raw, get_next_batch_to_run,
+    # update_running_batch)
+    nrun0 = QI[r, Q_NRUN]
+    if nrun0 == 0:
+        QI[r, Q_FULL] = 0
+    h = QI[r, Q_WHEAD]
+    if h >= 0 and QI[r, Q_NRUN] < pp[P_MAXSEQ] and (QI[r, Q_FULL] != 1 or RI[h, R_COMP] > 0):
         # rem_total_tokens: free and evictable tokens (as they stand: a request admitted
         # locks its prefix) less the running requests' reserve and the batch's own
         rem_off = _reserve(RI, QI, r, ratio)
@@ -618,8 +649,12 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
         while i >= 0:
             nx = RI[i, R_WNEXT]
             if QI[r, Q_NRUN] >= pp[P_MAXSEQ]:
+                if nrun0 > 0:
+                    QI[r, Q_FULL] = 1
                 break
             cont = RI[i, R_COMP] > 0  # the chunked request (holds its pages)
+            if not cont and QI[r, Q_FULL] == 1:
+                break
             nhit = 0
             node = r
             ext = 0
@@ -640,6 +675,8 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
             total = extend + ext + left + bs
             pin = radix_path_evictable(nd, node, r) * bs if nhit > 0 else 0
             if not cont and total >= Q[r, 2] * bs - rem_off - pin:
+                if nrun0 > 0:  # NO_TOKEN (an empty running batch is replaced by the new)
+                    QI[r, Q_FULL] = 1
                 break
             if nsched > 0 and extend > rem_input:
                 break
@@ -737,14 +774,17 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
             RI[x, R_PREEMPT] += 1
             RI[x, R_NEWHIT] = 1
             QI[r, Q_PREEMPTED] += 1
+            QI[r, Q_FULL] = 0
             tn = _trace(trace, tn, 1, x, 0)
             continue
-        # retract: sorted by (output tokens, -prompt) descending, the last one goes
+        # retract: sorted by (output tokens, -prompt) descending, the last one goes; the
+        # sort is stable, so of equal keys the last in the batch goes
+        # (ScheduleBatch._get_decode_retraction_order, retract_decode's pop())
         best = -1
         i = QI[r, Q_RHEAD]
         while i >= 0:
             if best < 0 or RI[i, R_GEN] < RI[best, R_GEN] or (
-                    RI[i, R_GEN] == RI[best, R_GEN] and RI[i, R_PROMPT] > RI[best, R_PROMPT]):
+                    RI[i, R_GEN] == RI[best, R_GEN] and RI[i, R_PROMPT] >= RI[best, R_PROMPT]):
                 best = i
             i = RI[i, R_RNEXT]
         run_remove(RI, QI, r, best)
@@ -755,6 +795,7 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
         RI[best, R_NEWHIT] = 1
         w_append(RI, QI, r, best)
         QI[r, Q_PREEMPTED] += 1
+        QI[r, Q_FULL] = 0  # the batch shrank
         tn = _trace(trace, tn, 1, best, 0)
         # release_req then frees 20 tokens per request still running
         sh = radix_short(rq, r, QI[r, Q_NRUN] * RETRACT_DECODE_STEPS, bs)

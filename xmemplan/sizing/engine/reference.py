@@ -248,7 +248,8 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
     waiting: list[_Req] = []
     running: list[_Req] = []
     chunked: _Req | None = None
-    ratio = 0.7 * cons
+    batch_full = False  # SGLang's running batch's batch_is_full (policy.sglang_schedule)
+    ratio = min(0.7 * cons, 1.0)
     ratio_min = ratio * 0.14
     decay = (ratio - ratio_min) / 600.0
     t = 0.0
@@ -326,7 +327,10 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     sched.append((q, new))
                     budget -= new
         else:
-            if waiting and len(running) < max_seqs:
+            nrun0 = len(running)
+            if not running:
+                batch_full = False
+            if waiting and len(running) < max_seqs and (not batch_full or waiting[0].comp > 0):
                 rem_off = sum(min(q.max_tokens - q.gen, CLIP) * ratio for q in running)
                 rem_chunk = chunk0 if chunk0 > 0 else 1 << 40
                 rem_input = 16384
@@ -334,8 +338,11 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                 demand = 0  # tokens it asks room for: new tokens and a page each
                 for q in list(waiting):
                     if len(running) >= max_seqs:
+                        batch_full = batch_full or nrun0 > 0
                         break
                     cont = q.comp > 0
+                    if not cont and batch_full:
+                        break
                     nhit, node = 0, None
                     if not cont and caching:
                         nmax = min((q.ntok - 1) // bs, len(q.keys))
@@ -347,6 +354,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     # against free and evictable tokens with its prefix pinned
                     pin = rp.path_evictable(node) * bs if nhit else 0
                     if not cont and extend + left + bs >= rp.nfree * bs - rem_off - pin:
+                        batch_full = batch_full or nrun0 > 0  # NO_TOKEN
                         break
                     if sched and extend > rem_input:
                         break
@@ -413,10 +421,11 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                         q.comp, q.new_hit = 0, True
                         q.preempt += 1
                         rec["preempted"].append(q.rid)
+                        batch_full = False
                         continue
                     best = running[0]
-                    for q in running:
-                        if q.gen < best.gen or (q.gen == best.gen and q.prompt > best.prompt):
+                    for q in running:  # of equal keys the last goes (a stable sort)
+                        if q.gen < best.gen or (q.gen == best.gen and q.prompt >= best.prompt):
                             best = q
                     running.remove(best)
                     rp.release(best, insert=False)
@@ -424,7 +433,13 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     best.preempt += 1
                     waiting.append(best)
                     rec["preempted"].append(best.rid)
+                    batch_full = False
                     rp.make_room(len(running) * RETRACT_DECODE_STEPS)
+                retracted = bool(rec["preempted"])
+                if retracted:  # estimate_new_token_ratio_after_retract
+                    ratio = min(1.0, (sum(q.gen for q in running)
+                                      + RETRACT_DECODE_STEPS * len(running))
+                                / (sum(q.max_tokens for q in running) + 1))
                 rp.make_room(len(running) * (page if page else 1))  # alloc_for_decode
                 for q in running:
                     if _cdiv(q.comp + 1, bs) > q.held:
@@ -444,6 +459,8 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
             continue
         if not sched:
             busy_from = None
+            if sg and not waiting and not running:
+                ratio = min(0.7 * cons, 1.0)  # on_idle: fully idle, the ratio resets
             if hidden:
                 continue  # idle: the hidden requests are seen now
             if not pending:
@@ -463,7 +480,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
             inflight = {q.rid for q, _ in sched}
         dt = base + per_tok * sum(k for _, k in sched) + per_seq * len(sched)
         # the step ends: computed tokens, sampling, finishing
-        if sg and not prefill_step:
+        if sg and not prefill_step and not rec["preempted"]:
             ratio = max(ratio - decay, ratio_min)
         # SGLang: the chunked request's KV enters the tree first (the engine's order, loop.py),
         # so a prefix it computed alongside a finishing request is shared, not held twice:
@@ -474,6 +491,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
             was_prefill = k > 1 or q.gen == 0
             q.comp += k
             if q is chunked:
+                batch_full = False  # left out of the next merge: the batch shrinks
                 if sg and caching:  # stash_chunked_request: checkpoint_kv_cache
                     rp.checkpoint(q, min(q.comp // bs, len(q.keys)))
                 continue
@@ -484,6 +502,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     rec["finished"].append(q.rid)
                 elif q.gen >= q.max_tokens:
                     running.remove(q)
+                    batch_full = False
                     if sg:  # release_kv_cache(checkpoint=True)
                         rp.release(q, insert=caching)
                     else:
