@@ -616,7 +616,7 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 # during the run (free blocks and hits stay as they are).
                 allow = macro_ok and not prefill and nl == 0 and nl_any == 0 \
                     and QI[r, Q_PREEMPTED] == npre0 and ph[r] < 0
-                if defer and (freed or ns < QI[r, Q_NRUN]):
+                if defer and ((freed and QI[r, Q_WHEAD] >= 0) or ns < QI[r, Q_NRUN]):
                     # deferred frees: blocks freed after this build may admit a waiting
                     # request at the next, and a running loop stopped at a victim in
                     # flight preempts it at the next: this batch does not repeat
