@@ -551,7 +551,8 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 k = RI[x, R_STOK]
                 if k <= 0:
                     continue
-                RI[x, R_SEQ] = kc[r] + 1  # (deferred frees) the step that schedules it
+                if defer:
+                    RI[x, R_SEQ] = kc[r] + 1  # the step that schedules it
                 nseq += 1
                 s0 = float(RI[x, R_S0])
                 lin_t += lin * k

@@ -69,8 +69,9 @@ from xmemplan.sizing.engine.radix import (
 (R_PROMPT, R_OUT, R_GEN, R_COMP, R_STATUS, R_REP, R_KOFF, R_KN, R_RBOFF, R_HELD, R_NCACHED,
  R_WPREV, R_WNEXT, R_RPREV, R_RNEXT, R_STOK, R_HIT, R_TIER_TOK, R_EXT, R_PREEMPT, R_LOADED,
  R_STARTED, R_NEWHIT, R_FLOWS, R_S0, R_LOADED_TOTAL, R_HIT_TOTAL, R_FIXHIT, R_CACHEABLE,
- R_LOOKUPS, R_LOOKUP_HIT, R_NODE, R_SEQ) = range(33)
-N_R = 33
+ R_LOOKUPS, R_LOOKUP_HIT, R_NODE) = range(32)
+N_R = 32
+R_SEQ = R_NODE  # (vLLM only: R_NODE is SGLang's)
 # (SGLang: R_NODE the radix node request i holds locked, -1 none; R_NCACHED the pages of
 # its row the tree owns, cache_protected_len; vLLM with deferred frees: R_SEQ the step
 # that last scheduled it, the replica's steps counted from 1)

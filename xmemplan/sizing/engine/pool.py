@@ -246,7 +246,7 @@ def pool_touch(P, r, keys, k0, n, rb, rb0, held):  # noqa: ANN001, ANN201
     return held
 
 
-@no_runtime
+@njit(cache=True, inline="always")
 def _uncache(B, H, r, b):  # noqa: ANN001, ANN202
     """Block b loses its key (evicted): the key's next block is found instead, or (b a
     later copy) b leaves the key's chain."""
