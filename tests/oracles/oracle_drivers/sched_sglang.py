@@ -320,7 +320,8 @@ def _new_req(r: dict[str, Any]) -> Any:
     return s["Req"](str(r["id"]), "", array("q", r["tokens"]), params)
 
 
-def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[dict[str, Any]]:
+def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000,
+                    stall_ok: bool = False) -> list[dict[str, Any]]:
     """Per-step records of SGLang's own Scheduler on the scenario (contract part B):
     `event_loop_normal`'s body each step (arrivals by the clock through
     `_add_request_to_queue`, `get_next_batch_to_run`, the batch run by `_run_batch`,
@@ -362,6 +363,8 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[
             if retracted or sch.aborted_rids:
                 raise RuntimeError(f"step {len(steps)}: a retraction without a batch")
             if pos >= len(pending):
+                if stall_ok:  # nothing can ever run: SGLang would wait forever
+                    return steps
                 raise RuntimeError(f"SGLang scheduled nothing at step {len(steps)} with "
                                    f"{len(live)} requests unfinished and no arrivals left")
             t = max(t, float(pending[pos][1]["arrival_s"]))

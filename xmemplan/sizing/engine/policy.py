@@ -89,9 +89,13 @@ N_Q = 15
 (P_POLICY, P_BS, P_MAXSEQ, P_BUDGET, P_THRESH, P_CHUNK, P_CACHING, P_MAXPREFILL,
  P_EBS, P_FULLISL) = range(10)
 N_P = 10
-# SGLang: Q_FULL its running batch's batch_is_full (1 set; sglang_schedule, loop.py)
+# SGLang: Q_FULL its running batch's batch_is_full (1 set; sglang_schedule, loop.py);
+# Q_CALLS its calc_priority calls with requests waiting (-1: none yet)
 Q_FULL = N_Q
-N_Q = Q_FULL + 1
+Q_CALLS = N_Q + 1
+N_Q = Q_CALLS + 1
+WAITING_PREFIX_REFRESH_INTERVAL = 32  # SGLang 0.5.23 schedule_policy.py
+WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 VLLM, SGLANG = 0, 1
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION default
 RETRACT_DECODE_STEPS = 20  # SGLang SGLANG_RETRACT_DECODE_STEPS default
@@ -482,6 +486,35 @@ def _reserve(RI, QI, r, ratio):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
+def _sg_refresh_waiting(S, RI, QI, keys, r, bs):  # noqa: ANN001, ANN202
+    """SchedulePolicy.calc_priority's waiting-prefix refresh (SGLang 0.5.23, FCFS, LRU):
+    at every 32nd call with requests waiting, the first 128 waiting requests (the chunked
+    one is not in SGLang's queue) touch their cached prefixes (all their tokens, page
+    aligned: touch_waiting_prefix -> RadixCache.touch_prefix), the head last."""
+    i = QI[r, Q_WHEAD]
+    if i >= 0 and RI[i, R_COMP] > 0:
+        i = RI[i, R_WNEXT]
+    if i < 0:
+        return
+    calls = QI[r, Q_CALLS] if QI[r, Q_CALLS] > 0 else 0
+    QI[r, Q_CALLS] = calls + 1
+    if calls % WAITING_PREFIX_REFRESH_INTERVAL != 0:
+        return
+    m = 1
+    j = i
+    while m < WAITING_QUEUE_PREFIX_MATCH_MAX and RI[j, R_WNEXT] >= 0:
+        j = RI[j, R_WNEXT]
+        m += 1
+    for _ in range(m):  # from the last of them back to the first
+        n = ntokens(RI, j) // bs
+        if n > RI[j, R_KN]:
+            n = RI[j, R_KN]
+        if n > 0:
+            radix_walk(S, RI, R_NODE, keys, r, RI[j, R_KOFF], n)
+        j = RI[j, R_WPREV]
+
+
+@njit(cache=True, inline="always")
 def sglang_ratio_after_retract(RI, QI, r):  # noqa: ANN001, ANN201
     """new_token_ratio after a retraction: (outputs so far + 20 per request) / (max
     outputs + 1) over the requests kept running, at most 1 (SGLang 0.5.23
@@ -639,6 +672,8 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
         QI[r, Q_FULL] = 0
     h = QI[r, Q_WHEAD]
     if h >= 0 and QI[r, Q_NRUN] < pp[P_MAXSEQ] and (QI[r, Q_FULL] != 1 or RI[h, R_COMP] > 0):
+        if caching:
+            _sg_refresh_waiting(S, RI, QI, keys, r, bs)
         # rem_total_tokens: free and evictable tokens (as they stand: a request admitted
         # locks its prefix) less the running requests' reserve and the batch's own
         rem_off = _reserve(RI, QI, r, ratio)

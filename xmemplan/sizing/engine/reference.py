@@ -249,6 +249,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
     running: list[_Req] = []
     chunked: _Req | None = None
     batch_full = False  # SGLang's running batch's batch_is_full (policy.sglang_schedule)
+    calls = 0  # SGLang's calc_priority calls with requests waiting (policy._sg_refresh_waiting)
     ratio = min(0.7 * cons, 1.0)
     ratio_min = ratio * 0.14
     decay = (ratio - ratio_min) / 600.0
@@ -331,6 +332,14 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
             if not running:
                 batch_full = False
             if waiting and len(running) < max_seqs and (not batch_full or waiting[0].comp > 0):
+                queued = [q for q in waiting if q.comp == 0]  # the chunked one is not queued
+                if caching and queued:
+                    if calls % 32 == 0:  # the waiting-prefix refresh, the head last
+                        for q in reversed(queued[:128]):
+                            n = min(q.ntok // bs, len(q.keys))
+                            if n > 0:
+                                rp.lookup(q.keys[:n])
+                    calls += 1
                 rem_off = sum(min(q.max_tokens - q.gen, CLIP) * ratio for q in running)
                 rem_chunk = chunk0 if chunk0 > 0 else 1 << 40
                 rem_input = 16384
