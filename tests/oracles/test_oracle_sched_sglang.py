@@ -1,9 +1,11 @@
-"""Issue 19, SGLang: the simulated engine's first prefill batch equals SGLang's own
-`PrefillAdder` (admission under the KV budget with max_new_tokens reserved, chunking at
-`chunked_prefill_size`, `max_running_requests`), all requests waiting at t = 0.
+"""Issue 19, SGLang: the simulated engine's SGLang policy against SGLang 0.5.23's own code.
 
-Only the first batch: SGLang's step loop is methods of its `Scheduler`, which cannot be built
-without a model worker on a GPU (oracle_drivers/sched_sglang.py says which calls run)."""
+The step loop: SGLang's real `Scheduler` (built without its `__init__`, which needs a model
+worker on a GPU) steps `get_next_batch_to_run` and `process_batch_result` on generated
+workloads under KV pressure; every step must equal the engine's (oracle_drivers/
+sched_sglang.py, docs/oracles.md). The first prefill batch through `PrefillAdder` alone
+(admission under the KV budget with max_new_tokens reserved, chunking at
+`chunked_prefill_size`, `max_running_requests`), all requests waiting at t = 0."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 - `cache_vllm.replay_hits` / `cache_sglang.replay_hits`: cache replay (issue 22) through vLLM's
   `KVCacheManager`/`BlockPool` and SGLang's `RadixCache` + KV allocator.
 - `sched_vllm.replay_scenario`: scheduler stepping (issue 19) through vLLM's V1 `Scheduler`.
-- `sched_sglang`: SGLang's `schedule_policy` as far as it runs on CPU.
+- `sched_sglang.replay_scenario`: scheduler stepping through SGLang's own `Scheduler` step loop
+  (built without its `__init__`); `first_prefill`: its `PrefillAdder` alone.
 
 The drivers are our code; the classes they drive are the engines'. They import vLLM/SGLang
 lazily, so this package imports anywhere; `available()` says whether an engine is importable.

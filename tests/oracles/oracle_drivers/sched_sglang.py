@@ -1,20 +1,17 @@
-"""SGLang's own admission rule on CPU (docs/oracles.md, part B, SGLang).
+"""SGLang 0.5.23's own scheduling on CPU (docs/oracles.md, part B, SGLang).
 
-What runs: `PrefillAdder` (managers/schedule_policy.py) over real `Req` objects, a real
-`RadixCache`, `ReqToTokenPool` and KV allocator on CPU, with `ServerArgs` published into
-SGLang's runtime context; `ScheduleBatch.init_new(...).prepare_for_extend()`,
-`check_decode_mem()` and `prepare_for_decode()` also run on CPU (checked here).
+`replay_scenario`: SGLang's real `Scheduler` step loop. `make_scheduler` builds a
+`sglang.srt.managers.scheduler.Scheduler` without its `__init__` (which starts the
+TpModelWorker on a CUDA/NPU device) and sets the fields `get_next_batch_to_run` and
+`process_batch_result` read as `__init__` sets them, from the same ServerArgs, with
+SGLang's own parts where they run on CPU; `_run_batch` stands in for `run_batch` (the
+forward): it returns the contract's output ids as the sampled tokens. Each step runs
+`event_loop_normal`'s body. What is ours and what is SGLang's: docs/oracles.md.
 
-What does not: SGLang's `Scheduler` itself cannot be built without its `TpModelWorker` (the
-model runner loads weights onto a CUDA/NPU device), and its step loop
-(`get_next_batch_to_run` -> `_get_new_batch_prefill_raw`, `update_running_batch`,
-`process_batch_result_*`) is methods of that object, reading ~40 of its fields (tp_worker,
-grammar_manager, new_token_ratio_tracker, ...). So the driver stops at the first prefill
-batch: all requests waiting at t = 0, FCFS (SGLang's default `schedule_policy`), an empty
-running batch, `new_token_ratio` = 0.7 x `schedule_conservativeness` (SGLang's
-`init_new_token_ratio` default); the same loop over the waiting queue as
-`_get_new_batch_prefill_raw` (stop at `max_running_requests`, `add_one_req`, stop at the
-first result other than CONTINUE). It returns what that batch schedules: {id: extend tokens}.
+`first_prefill`: the first prefill batch through `PrefillAdder` alone (all requests
+waiting at t = 0, FCFS, an empty running batch, `new_token_ratio` 0.7 x
+`schedule_conservativeness`, `_get_new_batch_prefill_raw`'s loop): {id: extend tokens}.
+A cross-check of the step loop's first step.
 """
 
 from __future__ import annotations
@@ -179,6 +176,10 @@ def make_scheduler(scenario: dict[str, Any]) -> Any:
     allocators, ReqToTokenPool, SchedulePolicy, NewTokenRatioTracker, BeamCoordinator,
     SchedulerDPAttnAdapter, SchedulerBatchResultProcessor, the running status of
     `init_running_status`) and `_Quiet` stand-ins for metrics and load publishing."""
+    if scenario.get("async_scheduling", False):
+        raise NotImplementedError("SGLang's overlap event loop is not driven: it needs "
+                                  "run_batch's future map and init_overlap's device "
+                                  "streams (docs/oracles.md)")
     s = _loop_modules()
     torch = s["torch"]
     page = int(scenario["block_size"])
@@ -189,7 +190,7 @@ def make_scheduler(scenario: dict[str, Any]) -> Any:
         schedule_conservativeness=float(scenario.get("schedule_conservativeness", 1.0)),
         chunked_prefill_size=chunk, max_running_requests=max_running,
         max_prefill_tokens=int(scenario.get("max_prefill_tokens", 16384)),
-        disable_overlap_schedule=not scenario.get("async_scheduling", False),
+        disable_overlap_schedule=True,  # event_loop_normal
         disable_radix_cache=not scenario["enable_prefix_caching"],
     )
     ctx = s["get_context"]()

@@ -28,11 +28,16 @@ schedule_policy.py `PrefillAdder`):
    cached prefix (and the tier's, loaded with the batch), and is admitted while its new
    tokens plus min(its remaining output, 4096) x new_token_ratio fit the free and
    evictable KV less the same reserve for the running requests; the batch's new tokens
-   stop at chunked_prefill_size (the request cut there is the one chunked request);
+   stop at chunked_prefill_size (the request cut there is the one chunked request); a
+   request refused for memory, or the running cap reached, while requests run sets
+   batch_is_full (Q_FULL): no new request is tried until one leaves the running batch;
+   every 32nd pass the first 128 waiting requests touch their prefixes' LRU time;
 2. else a decode step of every running request; when the decode's new blocks do not
-   fit, requests are retracted (fewest output tokens first, then the longest prompt),
-   their KV freed, back to the waiting queue, and new_token_ratio rises; each decode step
-   lowers it towards its floor.
+   fit, requests are retracted (fewest output tokens first, then the longest prompt, of
+   equal keys the last), their KV freed, back to the waiting queue, and new_token_ratio
+   becomes the kept requests' estimate; each decode step without a retraction lowers it
+   towards its floor (loop.py; it starts again when the engine is idle).
+SGLang 0.5.23's own Scheduler step loop gives the same steps (docs/oracles.md).
 """
 
 from __future__ import annotations
