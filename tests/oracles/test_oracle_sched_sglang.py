@@ -220,3 +220,58 @@ def test_retracted_request_page_evicted_as_sglang_does(sglang_engine: None) -> N
     theirs = sched_sglang.replay_scenario(sc)
     parting = first_parting_sglang(list(replay(sc)), theirs)
     assert not parting, parting
+
+
+# -- SGLang's overlap loop (event_loop_overlap, its default) ---------------------------------
+def overlap_case(name: str) -> dict:
+    case = next(p.values for p in LOOP_CASES if p.values[0] == name)
+    _, seed, page, blocks, budget, seqs, rate, outputs, caching, cons, chunk = case
+    sc = sched_scenario("sglang", seed, 30, block_size=page, num_gpu_blocks=blocks,
+                        max_num_batched_tokens=budget, max_num_seqs=seqs, rate=rate,
+                        max_tokens=outputs)
+    sc["enable_prefix_caching"] = caching
+    sc["schedule_conservativeness"] = cons
+    return sc
+
+
+def test_overlap_loop_runs_on_cpu(sglang_engine: None) -> None:
+    """SGLang's overlap loop runs on CPU too: the real `run_batch` (FutureMap on cpu,
+    torch.cpu streams and events) with our model worker, each result processed after the
+    next batch is scheduled. Every request finishes, the retraction case retracts, and a
+    request whose queued result finishes it is not decoded again
+    (`_reqs_finishing_inflight`): no step decodes a request past its max_tokens."""
+    for name in ("pressure", "retract"):
+        sc = overlap_case(name)
+        steps = sched_sglang.replay_scenario_overlap(sc)
+        done = [rid for s in steps for rid in s["finished"]]
+        assert sorted(done) == sorted(r["id"] for r in sc["requests"])
+        decodes: dict[str, int] = {}
+        for s in steps:
+            for rid, n in s["scheduled"].items():
+                decodes[rid] = decodes.get(rid, 0) + (n == 1)
+        outs = {r["id"]: r["max_tokens"] for r in sc["requests"]}
+        assert all(decodes[rid] <= outs[rid] for rid in decodes)
+        if name == "retract":
+            assert sum(len(s["preempted"]) for s in steps) > 0
+
+
+@pytest.mark.parametrize(("name", "parts"), [
+    ("pressure", "step 9, kv_blocks_used: xmemplan 11, SGLang 15"),
+    ("heavy", "step 3, scheduled: xmemplan {'g3-1': 5}, SGLang {'g3-0': 1}"),
+    ("retract", "step 42, scheduled: xmemplan {'g11-2': 5}, SGLang {'g11-1': 1}"),
+])
+def test_engine_async_against_sglang_overlap_loop(sglang_engine: None, name: str,
+                                                  parts: str) -> None:
+    """The engine's async mode against SGLang's overlap loop: they part in all 18 cases,
+    at steps 3-294 (these three are strict expected failures naming where). Under overlap
+    SGLang processes step k's results after it has scheduled step k+1: a request finished
+    at step k holds its KV (and its running seat) while k+1 is built, its outputs are not
+    yet counted in the reserve, and `batch_is_full` follows; the engine's async mode builds
+    the step a step ahead but processes results at once (loop.py)."""
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = overlap_case(name)
+    theirs = sched_sglang.replay_scenario_overlap(sc)
+    ours = list(replay(dict(sc, async_scheduling=True)))
+    parting = first_parting_sglang(ours, theirs)
+    assert parting.startswith(parts.split(":")[0]), parting  # still parts there
+    pytest.xfail(f"{parting} (SGLang's overlap loop processes results a step late)")

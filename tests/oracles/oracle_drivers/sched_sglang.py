@@ -6,7 +6,9 @@ TpModelWorker on a CUDA/NPU device) and sets the fields `get_next_batch_to_run` 
 `process_batch_result` read as `__init__` sets them, from the same ServerArgs, with
 SGLang's own parts where they run on CPU; `_run_batch` stands in for `run_batch` (the
 forward): it returns the contract's output ids as the sampled tokens. Each step runs
-`event_loop_normal`'s body. What is ours and what is SGLang's: docs/oracles.md.
+`event_loop_normal`'s body. `replay_scenario_overlap`: SGLang's default overlap loop
+(`event_loop_overlap`'s body) with the real `run_batch` and `_ModelWorker` in place of
+the TpModelWorker. What is ours and what is SGLang's: docs/oracles.md.
 
 `first_prefill`: the first prefill batch through `PrefillAdder` alone (all requests
 waiting at t = 0, FCFS, an empty running batch, `new_token_ratio` 0.7 x
@@ -16,6 +18,7 @@ A cross-check of the step loop's first step.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 import time
@@ -399,4 +402,161 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000,
               + st["per_seq_s"] * len(scheduled))
         if len(steps) >= max_steps:
             raise RuntimeError(f"no end after {max_steps} steps")
+    return steps
+
+
+class _ModelWorker:
+    """Stands in for the TpModelWorker under the overlap loop: `forward_batch_generation`
+    returns the contract's output id of each request as its sampled token (no forward);
+    the rest of `Scheduler.run_batch` (future map relay, streams, copies) is SGLang's."""
+
+    def __init__(self, index: dict[str, int], pending: dict[str, int]) -> None:
+        self.index = index
+        self.pending = pending  # forwards launched and not yet processed, per request
+
+    def forward_batch_generation(self, batch: Any, **kwargs: Any) -> Any:
+        torch = _STATE["torch"]
+        ids = []
+        for r in batch.reqs:
+            k = len(r.output_ids) + self.pending.get(r.rid, 0)
+            ids.append(output_token(self.index[r.rid], k))
+            if batch.forward_mode.is_decode() or r is not batch.chunked_req:
+                self.pending[r.rid] = self.pending.get(r.rid, 0) + 1
+        return _STATE["GenerationBatchResult"](
+            next_token_ids=torch.tensor(ids, dtype=torch.int64))
+
+
+def replay_scenario_overlap(scenario: dict[str, Any], max_steps: int = 100_000,
+                            stall_ok: bool = False) -> list[dict[str, Any]]:
+    """Per-step records of SGLang's own Scheduler under its overlap loop
+    (`event_loop_overlap`, SGLang's default): the real `run_batch` with our model worker
+    (`_ModelWorker`), its result queued and processed after the next batch is scheduled.
+    A batch starts on the GPU when the one before it ends and lasts the scenario's step
+    time; the next is scheduled when it starts (the CPU waits for the batch before it).
+    `finished` is reported in the record of the batch whose result finished it."""
+    s = _loop_modules()
+    torch = s["torch"]
+    sc = dict(scenario, async_scheduling=False)
+    sch = make_scheduler(sc)
+    index = {r["id"]: i for i, r in enumerate(scenario["requests"])}
+    pending_fw: dict[str, int] = {}
+    worker = _ModelWorker(index, pending_fw)
+    cpu = torch.get_device_module("cpu")
+    sch.enable_overlap = True
+    sch.device = "cpu"
+    sch.draft_worker = None
+    sch.model_worker = sch.tp_worker = types.SimpleNamespace(
+        model_runner=sch.tp_worker.model_runner,
+        forward_batch_generation=worker.forward_batch_generation)
+    sch.forward_stream = cpu.Stream()
+    sch.schedule_stream = cpu.Stream()
+    sch.schedule_stream.synchronize = lambda: None  # run_event_loop: no-op for CPU
+    sch.init_overlap()  # FutureMap on cpu, the copy stream
+    sch._war_barrier_enabled = False  # run_event_loop: is_cuda() or the env flag
+    sch.enable_skip_finishing_decode = True  # event_loop_overlap
+    sch.batch_result_processor = dataclasses.replace(
+        sch.batch_result_processor, enable_overlap=True, model_worker=sch.model_worker)
+    sch.dp_attn_adapter = dataclasses.replace(sch.dp_attn_adapter, enable_overlap=True)
+    for name in ("scripted_scheduler_hook", "forward_sleep_time"):
+        setattr(sch, name, None)
+    sch.profiler_manager = _Quiet("profiler_manager")
+    sch.enable_unified_memory = False
+    sch.attn_dp_enabled = False
+    page = int(scenario["block_size"])
+    pool_tokens = int(scenario["num_gpu_blocks"]) * page
+    st = scenario["step_time"]
+    pending = sorted(enumerate(scenario["requests"]), key=lambda ir: (ir[1]["arrival_s"], ir[0]))
+    live: dict[str, Any] = {}
+    admitted: set[str] = set()
+    steps: list[dict[str, Any]] = []
+    queue = sch.result_queue  # SGLang's own: _reqs_finishing_inflight reads it
+    queue.clear()
+    recs: deque[tuple[dict[str, Any], float]] = deque()  # each queued batch's record, end
+    pos = 0
+    now = 0.0
+    gpu_free = 0.0
+
+    def pop_and_process() -> None:
+        nonlocal now
+        tmp_batch, tmp_result = queue.popleft()
+        rec, end = recs.popleft()
+        now = max(now, end)  # the CPU waits for the batch (copy_done)
+        sch.process_batch_result(tmp_batch, tmp_result)
+        for r in tmp_batch.reqs:
+            if pending_fw.get(r.rid, 0) > 0 and (tmp_batch.forward_mode.is_decode()
+                                                  or r is not tmp_batch.chunked_req):
+                pending_fw[r.rid] -= 1
+        done = sorted(rid for rid in rec["scheduled"] if rid in live and live[rid].finished())
+        for rid in done:
+            live.pop(rid)
+        rec["finished"] = done
+
+    while pos < len(pending) or live or queue:
+        while pos < len(pending) and pending[pos][1]["arrival_s"] <= now:
+            req = _new_req(pending[pos][1])
+            live[req.rid] = req
+            sch._add_request_to_queue(req)
+            pos += 1
+        running = {r.rid for r in sch.running_batch.reqs}
+        ratio = sch.new_token_ratio_tracker.current
+        plan = sch.get_next_batch_to_run(running_batch=sch.running_batch,
+                                         last_batch=sch.last_batch)
+        sch.running_batch = plan.running_batch
+        batch = plan.batch_to_run
+        retracted = sorted(r.rid for r in sch.waiting_queue if r.rid in running)
+        for rid in retracted:
+            admitted.discard(rid)
+        disable = sch.is_disable_overlap_for_batch(batch, last_batch=sch.last_batch)
+        if disable and queue:
+            pop_and_process()
+        result = None
+        if batch is not None:
+            extend = batch.forward_mode.is_extend()
+            if extend:
+                scheduled = {r.rid: int(n) for r, n in zip(batch.reqs, batch.extend_lens,
+                                                           strict=True)}
+                new_hits = {r.rid: int(n) for r, n in zip(batch.reqs, batch.prefix_lens,
+                                                          strict=True)
+                            if r.rid not in admitted}
+                admitted.update(scheduled)
+            else:
+                scheduled = {r.rid: 1 for r in batch.reqs}
+                new_hits = {}
+            held = pool_tokens - sch.token_to_kv_pool_allocator.available_size() \
+                - sch.tree_cache.evictable_size()
+            start = max(now, gpu_free)
+            gpu_free = start + (st["base_s"] + st["per_token_s"] * sum(scheduled.values())
+                                + st["per_seq_s"] * len(scheduled))
+            rec = {"step": len(steps), "t_s": start, "scheduled": scheduled,
+                   "preempted": retracted, "new_hits": new_hits, "finished": [],
+                   "aborted": list(sch.aborted_rids), "kv_blocks_used": -(-held // page),
+                   "ratio": ratio}
+            sch.aborted_rids.clear()
+            steps.append(rec)
+            result = sch.run_batch(batch)
+            sch._apply_war_barrier()
+            queue.append((batch.copy(), result))
+            recs.append((rec, gpu_free))
+            if len(steps) >= max_steps:
+                raise RuntimeError(f"no end after {max_steps} steps")
+        else:
+            sch._sched_idled = True
+            if retracted or sch.aborted_rids:
+                raise RuntimeError(f"step {len(steps)}: a retraction without a batch")
+        processed = disable and batch is not None
+        if sch.last_batch is not None:
+            if not disable:
+                pop_and_process()
+                processed = True
+        elif batch is None and sch.is_fully_idle():  # on_idle
+            sch.new_token_ratio_tracker.reset()
+        sch.launch_batch_sample_if_needed(result, batch)
+        sch.last_batch = batch
+        if batch is None and not queue and not processed:
+            if pos >= len(pending):
+                if not live or stall_ok:
+                    break
+                raise RuntimeError(f"SGLang scheduled nothing at step {len(steps)} with "
+                                   f"{len(live)} requests unfinished and no arrivals left")
+            now = max(now, float(pending[pos][1]["arrival_s"]))
     return steps
