@@ -324,6 +324,55 @@ def _new_req(r: dict[str, Any]) -> Any:
     return s["Req"](str(r["id"]), "", array("q", r["tokens"]), params)
 
 
+def _arrive(sch: Any, pending: list[tuple[int, dict[str, Any]]], pos: int, now: float,
+            live: dict[str, Any]) -> int:
+    """Queue every request arrived by `now` (`_add_request_to_queue`); the next one's
+    position."""
+    while pos < len(pending) and pending[pos][1]["arrival_s"] <= now:
+        req = _new_req(pending[pos][1])
+        live[req.rid] = req
+        sch._add_request_to_queue(req)
+        pos += 1
+    return pos
+
+
+def _next_batch(sch: Any, admitted: set[str]) -> tuple[Any, list[str], float]:
+    """SGLang's own `get_next_batch_to_run`: the batch (None: nothing to run), the running
+    requests it retracted (no longer admitted) and the new_token_ratio its admission used."""
+    running = {r.rid for r in sch.running_batch.reqs}
+    ratio = sch.new_token_ratio_tracker.current
+    plan = sch.get_next_batch_to_run(running_batch=sch.running_batch,
+                                     last_batch=sch.last_batch)
+    sch.running_batch = plan.running_batch
+    retracted = sorted(r.rid for r in sch.waiting_queue if r.rid in running)
+    for rid in retracted:
+        admitted.discard(rid)
+    return plan.batch_to_run, retracted, ratio
+
+
+def _batch_figures(sch: Any, batch: Any, admitted: set[str],
+                   pool_tokens: int) -> tuple[dict[str, int], dict[str, int], int]:
+    """A batch's scheduled tokens per request, the prefix hit of each request admitted
+    by it (marked admitted), and the KV tokens held (not free, not evictable)."""
+    if batch.forward_mode.is_extend():
+        scheduled = {r.rid: int(n) for r, n in zip(batch.reqs, batch.extend_lens, strict=True)}
+        new_hits = {r.rid: int(n) for r, n in zip(batch.reqs, batch.prefix_lens, strict=True)
+                    if r.rid not in admitted}
+        admitted.update(scheduled)
+    else:
+        scheduled = {r.rid: 1 for r in batch.reqs}
+        new_hits = {}
+    held = pool_tokens - sch.token_to_kv_pool_allocator.available_size() \
+        - sch.tree_cache.evictable_size()
+    return scheduled, new_hits, held
+
+
+def _step_s(st: dict[str, float], scheduled: dict[str, int]) -> float:
+    """The scenario's step time for a batch scheduling `scheduled`."""
+    return (st["base_s"] + st["per_token_s"] * sum(scheduled.values())
+            + st["per_seq_s"] * len(scheduled))
+
+
 def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000,
                     stall_ok: bool = False) -> list[dict[str, Any]]:
     """Per-step records of SGLang's own Scheduler on the scenario (contract part B):
@@ -345,20 +394,8 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000,
     pos = 0
     t = 0.0
     while pos < len(pending) or live:
-        while pos < len(pending) and pending[pos][1]["arrival_s"] <= t:
-            req = _new_req(pending[pos][1])
-            live[req.rid] = req
-            sch._add_request_to_queue(req)
-            pos += 1
-        running = {r.rid for r in sch.running_batch.reqs}
-        ratio = sch.new_token_ratio_tracker.current
-        plan = sch.get_next_batch_to_run(running_batch=sch.running_batch,
-                                         last_batch=sch.last_batch)
-        sch.running_batch = plan.running_batch
-        batch = plan.batch_to_run
-        retracted = sorted(r.rid for r in sch.waiting_queue if r.rid in running)
-        for rid in retracted:
-            admitted.discard(rid)
+        pos = _arrive(sch, pending, pos, t, live)
+        batch, retracted, ratio = _next_batch(sch, admitted)
         if batch is None:
             sch._sched_idled = True
             if sch.is_fully_idle():  # on_idle
@@ -373,18 +410,7 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000,
                                    f"{len(live)} requests unfinished and no arrivals left")
             t = max(t, float(pending[pos][1]["arrival_s"]))
             continue
-        extend = batch.forward_mode.is_extend()
-        if extend:
-            scheduled = {r.rid: int(n) for r, n in zip(batch.reqs, batch.extend_lens,
-                                                       strict=True)}
-            new_hits = {r.rid: int(n) for r, n in zip(batch.reqs, batch.prefix_lens,
-                                                      strict=True) if r.rid not in admitted}
-            admitted.update(scheduled)
-        else:
-            scheduled = {r.rid: 1 for r in batch.reqs}
-            new_hits = {}
-        held = pool_tokens - sch.token_to_kv_pool_allocator.available_size() \
-            - sch.tree_cache.evictable_size()
+        scheduled, new_hits, held = _batch_figures(sch, batch, admitted, pool_tokens)
         aborted = list(sch.aborted_rids)
         sch.aborted_rids.clear()
         result = _run_batch(sch, batch, index)
@@ -398,8 +424,7 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000,
             "new_hits": new_hits, "finished": finished, "aborted": aborted,
             "kv_blocks_used": -(-held // page), "ratio": ratio,
         })
-        t += (st["base_s"] + st["per_token_s"] * sum(scheduled.values())
-              + st["per_seq_s"] * len(scheduled))
+        t += _step_s(st, scheduled)
         if len(steps) >= max_steps:
             raise RuntimeError(f"no end after {max_steps} steps")
     return steps
@@ -492,41 +517,16 @@ def replay_scenario_overlap(scenario: dict[str, Any], max_steps: int = 100_000,
         rec["finished"] = done
 
     while pos < len(pending) or live or queue:
-        while pos < len(pending) and pending[pos][1]["arrival_s"] <= now:
-            req = _new_req(pending[pos][1])
-            live[req.rid] = req
-            sch._add_request_to_queue(req)
-            pos += 1
-        running = {r.rid for r in sch.running_batch.reqs}
-        ratio = sch.new_token_ratio_tracker.current
-        plan = sch.get_next_batch_to_run(running_batch=sch.running_batch,
-                                         last_batch=sch.last_batch)
-        sch.running_batch = plan.running_batch
-        batch = plan.batch_to_run
-        retracted = sorted(r.rid for r in sch.waiting_queue if r.rid in running)
-        for rid in retracted:
-            admitted.discard(rid)
+        pos = _arrive(sch, pending, pos, now, live)
+        batch, retracted, ratio = _next_batch(sch, admitted)
         disable = sch.is_disable_overlap_for_batch(batch, last_batch=sch.last_batch)
         if disable and queue:
             pop_and_process()
         result = None
         if batch is not None:
-            extend = batch.forward_mode.is_extend()
-            if extend:
-                scheduled = {r.rid: int(n) for r, n in zip(batch.reqs, batch.extend_lens,
-                                                           strict=True)}
-                new_hits = {r.rid: int(n) for r, n in zip(batch.reqs, batch.prefix_lens,
-                                                          strict=True)
-                            if r.rid not in admitted}
-                admitted.update(scheduled)
-            else:
-                scheduled = {r.rid: 1 for r in batch.reqs}
-                new_hits = {}
-            held = pool_tokens - sch.token_to_kv_pool_allocator.available_size() \
-                - sch.tree_cache.evictable_size()
+            scheduled, new_hits, held = _batch_figures(sch, batch, admitted, pool_tokens)
             start = max(now, gpu_free)
-            gpu_free = start + (st["base_s"] + st["per_token_s"] * sum(scheduled.values())
-                                + st["per_seq_s"] * len(scheduled))
+            gpu_free = start + _step_s(st, scheduled)
             rec = {"step": len(steps), "t_s": start, "scheduled": scheduled,
                    "preempted": retracted, "new_hits": new_hits, "finished": [],
                    "aborted": list(sch.aborted_rids), "kv_blocks_used": -(-held // page),

@@ -364,6 +364,20 @@ def landings(ours: list[dict[str, Any]]) -> dict[str, list[float]]:
     return out
 
 
+def _tier_setup(v: dict[str, Any], scheduler: Any, scenario: dict[str, Any],
+                landed: dict[str, list[float]]) -> tuple[Any, Any, list, dict, dict]:
+    """What both tier replays start from: the connector told each request's tier share,
+    the block hasher, the arrivals in order, each request's index and its landings left."""
+    conn = scheduler.connector
+    conn.tier_tokens = {str(r["id"]): int(r.get("tier_tokens", 0))
+                        for r in scenario["requests"]}
+    hasher = v["get_request_block_hasher"](int(scenario["block_size"]), v["hash_fn"])
+    pending = sorted(enumerate(scenario["requests"]), key=lambda ir: (ir[1]["arrival_s"], ir[0]))
+    index = {r["id"]: i for i, r in enumerate(scenario["requests"])}
+    todo = {rid: list(ts) for rid, ts in landed.items()}
+    return conn, hasher, pending, index, todo
+
+
 def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]],
                          max_steps: int = 100_000) -> list[dict[str, Any]]:
     """Per-step records of vLLM's own `Scheduler` with a tier behind a KV connector
@@ -383,14 +397,8 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
     comparison names the step where the two part)."""
     v = _vllm()
     scheduler = make_scheduler(scenario, tier=True)
-    conn = scheduler.connector
-    conn.tier_tokens = {str(r["id"]): int(r.get("tier_tokens", 0))
-                        for r in scenario["requests"]}
-    hasher = v["get_request_block_hasher"](int(scenario["block_size"]), v["hash_fn"])
+    conn, hasher, pending, index, todo = _tier_setup(v, scheduler, scenario, landed)
     st = scenario["step_time"]
-    pending = sorted(enumerate(scenario["requests"]), key=lambda ir: (ir[1]["arrival_s"], ir[0]))
-    index = {r["id"]: i for i, r in enumerate(scenario["requests"])}
-    todo = {rid: list(ts) for rid, ts in landed.items()}
     loading: dict[str, float] = {}  # requests vLLM holds in WAITING_FOR_REMOTE_KVS -> land
     inf = float("inf")
     remote = v["RequestStatus"].WAITING_FOR_REMOTE_KVS
@@ -461,14 +469,8 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
 
     v = _vllm()
     scheduler = make_scheduler(scenario, "AsyncScheduler", tier=True, async_config=True)
-    conn = scheduler.connector
-    conn.tier_tokens = {str(r["id"]): int(r.get("tier_tokens", 0))
-                        for r in scenario["requests"]}
-    hasher = v["get_request_block_hasher"](int(scenario["block_size"]), v["hash_fn"])
+    conn, hasher, pending, index, todo = _tier_setup(v, scheduler, scenario, landed)
     st = scenario["step_time"]
-    pending = sorted(enumerate(scenario["requests"]), key=lambda ir: (ir[1]["arrival_s"], ir[0]))
-    index = {r["id"]: i for i, r in enumerate(scenario["requests"])}
-    todo = {rid: list(ts) for rid, ts in landed.items()}
     loading: dict[str, float] = {}
     inf = float("inf")
     remote = v["RequestStatus"].WAITING_FOR_REMOTE_KVS
