@@ -46,6 +46,7 @@ def build(*, gpus: int, workload: SyntheticWorkload, rates: str | None,
           concurrency: str | None, model: str | None, gpu: str, engine: str,
           host_tier: str, xmem_tier: str, tier_capacity: str | None,
           catalog: list[Path], requests: int, seed: int, nodes: int = 1,
+          xmem_path: str = "direct", prefetch_policy: str | None = None,
           ) -> tuple[SweepRequest, list[dict[str, str]]]:
     """The sweep request from `size`'s flags, with every assumption and its source."""
     from xmemplan import units
@@ -54,8 +55,8 @@ def build(*, gpus: int, workload: SyntheticWorkload, rates: str | None,
     from xmemplan.errors import UsageError
     from xmemplan.sizing import model as M
     from xmemplan.sizing.pareto import SweepRequest
-    from xmemplan.sizing.request import ENGINES, replica_shape
-    from xmemplan.sizing.simmodel import Setup
+    from xmemplan.sizing.request import ENGINES, hicache_said, replica_shape
+    from xmemplan.sizing.simmodel import PREFETCH_DEFAULT, Setup
     from xmemplan.sizing.synthetic import POST
 
     units.check_int(gpus, "--gpus", 1, units.MAX_GPUS)
@@ -72,6 +73,7 @@ def build(*, gpus: int, workload: SyntheticWorkload, rates: str | None,
         raise UsageError(f"unknown engine '{engine}'", "use sglang or vllm")
     overlap, transfer, mixed = ENGINES[engine]
     said: list[tuple[str, str]] = []
+    hicache = hicache_said(engine, xmem_path, prefetch_policy)
     post_loads = "3,3,3.5,4,4.5,5.5"
     qps = parse_list(rates, "--user-centric-rate") if rates is not None else ()
     conc = parse_list(concurrency, "--concurrency", integer=True) \
@@ -101,7 +103,8 @@ def build(*, gpus: int, workload: SyntheticWorkload, rates: str | None,
     xmem = cat.tier(xmem_tier)
     cal = M.calibration_for(cat, engine)
     setup = Setup(model=m, gpu=g, host=host, xmem=xmem, calibration=cal, transfer=transfer,
-                  overlap=overlap, shape=shape, mixed=mixed)
+                  overlap=overlap, shape=shape, mixed=mixed, xmem_path=xmem_path,
+                  prefetch_policy=prefetch_policy or PREFETCH_DEFAULT)
     caps: dict[str, float] = {}
     if tier_capacity is not None:
         cap = units.parse_bytes(tier_capacity, "--tier-capacity")
@@ -134,6 +137,7 @@ def build(*, gpus: int, workload: SyntheticWorkload, rates: str | None,
          "from the iteration-level engine's decode steps; interactivity = its inverse, "
          "averaged",
          "AIPerf metrics reference (v0.13.0)"),
+        *hicache,
         (f"{requests:,} simulated requests per load and option, seed {seed}, first tenth "
          "left out", "default" if requests == 4000 and seed == 0 else "flag"),
     ]

@@ -84,6 +84,16 @@ def size(
                                "all requests."),
     host_tier: str = typer.Option("host-dram-pcie5", "--host-tier", help="Host tier name."),
     xmem_tier: str = typer.Option("xmem", "--xmem-tier", help="X-Mem tier name."),
+    xmem_path: str = typer.Option(
+        "direct", "--xmem-path", help="X-Mem under SGLang: direct (the Netpreme fork's "
+        "GPU <-> X-Mem copy, loaded with the batch) or hicache-storage (our HiCache storage "
+        "backend: X-Mem at L3, prefetched to host DRAM while the request waits, then "
+        "loaded host -> GPU; docs/size.md 'HiCache L3 prefetch')."),
+    prefetch_policy: str | None = typer.Option(
+        None, "--hicache-storage-prefetch-policy", help="With --xmem-path hicache-storage: "
+        "when a waiting request stops waiting for its L3 prefetch, as SGLang's flag: "
+        "best_effort (at once, the rest recomputed), wait_complete (all of it), timeout "
+        "(1 s + 0.25 s per 1,024 tokens; SGLang 0.5.23's default)."),
     catalog: list[Path] = typer.Option(
         [], "--catalog", help="TOML file adding or overriding catalog entries (repeatable)."
     ),
@@ -162,7 +172,8 @@ def size(
             requests=requests, seed=seed, max_gpus=max(max_gpus, gpus), tp=tp, ep=ep,
             dp_attention=dp_attention, kv_dtype=kv_dtype, attention_dtype=attention_dtype,
             mem_fraction=mem_fraction, router=router, prefix_groups=prefix_groups,
-            tier_scope=tier_scope, cost=cost)
+            tier_scope=tier_scope, cost=cost, xmem_path=xmem_path,
+            prefetch_policy=prefetch_policy)
         if workload is not None:
             notes += profile_warnings(workload)
         with render.spinner(f"Simulating each option on {gpus:,} GPUs"):
@@ -181,7 +192,8 @@ def size(
                    session_turns_mean=session_turns_mean, num_users=num_users),
                model=model, gpu=gpu, engine=engine, host_tier=host_tier, xmem_tier=xmem_tier,
                tier_capacity=tier_capacity, catalog=catalog,
-               requests=requests, seed=seed)
+               requests=requests, seed=seed, xmem_path=xmem_path,
+               prefetch_policy=prefetch_policy)
         return
     if ttft_slo is None:
         raise UsageError("--ttft-slo is needed", "give a TTFT target like --ttft-slo 500ms, "
@@ -204,7 +216,8 @@ def size(
             xmem_tier=xmem_tier, catalog=catalog, requests=requests, seed=seed,
             max_gpus=max_gpus, tp=tp, ep=ep, dp_attention=dp_attention, kv_dtype=kv_dtype,
             attention_dtype=attention_dtype, mem_fraction=mem_fraction, router=router,
-            prefix_groups=prefix_groups, tier_scope=tier_scope, cost=cost)
+            prefix_groups=prefix_groups, tier_scope=tier_scope, cost=cost,
+            xmem_path=xmem_path, prefetch_policy=prefetch_policy)
         _compare(gpu, engine, kw, fmt, workload)
         return
     req, notes = build_request(
@@ -216,7 +229,7 @@ def size(
         seed=seed, max_gpus=max_gpus, tp=tp, ep=ep, dp_attention=dp_attention,
         kv_dtype=kv_dtype, attention_dtype=attention_dtype, mem_fraction=mem_fraction,
         router=router, prefix_groups=prefix_groups, tier_scope=tier_scope,
-        cost=cost,
+        cost=cost, xmem_path=xmem_path, prefetch_policy=prefetch_policy,
     )
     if workload is not None:
         notes += profile_warnings(workload)

@@ -54,6 +54,7 @@ from xmemplan.sizing.engine import run as run_engine
 from xmemplan.sizing.sim import Traffic
 from xmemplan.sizing.simmodel import (
     HBM_USABLE,
+    PREFETCH_DEFAULT,
     Setup,
     config_for,
     engine_for,
@@ -152,6 +153,8 @@ class SizeRequest:
     router_params: RT.RouterParams = RT.RouterParams()  # the routers' published defaults
     prices: Prices | None = None
     inputs: tuple[str, ...] = ()  # files the request was built from (provenance)
+    xmem_path: str = "direct"  # --xmem-path (simmodel.Setup.xmem_path)
+    prefetch_policy: str = PREFETCH_DEFAULT  # --hicache-storage-prefetch-policy
     reps_min: int = REPS_MIN
     reps_max: int = REPS_MAX
     extend_runs: int = EXTEND_RUNS
@@ -161,7 +164,8 @@ class SizeRequest:
         return Setup(model=self.model, gpu=self.gpu, host=self.host, xmem=self.xmem,
                      calibration=self.calibration, transfer=self.transfer,
                      overlap=self.overlap, shape=self.shape, mixed=self.mixed,
-                     attention_dtype=self.attention_dtype, mem_fraction=self.mem_fraction)
+                     attention_dtype=self.attention_dtype, mem_fraction=self.mem_fraction,
+                     xmem_path=self.xmem_path, prefetch_policy=self.prefetch_policy)
 
 
 def _num(x: float | None) -> str:

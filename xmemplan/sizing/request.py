@@ -21,8 +21,14 @@ from xmemplan.errors import InputError, UsageError
 from xmemplan.sizing import model as M
 from xmemplan.sizing import routing as RT
 from xmemplan.sizing import workload as wl
+from xmemplan.sizing.engine.prefetch import POLICY_NAMES
 from xmemplan.sizing.planner import Prices, SizeRequest, describe_load
-from xmemplan.sizing.simmodel import HBM_USABLE
+from xmemplan.sizing.simmodel import (
+    HBM_USABLE,
+    PREFETCH_DEFAULT,
+    XMEM_PATH_STORAGE,
+    XMEM_PATHS,
+)
 
 ENGINES = {
     # SGLang HiCache: per-layer load events, page 64 layer_first, kernel IO (the Netpreme fork).
@@ -60,10 +66,11 @@ def build_request(
     dp_attention: bool = False, kv_dtype: str | None = None, attention_dtype: str = "bf16",
     mem_fraction: float | str | None = None, router: str = RT.DEFAULT_ROUTER,
     prefix_groups: int | None = None, tier_scope: Sequence[str] = (),
-    cost: str | None = None,
+    cost: str | None = None, xmem_path: str = "direct", prefetch_policy: str | None = None,
 ) -> tuple[SizeRequest, list[str]]:
     """The request and notes to show (which workload, what was overridden)."""
     slo = units.parse_duration(ttft_slo, "--ttft-slo", lo_open=True)
+    hicache = hicache_said(engine, xmem_path, prefetch_policy)
     if engine not in ENGINES:
         raise UsageError(f"unknown engine '{engine}'", "use sglang or vllm")
     default_overlap, transfer, mixed = ENGINES[engine]
@@ -335,6 +342,7 @@ def build_request(
                              "drop --prefix-groups")
         said.append((f"each request's hit prefix is one of {prefix_groups:,} shared "
                      "prefixes, drawn uniformly", "flag (--prefix-groups)"))
+    said.extend(hicache)
     said.append((f"{requests:,} simulated requests, seed {seed}, first tenth left out",
                  "default" if requests == 4000 and seed == 0 else "flag"))
     req = SizeRequest(
@@ -346,7 +354,8 @@ def build_request(
         mixed=mixed, auto_shape=tp is None and ep is None, assumptions=tuple(said),
         attention_dtype=attention_dtype, dp_attention=dp_attention, mem_fraction=frac,
         router=router_name, prefix_groups=prefix_groups or 0,
-        prices=prices,
+        prices=prices, xmem_path=xmem_path,
+        prefetch_policy=prefetch_policy or PREFETCH_DEFAULT,
         inputs=tuple(str(p) for p in (
             *([workload] if workload is not None else []), *catalog,
             *([cost] if cost is not None and cost.endswith(".toml") else []))),
@@ -570,3 +579,28 @@ def _override(work: wl.Workload, prompt: int | None, hit_rate: float | None) -> 
         token_hit_ratio=work.token_hit_ratio if hit_rate is None else hit_rate,
         description=work.description + " (--prompt-tokens/--hit-rate override it)",
     )
+
+
+def hicache_said(engine: str, xmem_path: str, prefetch_policy: str | None
+                 ) -> list[tuple[str, str]]:
+    """Check --xmem-path and --hicache-storage-prefetch-policy; the assumption lines they
+    add (none for the default direct path, so that default answers are unchanged)."""
+    if xmem_path not in XMEM_PATHS:
+        raise UsageError(f"unknown --xmem-path '{xmem_path}'", "use " + " or ".join(XMEM_PATHS))
+    if prefetch_policy is not None and prefetch_policy not in POLICY_NAMES:
+        raise UsageError(f"unknown --hicache-storage-prefetch-policy '{prefetch_policy}'",
+                         "use " + ", ".join(POLICY_NAMES))
+    if xmem_path != XMEM_PATH_STORAGE:
+        if prefetch_policy is not None:
+            raise UsageError("--hicache-storage-prefetch-policy needs --xmem-path "
+                             "hicache-storage", "add --xmem-path hicache-storage")
+        return []
+    if any(e.strip() != "sglang" for e in engine.split(",")):
+        raise UsageError("--xmem-path hicache-storage is SGLang HiCache's L3 storage",
+                         "use --engine sglang")
+    pol = prefetch_policy or PREFETCH_DEFAULT
+    return [(f"X-Mem through the HiCache storage backend (L3): a prefix only X-Mem holds is "
+             f"prefetched to host DRAM while the request waits, admitted by "
+             f"--hicache-storage-prefetch-policy {pol}, then loaded host -> GPU",
+             "flag (--xmem-path)" if prefetch_policy is None
+             else "flags (--xmem-path, --hicache-storage-prefetch-policy)")]

@@ -20,9 +20,12 @@ from xmemplan.catalog.specs import DTYPE_BYTES, GpuSpec, ModelSpec, TierSpec
 from xmemplan.sizing import model as M
 from xmemplan.sizing.engine import Config, Requests
 from xmemplan.sizing.engine.pool import synth_keys
+from xmemplan.sizing.engine.prefetch import DEFAULT_POLICY as PREFETCH_DEFAULT
 from xmemplan.sizing.sim import LAYER, MAX, SUM, Engine, Traffic
 
 OVERLAP_CODES = {"sum": SUM, "layer": LAYER, "max": MAX}
+XMEM_PATHS = ("direct", "hicache-storage")  # Setup.xmem_path
+XMEM_PATH_STORAGE = "hicache-storage"
 HBM_USABLE = 0.9  # share of HBM for weights + KV (as model.shape_fits' usable_fraction)
 # (the engines' knob: SGLang --mem-fraction-static, vLLM --gpu-memory-utilization)
 
@@ -63,6 +66,12 @@ class Setup:
     # config_for's `connector`); False for vLLM versions before the rule (Netpreme's fork,
     # benchmarks/loaded_check.py)
     defer_block_free: bool | None = None
+    # X-Mem under SGLang: "direct" (the Netpreme fork's GPU <-> X-Mem copy, loaded with
+    # the batch) or "hicache-storage" (our HiCache storage backend, docs/hicache-backend.md:
+    # X-Mem at L3, prefetched to host while the request waits, then loaded host -> GPU;
+    # engine/prefetch.py), and SGLang's --hicache-storage-prefetch-policy for the latter
+    xmem_path: str = "direct"
+    prefetch_policy: str = PREFETCH_DEFAULT
 
 
 def _raw_host_link(gpu: GpuSpec, tier: TierSpec) -> float:
@@ -258,7 +267,10 @@ def config_for(s: Setup, *, replicas: int, nodes: float, load_tier: str = "xmem"
         dram_latency_s=e.dram_latency_s, xmem_bandwidth=e.xmem_bandwidth,
         node_bandwidth=e.node_bandwidth, xmem_latency_s=e.xmem_latency_s,
         sm_interference=e.sm_interference, tier_write=tier_write, async_schedule=asyn,
-        defer_block_free=defer)
+        defer_block_free=defer,
+        l3_tier=1 if (policy == "sglang" and load_tier == "xmem"
+                      and s.xmem_path == XMEM_PATH_STORAGE) else -1,
+        prefetch_policy=s.prefetch_policy)
 
 
 def kv_pool_tokens(s: Setup, policy: str) -> float:

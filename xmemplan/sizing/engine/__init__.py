@@ -32,6 +32,7 @@ drop_stale_cache(_HERE, [_HERE.parent / "sim.py", _PREFIX / "engine_kernels.py",
 from xmemplan.sizing.engine.loop import (
     E_ASYNC,
     E_DEFER,
+    E_L3,
     E_LAYERS,
     E_NB,
     E_PER_SWITCH,
@@ -40,6 +41,10 @@ from xmemplan.sizing.engine.loop import (
     L_DRAM_LAT,
     L_INTERF,
     L_NODE_BW,
+    L_PF_BASE,
+    L_PF_PERKI,
+    L_PF_POLICY,
+    L_PF_THRESH,
     L_SWITCH_BW,
     L_WRITE,
     L_XMEM_CAP,
@@ -77,6 +82,17 @@ from xmemplan.sizing.engine.policy import (
     P_THRESH,
     SGLANG,
     VLLM,
+)
+from xmemplan.sizing.engine.prefetch import (
+    DEFAULT_POLICY,
+    PF_DONE,
+    PF_ENDED,
+    PF_STATE,
+    PF_TOKENS,
+    POLICY_NAMES,
+    PREFETCH_THRESHOLD,
+    TIMEOUT_BASE_S,
+    TIMEOUT_PER_KI_TOKEN_S,
 )
 from xmemplan.sizing.engine.steptime import (
     N_T,
@@ -172,6 +188,16 @@ class Config:
     xmem_latency_s: float = 0.0
     sm_interference: float = 0.0
     tier_write: bool = False
+    # SGLang HiCache with a tier at L3 (a HiCacheStorage backend; prefetch.py): the tier
+    # index (0 host DRAM, 1 X-Mem) whose prefixes are prefetched L3 -> host while the
+    # request waits and loaded host -> GPU with its batch, -1 none (the tier is the host
+    # pool, or X-Mem on the fork's direct path); SGLang's --hicache-storage-prefetch-policy
+    # and its storage_backend_extra_config defaults
+    l3_tier: int = -1
+    prefetch_policy: str = DEFAULT_POLICY
+    prefetch_threshold: int = PREFETCH_THRESHOLD
+    prefetch_timeout_base_s: float = TIMEOUT_BASE_S
+    prefetch_timeout_per_ki_token_s: float = TIMEOUT_PER_KI_TOKEN_S
 
     def replace(self, **kw: Any) -> Config:
         return replace(self, **kw)
@@ -222,6 +248,13 @@ class Config:
         lp[L_XMEM_LAT] = self.xmem_latency_s
         lp[L_INTERF] = self.sm_interference
         lp[L_WRITE] = 1.0 if self.tier_write else 0.0
+        if self.prefetch_policy not in POLICY_NAMES:
+            raise UsageError(f"engine: unknown prefetch policy '{self.prefetch_policy}'",
+                             "use " + ", ".join(POLICY_NAMES))
+        lp[L_PF_POLICY] = POLICY_NAMES.index(self.prefetch_policy)
+        lp[L_PF_THRESH] = self.prefetch_threshold
+        lp[L_PF_BASE] = self.prefetch_timeout_base_s
+        lp[L_PF_PERKI] = self.prefetch_timeout_per_ki_token_s
         ep = np.zeros(N_E, np.int64)
         ep[E_REPLICAS] = self.replicas
         ep[E_PER_SWITCH] = self.gpus_per_switch
@@ -229,6 +262,7 @@ class Config:
         ep[E_NB] = self.blocks
         ep[E_ASYNC] = int(self.async_schedule)
         ep[E_DEFER] = int(self.defer_block_free)
+        ep[E_L3] = self.l3_tier if self.policy == "sglang" else -1
         if self.replicas < 1 or self.block_tokens < 1 or self.blocks < 1 \
                 or self.max_num_seqs < 1 or self.max_batched_tokens < 1 or self.layers < 1 \
                 or self.gpus_per_switch < 1:
@@ -293,6 +327,17 @@ class Result:
         self.itl_max = ro[:, O_ITL_MAX]
         self.requests = req
         self.config = cfg
+        # SGLang HiCache L3 (Config.l3_tier): per request the tokens its prefetch asked
+        # L3 for and those it had when it ended (the rest computed); 0 without one
+        pf = out[9]
+        n = len(req)
+        if pf.shape[0] == n and n > 0:
+            ended = pf[:, PF_STATE] == PF_ENDED
+            self.prefetch_tokens = np.where(ended, pf[:, PF_TOKENS], 0.0).astype(np.int64)
+            self.prefetched = np.where(ended, pf[:, PF_DONE], 0.0).astype(np.int64)
+        else:
+            self.prefetch_tokens = np.zeros(n, np.int64)
+            self.prefetched = np.zeros(n, np.int64)
 
     @property
     def ttft(self) -> np.ndarray:

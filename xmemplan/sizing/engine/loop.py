@@ -46,6 +46,7 @@ from xmemplan.sizing.engine.policy import (
     N_R,
     P_BS,
     P_CACHING,
+    P_EBS,
     P_POLICY,
     Q_CHUNKED,
     Q_FIN,
@@ -90,11 +91,14 @@ from xmemplan.sizing.engine.policy import (
     SGLANG,
     ST_DONE,
     ST_LOADING,
+    ST_NEW,
     ST_WAIT,
+    _fixed_hit,
     cache_full,
     release,
     run_remove,
     sg_checkpoint,
+    sg_lookup,
     sg_release,
     sglang_head_need,
     sglang_ratio_after_retract,
@@ -103,7 +107,30 @@ from xmemplan.sizing.engine.policy import (
     w_append,
 )
 from xmemplan.sizing.engine.pool import pool_new
-from xmemplan.sizing.engine.radix import G_OVER, radix_new
+from xmemplan.sizing.engine.prefetch import (
+    EV_CUT,
+    EV_TIMER,
+    N_PF,
+    N_PP,
+    PF_DEADLINE,
+    PF_DONE,
+    PF_FLOW,
+    PF_LANDED,
+    PF_ONGOING,
+    PF_STATE,
+    PF_TOKENS,
+    PP_BASE,
+    PP_PAGE,
+    PP_PERKI,
+    PP_POLICY,
+    PP_THRESH,
+    pf_cut,
+    pf_plan,
+    pf_push,
+    pf_start,
+    pf_update,
+)
+from xmemplan.sizing.engine.radix import G_OVER, radix_new, radix_walk
 from xmemplan.sizing.engine.steptime import (
     T_COMM0,
     T_COMM1,
@@ -130,11 +157,12 @@ from xmemplan.sizing.sim import (
 INF = np.inf
 # link parameters (lp)
 (L_DRAM_CAP, L_SWITCH_BW, L_DRAM_LAT, L_XMEM_CAP, L_NODE_BW, L_XMEM_LAT, L_INTERF,
- L_WRITE) = range(8)
-N_L = 8
-# engine int parameters beyond the policy's (ep)
-E_REPLICAS, E_PER_SWITCH, E_LAYERS, E_NB, E_ASYNC, E_DEFER = range(6)
-N_E = 6
+ L_WRITE, L_PF_POLICY, L_PF_THRESH, L_PF_BASE, L_PF_PERKI) = range(12)
+N_L = 12
+# engine int parameters beyond the policy's (ep); E_L3: the tier at SGLang HiCache's L3
+# (its prefixes prefetched L3 -> host, then loaded host -> GPU: prefetch.py), -1 none
+E_REPLICAS, E_PER_SWITCH, E_LAYERS, E_NB, E_ASYNC, E_DEFER, E_L3 = range(7)
+N_E = 7
 # per-request float outputs
 (O_ARR, O_READY, O_START, O_FIRST, O_DONE, O_ITL_MAX, O_LAST) = range(7)
 N_O = 7
@@ -258,6 +286,7 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     policy = pp[P_POLICY]
     # vLLM 0.33's deferred block frees (module doc): async scheduling and a KV connector
     defer = ep[E_DEFER] == 1 and asyn and policy != SGLANG
+    l3 = ep[E_L3] if policy == SGLANG else -1  # SGLang HiCache's L3 tier (prefetch.py)
     kvb = tp[T_KVB]
     cap = np.empty(2)
     cap[0] = lp[L_DRAM_CAP]
@@ -345,8 +374,10 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     outstanding = np.zeros(R, np.int64)
     seg, PP = _seg_init(R)
 
-    ht = np.empty(2 * n + 1)
-    hi = np.empty(2 * n + 1, np.int64)
+    # heap entries: i an arrival or a load done (stage[i]), n + i request i's prefetch
+    # landed, 2n + i its timeout's deadline
+    ht = np.empty((4 if l3 >= 0 else 2) * n + 1)
+    hi = np.empty((4 if l3 >= 0 else 2) * n + 1, np.int64)
     hn = int(np.int64(0))  # not a literal: _run_loop is compiled for one type of it
     for i in range(n):
         if prev[i] < 0:
@@ -355,7 +386,24 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     rh_t = np.empty(8 * R + 8 * n + 1)
     rh_i = np.empty(8 * R + 8 * n + 1, np.int64)
 
-    fmax = 3 * n + 3 * R + 4
+    # SGLang HiCache with a tier at L3 (prefetch.py): per request its prefetch, the
+    # requests queued since the scheduler's last pass (their prefetch starts at the next),
+    # per replica its prefetches not yet polled to an end, a poll's events
+    npf = n if l3 >= 0 else 1
+    pf = np.zeros((npf, N_PF))
+    pfe = np.zeros((npf + 1, 2), np.int64)
+    pfp = np.zeros(N_PP)
+    pfp[PP_POLICY] = lp[L_PF_POLICY] if l3 >= 0 else -1.0
+    pfp[PP_THRESH] = lp[L_PF_THRESH]
+    pfp[PP_PAGE] = pp[P_EBS]
+    pfp[PP_BASE] = lp[L_PF_BASE]
+    pfp[PP_PERKI] = lp[L_PF_PERKI]
+    pfn = np.full(npf, -1, np.int64)
+    pfh = np.full(R, -1, np.int64)
+    pft = np.full(R, -1, np.int64)
+    pfc = np.zeros(R, np.int64)
+    PF = (pf, pfe, pfp, pfn, pfh, pft, pfc)
+    fmax = 3 * n + 3 * R + 4 + (n if l3 >= 0 else 0)
     f_rem = np.zeros(fmax)
     f_rate = np.zeros(fmax)
     f_tier = np.zeros(fmax, np.int64)
@@ -386,13 +434,13 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     # array bound by one of its inlined helpers costs no atomic reference count
     # (docs/performance.md, round 6)
     now, tn, sn = _run_loop(
-        P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt_gpu, cnt_sw, defer,
-        dep, f_owner, f_rate, f_rem, f_rep, f_tier, free, hi, hn, ht, interf, kc, keys, kick,
+        P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt_gpu, cnt_sw,
+        defer, dep, f_owner, f_rate, f_rem, f_rep, f_tier, free, hi, hn, ht, interf, kc, keys, kick,
         kicked, kvb, lat, layers, load_end, loads, macro_ok, nb, nfree_f, node_bw,
         outstanding, per_switch, ph, pkind, pnext, policy, pp, prev, pt, ptag, rA0, rDA,
         rDK, rK, rKV0, rLW, ratio, ratio_decay, ratio_min, rb, rbstart, rcomp, rend, rfixed,
         rh_i, rh_t, rlast, rload_end, route, rprefill, rtok, seg, sgp, stage, stats,
-        steps_out, switch_bw, think, tier, tp, trace, wbytes, wflow, write)
+        steps_out, switch_bw, think, tier, tp, trace, wbytes, wflow, write, l3)
 
     stats[S_SPAN_END] = now
     hbm = np.zeros((n, 4), np.int64)
@@ -408,18 +456,18 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
         npre[i] = RI[i, R_PREEMPT]
         rep[i] = RI[i, R_REP]
         stats[S_PREEMPT] += RI[i, R_PREEMPT]
-    return RO, rep, hbm, loaded, npre, busy, stats, tn, sn
+    return RO, rep, hbm, loaded, npre, busy, stats, tn, sn, pf
 
 
 @no_runtime
-def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt_gpu,
+def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt_gpu,
               cnt_sw, defer, dep, f_owner, f_rate, f_rem, f_rep, f_tier, free, hi, hn, ht,
               interf, kc, keys, kick, kicked, kvb, lat, layers, load_end, loads, macro_ok, nb,
               nfree_f, node_bw, outstanding, per_switch, ph, pkind, pnext, policy, pp, prev,
               pt, ptag, rA0, rDA, rDK, rK, rKV0, rLW, ratio, ratio_decay, ratio_min, rb,
               rbstart, rcomp, rend, rfixed, rh_i, rh_t, rlast, rload_end, route, rprefill,
               rtok, seg, sgp, stage, stats, steps_out, switch_bw, think, tier, tp, trace,
-              wbytes, wflow, write):  # noqa: ANN001, ANN202, C901
+              wbytes, wflow, write, l3):  # noqa: ANN001, ANN202, C901
     """run_kernel's event loop over the tables it made (module doc). Returns (now, trace
     rows used, steps used)."""
     cnt_x = 0
@@ -432,6 +480,9 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
     started = False
     tn = 0
     sg_g = S[5]
+    pf, pfe, pfp, pfn, pfh, pft, pfc = PF
+    pf_base = -1 - 2 * R  # a prefetch's flow owner: pf_base - request
+    n = arrival.shape[0]
     while True:
         if sg_g[G_OVER] != 0:
             sgp[2] = 1
@@ -477,8 +528,18 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
             for _attempt in range(2):
                 if QI[r, Q_WHEAD] >= 0 or QI[r, Q_RHEAD] >= 0:
                     if policy == SGLANG:
+                        if l3 >= 0:
+                            nact, nfree_f, cnt_x, f_last = _pf_pass(
+                                P, PF, QI, RI, S, active, cap, cnt_gpu, cnt_sw, f_owner,
+                                f_rate, f_rem, f_rep, f_tier, free, keys, kvb, nact,
+                                nfree_f, node_bw, now, f_last, per_switch, pf_base, pp, r,
+                                switch_bw, tier, cnt_x)
                         tok, ns, tn, nl, pre = sglang_schedule(S, P, RI, QI, keys, r, pp,
-                                                               trace, tn, ratio[r], loads)
+                                                               trace, tn, ratio[r], loads,
+                                                               pf, pfe, pfp, now)
+                        if l3 >= 0 and pfe[0, 0] > 0:
+                            hn, f_last = _pf_events(PF, active, f_last, f_rate, f_rem, hi,
+                                                    hn, ht, kvb, n, nact, now, pp, r)
                     else:
                         tok, ns, tn, nl = vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn,
                                                         loads)
@@ -591,7 +652,10 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 for tr in range(2):
                     b = 0.0
                     for a in range(nl):
-                        if tier[loads[a]] == tr:
+                        lt = tier[loads[a]]
+                        if lt == l3 and l3 >= 0:
+                            lt = 0  # L3: loaded back from the host, where it was fetched
+                        if lt == tr:
                             b += RI[loads[a], R_EXT] * kvb
                     if b > 0:
                         nbl += 1
@@ -616,7 +680,7 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 # without the events. Waiting requests that did not fit now do not fit
                 # during the run (free blocks and hits stay as they are).
                 allow = macro_ok and not prefill and nl == 0 and nl_any == 0 \
-                    and QI[r, Q_PREEMPTED] == npre0 and ph[r] < 0
+                    and QI[r, Q_PREEMPTED] == npre0 and ph[r] < 0 and pfc[r] == 0
                 if defer and ((freed and QI[r, Q_WHEAD] >= 0) or ns < QI[r, Q_NRUN]):
                     # deferred frees: blocks freed after this build may admit a waiting
                     # request at the next, and a running loop stopped at a victim in
@@ -707,6 +771,12 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 if RI[ow, R_FLOWS] == 0:
                     stage[ow] = 1
                     hn = _heap_push(ht, hi, hn, load_end[ow], ow)
+            elif ow <= pf_base:
+                x = pf_base - ow
+                pf[x, PF_FLOW] = -1
+                if pf[x, PF_STATE] == PF_ONGOING:  # landed (not cut): seen at the next poll
+                    pf[x, PF_DONE] = pf[x, PF_TOKENS]
+                    hn = _heap_push(ht, hi, hn, end, n + x)
             elif ow < -R:
                 wflow[-1 - R - ow, tr] = -1
             else:
@@ -732,6 +802,18 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
             # --- an arrival, or a request's tier load done ---------------------------------
             i = hi[0]
             hn = _heap_pop(ht, hi, hn)
+            if i >= n:
+                # an L3 prefetch landed (n + x), or its timeout's deadline passed (2n + x):
+                # the replica polls again (no run of decode steps is in progress: pfc)
+                x = i - n if i < 2 * n else i - 2 * n
+                if i < 2 * n and pf[x, PF_STATE] == PF_ONGOING:
+                    pf[x, PF_STATE] = PF_LANDED
+                r = RI[x, R_REP]
+                if kicked[r] == 0:
+                    kicked[r] = 1
+                    kick[nkick] = r
+                    nkick += 1
+                continue
             if stage[i] == 0:
                 if not started:
                     started = True
@@ -749,6 +831,8 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 else:
                     RI[i, R_STATUS] = ST_WAIT
                     w_append(RI, QI, r, i)
+                if l3 >= 0 and tier[i] == l3 and RI[i, R_TIER_TOK] > 0:
+                    pf_push(pfn, pfh, pft, r, i)  # its prefetch starts when it is seen
             else:
                 r = RI[i, R_REP]
                 stage[i] = 0
@@ -823,6 +907,8 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                 sg_checkpoint(S, P, RI, keys, r, x, bs)  # stash_chunked_request
             if write and tier[x] >= 0:
                 wbytes[tier[x]] += RI[x, R_STOK] * kvb
+                if tier[x] == l3:  # L3: written through to the host, backed up to L3
+                    wbytes[0] += RI[x, R_STOK] * kvb
             RI[x, R_STOK] = 0
         i = QI[r, Q_RHEAD]
         while i >= 0:
@@ -848,6 +934,8 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
                     cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP] + 1, bs)
                 if write and tier[i] >= 0 and was_prefill:
                     wbytes[tier[i]] += k * kvb
+                    if tier[i] == l3:
+                        wbytes[0] += k * kvb
                 if RI[i, R_COMP] >= RI[i, R_PROMPT] + RI[i, R_GEN]:
                     # the step computed its last token: one output token
                     RI[i, R_GEN] += 1
@@ -915,6 +1003,75 @@ def _run_loop(P, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap, cnt
             kick[nkick] = r
             nkick += 1
     return now, tn, sn
+
+
+@no_runtime
+def _pf_pass(P, PF, QI, RI, S, active, cap, cnt_gpu, cnt_sw, f_owner, f_rate, f_rem,  # noqa: ANN001, ANN202
+             f_rep, f_tier, free, keys, kvb, nact, nfree_f, node_bw, now, f_last,
+             per_switch, pf_base, pp, r, switch_bw, tier, cnt_x):
+    """Before SGLang's scheduling pass on replica r with a tier at L3 (prefetch.py): the
+    requests queued since its last pass start their prefetch (_add_request_to_queue ->
+    _prefetch_kvcache: the prefix matched as it stands, the rest L3 holds fetched when
+    over the threshold; a request async scheduling still hides waits), and the reading
+    prefetches' acknowledged tokens are brought to now. Returns (nact, nfree_f, cnt_x,
+    f_last)."""
+    pf, pfe, pfp, pfn, pfh, pft, pfc = PF
+    bs = pp[P_BS]
+    caching = pp[P_CACHING] == 1
+    page = pp[P_EBS]
+    rq = S[4]
+    pfe[0, 0] = 0
+    while pfh[r] >= 0 and RI[pfh[r], R_STATUS] != ST_NEW:
+        x = pfh[r]
+        pfh[r] = pfn[x]
+        if pfh[r] < 0:
+            pft[r] = -1
+        nk, ok, nhit, node = sg_lookup(rq, RI, r, x, bs, caching)
+        if not ok:
+            nhit, node = radix_walk(S, RI, R_NODE, keys, r, RI[x, R_KOFF], nk)
+        matched = nhit * bs + _fixed_hit(RI, x, nhit * bs)
+        top = RI[x, R_TIER_TOK]
+        if top > RI[x, R_PROMPT] + RI[x, R_GEN] - 1:
+            top = RI[x, R_PROMPT] + RI[x, R_GEN] - 1
+        tokens = pf_plan(matched, top, page, int(pfp[PP_THRESH]))
+        # the tier's prefix is what the engine holds now (HBM, or the host's write-through
+        # copy of it) until the prefetch ends and adds what arrived
+        RI[x, R_TIER_TOK] = matched
+        if tokens > 0 and kvb > 0:
+            _advance(active, nact, f_rem, f_rate, now - f_last)
+            f_last = now
+            pf_start(pf, x, matched, tokens)
+            pf[x, PF_FLOW] = free[nfree_f - 1]
+            pfc[r] += 1
+            nact, nfree_f, cnt_x = _add_flow(
+                active, nact, free, nfree_f, f_rem, f_rate, f_tier, f_rep, f_owner,
+                cnt_gpu, cnt_sw, per_switch, cnt_x, cap, switch_bw, node_bw,
+                tokens * kvb, tier[x], r, pf_base - x)
+    if pfc[r] > 0:
+        pf_update(pf, active, nact, f_rem, f_rate, f_owner, f_rep, r, pf_base,
+                  now - f_last, kvb, page)
+    return nact, nfree_f, cnt_x, f_last
+
+
+@no_runtime
+def _pf_events(PF, active, f_last, f_rate, f_rem, hi, hn, ht, kvb, n, nact, now, pp, r):  # noqa: ANN001, ANN202
+    """After SGLang's pass on replica r: a timeout's timer started (its deadline wakes the
+    replica), a prefetch ended while reading (its reads stop after the batch in flight),
+    one ended after landing. Returns (heap entries, f_last)."""
+    pf, pfe, pfp, pfn, pfh, pft, pfc = PF
+    for e in range(1, pfe[0, 0] + 1):
+        x = pfe[e, 0]
+        kind = pfe[e, 1]
+        if kind == EV_TIMER:
+            hn = _heap_push(ht, hi, hn, pf[x, PF_DEADLINE], 2 * n + x)
+            continue
+        pfc[r] -= 1
+        if kind == EV_CUT and pf[x, PF_TOKENS] > 0:
+            _advance(active, nact, f_rem, f_rate, now - f_last)
+            f_last = now
+            pf_cut(pf, x, f_rem, kvb, pp[P_EBS])
+    pfe[0, 0] = 0
+    return hn, f_last
 
 
 def _unused() -> tuple[int, ...]:

@@ -57,6 +57,7 @@ from xmemplan.sizing.engine.pool import (
     pool_match,
     pool_touch,
 )
+from xmemplan.sizing.engine.prefetch import PP_POLICY, pf_poll
 from xmemplan.sizing.engine.radix import (
     RQ_AVAIL,
     radix_cached,
@@ -655,9 +656,10 @@ def sglang_head_need(S, P, RI, QI, keys, r, pp):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True, inline="always")
-def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa: ANN001, ANN201, C901
+def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads, pf, pfe, pfp, now):  # noqa: ANN001, ANN201, C901
     """One SGLang step on replica r (module doc). Returns (tokens, scheduled, trace rows,
-    loads (requests whose tier prefix rides this batch), prefill?)."""
+    loads (requests whose tier prefix rides this batch), prefill?). pf, pfe, pfp, now:
+    the L3 prefetches (prefetch.py; pfp[PP_POLICY] < 0: no tier at L3)."""
     bs, caching = pp[P_BS], pp[P_CACHING] == 1
     nd, rq, Q = S[0], S[4], P[1]  # (the arrays once: see radix.radix_cached)
     # the engine's page (tokens): the spare room a prefill and a decode ask for
@@ -696,6 +698,15 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads):  # noqa
             cont = RI[i, R_COMP] > 0  # the chunked request (holds its pages)
             if not cont and QI[r, Q_FULL] == 1:
                 break
+            if not cont and pfp[PP_POLICY] >= 0:
+                # HiCache L3: check_prefetch_progress; a request still prefetching is
+                # skipped (_get_new_batch_prefill_raw's `continue`)
+                ready, top = pf_poll(pf, pfe, pfp, i, now)
+                if top >= 0:
+                    RI[i, R_TIER_TOK] = top
+                if not ready:
+                    i = nx
+                    continue
             nhit = 0
             node = r
             ext = 0

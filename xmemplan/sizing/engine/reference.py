@@ -524,3 +524,70 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
         out.append(rec)
         t = t + dt
     return out
+
+
+class PrefetchRef:
+    """prefetch.py's L3 prefetch of one request in plain Python, written the way SGLang
+    0.5.23 holds it: an operation whose `completed_tokens` grows by acknowledged batches
+    (HiCacheController._page_transfer), a wait timer that starts at the first blocked
+    poll (UnifiedRadixCache._start_storage_prefetch_wait) and the policy's verdict
+    (_can_terminate_prefetch, check_prefetch_progress)."""
+
+    BATCH_PAGES = 128
+
+    def __init__(self, policy: str, page: int, threshold: int, base_s: float,
+                 per_ki_s: float) -> None:
+        self.policy, self.page = policy, max(page, 1)
+        self.threshold = max(threshold, self.page)
+        self.base_s, self.per_page_s = base_s, self.page / 1024 * per_ki_s
+        self.active = False  # in ongoing_prefetch
+        self.landed = False  # the completed_req ack: the whole span is in the host tree
+        self.tokens = self.start = self.completed = 0
+        self.timer_start: float | None = None
+        self.timeout_s = 0.0
+
+    def begin(self, matched: int, top: int) -> int:
+        span = (top - matched) // self.page * self.page
+        if span < self.threshold:
+            return 0
+        self.active, self.start, self.tokens = True, matched, span
+        return span
+
+    def read(self, moved_bytes: float, kvb: float) -> None:
+        """The I/O thread has moved `moved_bytes` of the span: each whole batch read is
+        acknowledged; the last (short) one with the rest."""
+        if not self.active or self.landed:
+            return
+        if kvb <= 0 or moved_bytes >= self.tokens * kvb:
+            self.completed = self.tokens
+            return
+        batch = self.BATCH_PAGES * self.page
+        done = 0
+        while done + batch <= self.tokens and (done + batch) * kvb <= moved_bytes:
+            done += batch
+        self.completed = done
+
+    def land(self) -> None:
+        if self.active:
+            self.completed, self.landed = self.tokens, True
+
+    def poll(self, now: float) -> tuple[bool, int]:
+        """check_prefetch_progress: (ready, the prefix the tier then gives, -1 unchanged)."""
+        if not self.active:
+            return True, -1
+        if self.landed:
+            self.active = False
+            return True, self.start + self.tokens
+        if self.policy == "wait_complete":
+            return False, -1
+        if self.policy == "timeout":
+            if self.timer_start is None:
+                self.timer_start = now
+                self.timeout_s = self.base_s + (self.tokens // self.page) * self.per_page_s
+                return False, -1
+            # SGLang: elapsed() > timeout_s; here the deadline is reached at it (the
+            # engine's clock is continuous: the boundary is one instant)
+            if now < self.timer_start + self.timeout_s:
+                return False, -1
+        self.active = False
+        return True, self.start + self.completed
