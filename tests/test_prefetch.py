@@ -103,3 +103,48 @@ def test_plan_keeps_the_threshold_and_pages() -> None:
     assert pf_plan(0, 256, 1, 256) == 256
     assert pf_plan(100, 1000, 64, 256) == 896  # page-aligned span past the match
     assert pf_plan(0, 40, 64, 0) == 0  # less than a page
+
+
+def _l3_run(policy: str, l3_bandwidth: float, n: int = 120, seed: int = 0) -> Any:
+    """Open Poisson arrivals at 1 request/s of 16K-32K-token prompts, 90 % of each in L3
+    (X-Mem through the HiCache storage backend) at `l3_bandwidth`, loaded back from the
+    host at 50 GB/s, storage backups on the L3 link; one SGLang replica."""
+    from xmemplan.sizing.engine import Config, Requests, run
+    from xmemplan.sizing.engine.pool import synth_keys
+
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(16000, 32000, n)
+    out = rng.integers(50, 150, n)
+    keys, koff, kn = synth_keys(prompt, out, np.full(n, -1), np.zeros(n, np.int64), 16)
+    req = Requests(arrival=np.cumsum(rng.exponential(1.0, n)), prompt=prompt, output=out,
+                   keys=keys, koff=koff, kn=kn, tier_tokens=(prompt * 0.9).astype(np.int64),
+                   tier=np.ones(n, np.int64))
+    cfg = Config(policy="sglang", blocks=40000, block_tokens=16, engine_block_tokens=16,
+                 lin_s_per_token=2e-5, attn_s_per_unit=1e-10, kv_bytes_per_token=1e5,
+                 hbm_bandwidth=3e12, dense_weight_bytes=1e9, decode_fixed_s=0.004,
+                 fixed_s=0.02, pass_fixed_s=0.005, dram_bandwidth=5e10,
+                 xmem_bandwidth=l3_bandwidth, node_bandwidth=l3_bandwidth, tier_write=True,
+                 l3_tier=1, prefetch_policy=policy)
+    r = run(req, cfg)[0]
+    tt = r.ttft[n // 10:]
+    recomputed = 1.0 - r.prefetched.sum() / max(1, r.prefetch_tokens.sum())
+    return float(np.median(tt)), float(np.quantile(tt, 0.9)), float(recomputed), r
+
+
+def test_prefetch_policies_differ_as_sglang_admits() -> None:
+    """The three --hicache-storage-prefetch-policy rules on one workload (docs/size.md
+    'HiCache L3 prefetch'). A fast L3 (10 GB/s): a prefetch lands well inside the
+    timeout, so timeout is wait_complete; best_effort admits each request at its first
+    poll, when little has arrived, and recomputes most of its prefix. A slow, loaded L3
+    (2 GB/s for ~2.2 GB a second): wait_complete's queue grows; timeout caps each wait at
+    1 s + 0.25 s per 1,024 tokens and recomputes the rest; best_effort waits for nothing."""
+    fast = {p: _l3_run(p, 1e10) for p in POLICY_NAMES}
+    assert fast["timeout"][:3] == fast["wait_complete"][:3]
+    assert fast["wait_complete"][2] == 0.0 and fast["best_effort"][2] > 0.5
+    assert fast["best_effort"][0] > 1.5 * fast["wait_complete"][0]
+    slow = {p: _l3_run(p, 2e9) for p in POLICY_NAMES}
+    be, wc, to = slow["best_effort"], slow["wait_complete"], slow["timeout"]
+    assert be[0] < to[0] < wc[0] and be[1] < to[1] < wc[1]
+    assert be[2] > to[2] > wc[2] == 0.0
+    # no request waits much past its timeout: the longest span is 0.9 x 32K tokens
+    assert to[1] < 1.0 + 0.25 * 0.9 * 32000 / 1024 + 1.0 < wc[0]

@@ -462,7 +462,7 @@ def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, f
     """`size --gpus N` with an ordinary workload: each option on N GPUs at the load."""
     from xmemplan.cli.views import render
     from xmemplan.plan import header
-    from xmemplan.sizing.planner import describe_load
+    from xmemplan.sizing.planner import describe_load, hicache_json
 
     slo_ms = req.slo_s * 1e3
     pq = f"p{req.slo_percentile:g}"
@@ -499,12 +499,16 @@ def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, f
             "hbm_share_of_hits": p.hbm_share, "kv_full": p.kv_full,
             "preemptions_per_request": p.preemptions_per_request,
             "throughput_rps": p.throughput_rps, "throughput_tok_s": p.throughput_tok_s,
-            "utilisation": p.utilisation, "replications": p.replications, "cost": o.cost})
+            "utilisation": p.utilisation, "replications": p.replications, "cost": o.cost,
+            **({} if p.l3_recomputed is None else
+               {"l3_prefetch_recomputed": p.l3_recomputed})})
     if fmt == "json":
+        hicache = hicache_json(req)
         render.emit_json({**header(), "answer": answer, "gpus": gpus, "load": load,
                           "ttft_slo_ms": slo_ms if judged else None, "slo_on": cls,
                           "slo_percentile": req.slo_percentile, "model": req.model.name,
                           "gpu": req.gpu.name, "engine": req.engine, "options": rows,
+                          **({} if hicache is None else {"hicache": hicache}),
                           "warnings": notes})
         _warn(notes)
         return
@@ -535,6 +539,12 @@ def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, f
     x = next(r for r in rows if r["option"] == "xmem")
     render.line(f"(HBM hits: share of cache hits served from HBM; X-Mem with "
                 f"{x['nodes']:,} nodes, the fewest that hold the working set)")
+    if x.get("l3_prefetch_recomputed") is not None:
+        pol = req.prefetch_policy
+        render.line(f"(X-Mem through the HiCache storage backend, L3: "
+                    f"{x['l3_prefetch_recomputed']:.0%} of the prefix tokens its prefetches "
+                    f"asked for had not arrived at admission and were computed; "
+                    f"--hicache-storage-prefetch-policy {pol})")
 
 
 ANSWER_AGAIN_AFTER = 25  # lines of results after which the answer is repeated at the end

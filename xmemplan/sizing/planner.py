@@ -55,6 +55,7 @@ from xmemplan.sizing.sim import Traffic
 from xmemplan.sizing.simmodel import (
     HBM_USABLE,
     PREFETCH_DEFAULT,
+    XMEM_PATH_STORAGE,
     Setup,
     config_for,
     engine_for,
@@ -168,6 +169,17 @@ class SizeRequest:
                      xmem_path=self.xmem_path, prefetch_policy=self.prefetch_policy)
 
 
+def l3_recomputed(r: EngineResult) -> float | None:
+    """The share of L3-prefetched tokens computed instead (Point.l3_recomputed); None
+    without a tier at L3."""
+    tier = r.requests.tier
+    if r.config.l3_tier < 0 or r.config.policy != "sglang" or tier is None \
+            or not bool((np.asarray(tier) == r.config.l3_tier).any()):
+        return None
+    asked = float(r.prefetch_tokens.sum())
+    return 1.0 - float(r.prefetched.sum()) / asked if asked > 0 else 0.0
+
+
 def _num(x: float | None) -> str:
     x = x or 0.0
     return f"{x:,.0f}" if x >= 100 or float(x).is_integer() else f"{x:,.3g}"
@@ -210,6 +222,10 @@ class Point:
     preemptions_per_request: float = 0.0  # preemptions (vLLM) or retractions (SGLang)
     throughput_rps: float = 0.0  # requests finished over the run's span
     throughput_tok_s: float = 0.0  # prompt + output tokens over the run's span
+    # --xmem-path hicache-storage, the X-Mem option: the share of the tokens its L3
+    # prefetches asked for that had not arrived when the request was admitted (computed
+    # instead: --hicache-storage-prefetch-policy); None otherwise
+    l3_recomputed: float | None = None
     ci_ms: tuple[float, float] = (0.0, 0.0)  # 95 % interval of slo_value_ms
     replications: int = 1
     offered_rps: float | None = None  # the load named (rate x scale)
@@ -330,6 +346,8 @@ class SizeResult:
                  "preemptions_per_request": o.point.preemptions_per_request,
                  "throughput_rps": o.point.throughput_rps,
                  "throughput_tok_s": o.point.throughput_tok_s,
+                 **({} if o.point.l3_recomputed is None
+                    else {"l3_prefetch_recomputed": o.point.l3_recomputed}),
                  **({} if o.point.split is None else {"hit_split": dict(zip(
                      ("hbm", "tier", "recompute"), o.point.split, strict=True)),
                      "balance": o.point.balance})})}
@@ -374,6 +392,7 @@ class _Rep:
     preemptions: float = 0.0  # per request
     throughput_rps: float = 0.0
     throughput_tok_s: float = 0.0
+    l3_recomputed: float | None = None
 
 
 # --- one simulated configuration, replicated ---------------------------------------------
@@ -706,7 +725,8 @@ class Planner:
                     hbm_share=r.hbm_share_of_hits(),
                     preemptions=r.preemptions_per_request(),
                     throughput_rps=len(r.arrival) / span if span > 0 else 0.0,
-                    throughput_tok_s=tokens / span if span > 0 else 0.0)
+                    throughput_tok_s=tokens / span if span > 0 else 0.0,
+                    l3_recomputed=l3_recomputed(r))
 
     def simulate(self, option: str, gpus: int, nodes: int, tr: Traffic,
                  instant_loads: bool = False, *, scale: float = 1.0, k: int = 0
@@ -785,6 +805,8 @@ class Planner:
                      preemptions_per_request=float(np.mean([r.preemptions for r in reps])),
                      throughput_rps=float(np.mean([r.throughput_rps for r in reps])),
                      throughput_tok_s=float(np.mean([r.throughput_tok_s for r in reps])),
+                     l3_recomputed=None if reps[0].l3_recomputed is None else float(
+                         np.mean([r.l3_recomputed or 0.0 for r in reps])),
                      ci_ms=ci, replications=k,
                      offered_rps=None if rate is None or req.load.kind == "users"
                      else rate * scale,
@@ -1196,7 +1218,18 @@ def plan(req: SizeRequest, *, with_table: bool = True, with_curve: bool = True,
     from xmemplan.provenance import provenance
 
     res.extra.setdefault("json", {})["provenance"] = provenance(list(req.inputs))
+    if hicache := hicache_json(req):
+        res.extra["json"]["hicache"] = hicache
     return res
+
+
+def hicache_json(req: SizeRequest) -> dict[str, str] | None:
+    """JSON's `hicache` (--xmem-path hicache-storage: the X-Mem option's path and SGLang's
+    prefetch policy); None on the default direct path (the JSON as before)."""
+    if req.xmem_path != XMEM_PATH_STORAGE:
+        return None
+    return {"xmem_path": req.xmem_path,
+            "hicache_storage_prefetch_policy": req.prefetch_policy}
 
 
 def _session_copies(req: SizeRequest) -> tuple[SizeRequest, Copies | None]:
