@@ -337,6 +337,27 @@ def test_block_keys_follow_content() -> None:
     assert k[2][:3] == k[1][:3] and not set(k[2][3:]) & set(k[0] + k[1])
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_block_keys_kernel_equals_reference(seed: int) -> None:
+    """The numba kernel against the plain-Python loop: random sessions and groups, prompts
+    re-sent whole, grown and compacted (hit below, at and above the previous request),
+    outputs of 0-3 blocks, block sizes 1-64."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    sess = rng.integers(0, max(1, n // 5), n)
+    grp = np.where(rng.random(n) < 0.5, rng.integers(0, 7, n), -1)
+    prompt = rng.integers(1, 3_000, n).astype(float)
+    hit = np.where(rng.random(n) < 0.2, prompt, rng.random(n) * prompt * 1.2)
+    s = RT.Stream(np.arange(n, dtype=float), np.ones(n), prompt,
+                  rng.integers(0, 200, n).astype(float), hit, grp,
+                  rng.random(n) * 1_500, sess)
+    bs = int(rng.choice([1, 16, 64]))
+    got, want = RT.block_keys(s, bs), RT.block_keys_reference(s, bs)
+    for a, b in zip(got, want, strict=True):
+        assert np.array_equal(a, b)
+    assert len(np.unique(got[0])) < len(got[0])  # some blocks were shared
+
+
 def test_router_names() -> None:
     assert RT.canonical("prefix-aware") == "sglang-cache-aware"
     assert RT.DEFAULT_ROUTER == "session"

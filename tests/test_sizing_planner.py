@@ -10,7 +10,7 @@ import pytest
 from xmemplan.errors import UsageError
 from xmemplan.sizing.planner import Planner, plan
 from xmemplan.sizing.request import build_request
-from xmemplan.sizing.workload import Arrivals, Workload, arrivals, from_flags
+from xmemplan.sizing.workload import Arrivals, Workload, arrivals, from_flags, session_prev
 
 
 def _req(slo: str = "500ms", **kw: object):  # type: ignore[no-untyped-def]
@@ -123,6 +123,17 @@ def test_arrivals_generators() -> None:
     a, _, _, _ = arrivals(Arrivals("trace", rate_rps=0.05, trace_rate_rps=0.1), 4, 0,
                           session=sess, timestamp_s=ts, order=np.arange(4))
     assert list(a) == [0.0, 60.0, 200.0, 260.0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_session_prev_is_each_sessions_previous_request(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    sess = rng.integers(-3, 40, int(rng.integers(0, 600)))
+    want, last = [], {}
+    for i, s_ in enumerate(sess.tolist()):
+        want.append(last.get(s_, -1))
+        last[s_] = i
+    assert session_prev(sess).tolist() == want
 
 
 @pytest.mark.parametrize("kwargs, needle", [

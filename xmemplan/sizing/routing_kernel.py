@@ -20,7 +20,7 @@ from xmemplan.sizing.routing import (
 from xmemplan.sizing.sim import _heap_pop, _heap_push  # the engine loop's heap too
 
 __all__ = ["DYNAMO", "LEAST_LOADED", "LLMD", "LLMD_PRECISE", "RANDOM", "ROUND_ROBIN",
-           "SESSION", "SGLANG", "draw", "place_kernel"]
+           "SESSION", "SGLANG", "block_keys_kernel", "draw", "place_kernel"]
 
 
 TIE = 1e-9  # relative: totals this close are equal (the kernel and reference sum alike)
@@ -333,3 +333,46 @@ def place_kernel(arrival, hold, prompt, output, hit, group, gtok, session,  # no
     return rep, h_hbm, h_tier
 
 
+
+
+@njit(cache=True)
+def block_keys_kernel(prompt, output, group_tokens, hit, g, s, n_sess, bs):  # noqa: ANN001, ANN201, PLR0913
+    """routing.block_keys_reference's keys, koff and kn in one pass over the requests:
+    a group's prefix blocks are (1 << 61) | group << 24 | block, a session's blocks below
+    its reusable tokens the same keys as its previous request's, every block past them a
+    new (2 << 61) | counter. A session's previous keys are read back from the output."""
+    n = len(prompt)
+    kn = np.zeros(n, np.int64)
+    gbs = np.zeros(n, np.int64)
+    koff = np.zeros(n, np.int64)
+    pos = 0
+    for i in range(n):
+        nb = np.int64((prompt[i] + output[i]) // bs)
+        gb = 0
+        if g[i] >= 0:
+            gb = min(nb, np.int64(group_tokens[i] // bs))
+        kn[i] = nb
+        gbs[i] = gb
+        koff[i] = pos
+        pos += nb
+    keys = np.empty(pos, np.int64)
+    last = np.full(n_sess, -1, np.int64)  # session -> its previous request
+    fresh = 0
+    for i in range(n):
+        nb = kn[i]
+        gb = gbs[i]
+        o = koff[i]
+        for j in range(gb):
+            keys[o + j] = (np.int64(1) << 61) | (g[i] << 24) | j
+        p = last[s[i]]
+        share = np.int64(min(hit[i], prompt[i]) // bs) - gb
+        share = min(share, nb - gb)
+        share = min(share, 0 if p < 0 else kn[p] - gbs[p])
+        share = max(0, share)
+        for t in range(share):
+            keys[o + gb + t] = keys[koff[p] + gbs[p] + t]
+        for t in range(nb - gb - share):
+            keys[o + gb + share + t] = (np.int64(2) << 61) | (fresh + t)
+        fresh += nb - gb - share
+        last[s[i]] = i
+    return keys, koff, kn

@@ -259,6 +259,20 @@ class Arrivals:
         return self.rate_rps
 
 
+def session_prev(sess: np.ndarray) -> np.ndarray:
+    """Each request's previous request of its session (-1: its first), requests in the
+    order given: a stable sort by session keeps each session's requests in order, so the
+    one before a request in that sort is its previous one when the session is the same."""
+    n = len(sess)
+    prev = np.full(n, -1, np.int64)
+    if n < 2:
+        return prev
+    by = np.argsort(sess, kind="stable")
+    same = sess[by[1:]] == sess[by[:-1]]
+    prev[by[1:][same]] = by[:-1][same]
+    return prev
+
+
 def arrivals(a: Arrivals, n: int, seed: int, *, scale: float = 1.0,
              session: np.ndarray | None = None, timestamp_s: np.ndarray | None = None,
              order: np.ndarray | None = None
@@ -294,11 +308,7 @@ def arrivals(a: Arrivals, n: int, seed: int, *, scale: float = 1.0,
     order_ = np.argsort(arr, kind="stable")
     arr = arr[order_]
     sess = sess[order_]
-    prev = np.full(n, -1, np.int64)
-    last: dict[int, int] = {}
-    for i, s_ in enumerate(sess.tolist()):
-        prev[i] = last.get(s_, -1)
-        last[s_] = i
+    prev = session_prev(sess)
     if order is not None:
         order[:] = order_
     return arr, prev, np.zeros(n), np.where(prev >= 0, -2, -1).astype(np.int64)
