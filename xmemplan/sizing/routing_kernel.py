@@ -345,10 +345,10 @@ def block_keys_kernel(prompt, output, group_tokens, hit, g, s, n_sess, bs):  # n
     kn = np.zeros(n, np.int64)
     gbs = np.zeros(n, np.int64)
     koff = np.zeros(n, np.int64)
-    pos = 0
+    pos = np.int64(0)
     for i in range(n):
         nb = np.int64((prompt[i] + output[i]) // bs)
-        gb = 0
+        gb = np.int64(0)
         if g[i] >= 0:
             gb = min(nb, np.int64(group_tokens[i] // bs))
         kn[i] = nb
