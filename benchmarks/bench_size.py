@@ -17,6 +17,16 @@ any first run does on a default Python, and `pip install .` does at install. Und
 run compiles every xmemplan module again (about 75 ms here).
 
     .venv/bin/python benchmarks/bench_size.py [--runs 5]
+
+`--trees A,B` compares source trees instead (each a checkout of xmemplan, run as
+`python -m xmemplan` with PYTHONPATH=TREE, this interpreter): one warm-up run of each
+command per tree, then `--runs` rounds in which every tree runs every command once, the
+trees alternating (so each pair shares the machine's minutes); per command and tree the
+median wall and CPU (user + sys) time, and each tree's ratio to the first; the load
+average before and after. `--check` also compares each command's stdout across the
+trees byte for byte (and fails when they differ).
+
+    .venv/bin/python benchmarks/bench_size.py --trees /work/wt/base,. --runs 9 --check
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -75,6 +86,68 @@ def bench_cli(runs: int, *extra: str, args: tuple[str, ...] = ("--ttft-slo", "50
     return times
 
 
+def _run_tree(tree: str, args: tuple[str, ...]) -> tuple[float, float, bytes]:
+    """(wall s, CPU s, stdout) of `python -m xmemplan size ARGS` on source tree `tree`."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(Path(tree).resolve())
+    cmd = [sys.executable, "-m", "xmemplan", "size", *args]
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, check=True, capture_output=True, env=env,
+                         cwd=tempfile.gettempdir()).stdout
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, out
+
+
+TREE_COMMANDS = (
+    ("size --ttft-slo 500ms (target < 2 s)", ("--ttft-slo", "500ms")),
+    ("size --ttft-slo 500ms --format json", ("--ttft-slo", "500ms", "--format", "json")),
+    ("size --ttft-slo 500ms --engine vllm", ("--ttft-slo", "500ms", "--engine", "vllm")),
+    ("size --gpus 1 (target < 1 s)", ("--gpus", "1")),
+    ("size --gpus 1 --format json", ("--gpus", "1", "--format", "json")),
+)
+
+
+def compare_trees(trees: list[str], runs: int, check: bool) -> int:
+    """Alternating runs of each tree (see the module doc); returns 1 when --check found
+    outputs that differ."""
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    outs: dict[tuple[str, str], bytes] = {}
+    for name, args in TREE_COMMANDS:
+        for t in trees:
+            outs[(name, t)] = _run_tree(t, args)[2]  # warm-up (and the output to check)
+    wall: dict[tuple[str, str], list[float]] = {k: [] for k in outs}
+    cpu: dict[tuple[str, str], list[float]] = {k: [] for k in outs}
+    for r in range(runs):
+        order = trees if r % 2 == 0 else trees[::-1]
+        for name, args in TREE_COMMANDS:
+            for t in order:
+                w, c, _ = _run_tree(t, args)
+                wall[(name, t)].append(w)
+                cpu[(name, t)].append(c)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"medians of {runs} alternating runs, ms (ratio to {trees[0]})")
+    print("| command | tree | wall | CPU (user+sys) | wall ratio | CPU ratio |")
+    print("|---|---|---:|---:|---:|---:|")
+    bad = 0
+    for name, _ in TREE_COMMANDS:
+        w0 = statistics.median(wall[(name, trees[0])])
+        c0 = statistics.median(cpu[(name, trees[0])])
+        for t in trees:
+            w = statistics.median(wall[(name, t)])
+            c = statistics.median(cpu[(name, t)])
+            print(f"| {name} | {t} | {w * 1e3:,.0f} ({min(wall[(name, t)]) * 1e3:,.0f}-"
+                  f"{max(wall[(name, t)]) * 1e3:,.0f}) | {c * 1e3:,.0f} | {w / w0:.2f} | "
+                  f"{c / c0:.2f} |")
+        if check and len({outs[(name, t)] for t in trees}) > 1:
+            print(f"OUTPUT DIFFERS between trees: {name}")
+            bad = 1
+    if check and not bad:
+        print("outputs byte-identical across trees for every command")
+    return bad
+
+
 def _show(name: str, times: list[float]) -> None:
     print(f"{name}: median {statistics.median(times) * 1e3:.1f} ms "
           f"(min {min(times) * 1e3:.1f}, max {max(times) * 1e3:.1f}, {len(times)} runs)")
@@ -83,7 +156,11 @@ def _show(name: str, times: list[float]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--trees", help="comma-separated source trees to compare (module doc)")
+    ap.add_argument("--check", action="store_true", help="with --trees: outputs must agree")
     args = ap.parse_args()
+    if args.trees:
+        sys.exit(compare_trees([t for t in args.trees.split(",") if t], args.runs, args.check))
     _show("sweep of 10,000 configurations", bench_sweep(args.runs))
     _show("sweep of 1,048,576 configurations", bench_sweep(args.runs, per_axis=32))
     for name, extra, cmd in (

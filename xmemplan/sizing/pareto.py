@@ -145,6 +145,15 @@ def traffic_for(s: Schedule, hits: np.ndarray, option: str, send: np.ndarray) ->
                    prev=s.prev, route=np.where(s.prev >= 0, -2, -1))
 
 
+def _arrival(send: np.ndarray) -> np.ndarray:
+    """`traffic_for(...).arrival` of a re-plan without the rest of Traffic: only the
+    arrivals move (er0 was checked whole), and they get Traffic's own check."""
+    a = np.ascontiguousarray(send, dtype=np.float64)
+    if a.size and (not np.all(np.isfinite(a)) or a.min() < 0):
+        raise UsageError("traffic: 'arrival' has a negative or non-finite value")
+    return a
+
+
 def replan(s: Schedule, send: np.ndarray, done: np.ndarray) -> np.ndarray:
     """Sends on AIPerf's rule given the replies' done times: along each session, turn by
     turn, `send_k = max(done_{k-1}, send_{k-1} + gap)` (the simulator applies the max;
@@ -212,8 +221,7 @@ def run_point(req: SweepRequest, option: str, kind: str, load: float, run: int,
                        tier=tier_code, block_tokens=cfg.block_tokens)
 
     def simulate(send: np.ndarray) -> EngineResult:
-        return run_engine(replace(er0, arrival=traffic_for(s, hits, option, send).arrival),
-                          cfg)[0]
+        return run_engine(replace(er0, arrival=_arrival(send)), cfg)[0]
 
     send = s.ideal_send()
     iterations = 0

@@ -1,0 +1,139 @@
+"""xmemplan.prefix.numba_load: cached kernels load without numba's compiler registries and
+plain arrays are typed without numpy.ma, with the same results as numba's own paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xmemplan.prefix import numba_load
+
+ROOT = Path(__file__).resolve().parent.parent
+
+KERNELS = '''
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def total(a):
+    s = 0.0
+    for x in a:
+        s += x
+    return s
+
+
+@njit(cache=True)
+def grown(a, n):  # allocates: needs numba's runtime
+    out = np.empty(len(a) + n)
+    out[: len(a)] = a
+    out[len(a):] = -1.0
+    return out
+
+
+@njit(cache=True)
+def checked(k):
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    return k * 2
+'''
+
+RUN = '''
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+from xmemplan.prefix import numba_load
+fast = sys.argv[3] == "1"
+if fast:
+    assert numba_load.install()
+import kern
+out = {"total": kern.total(np.arange(5.0)), "grown": kern.grown(np.ones(2), 2).tolist(),
+       "hits": sum(d.stats.cache_hits.get(s, 0) for d in (kern.total, kern.grown)
+                   for s in d.stats.cache_hits)}
+try:
+    kern.checked(-1)
+except ValueError as e:
+    out["error"] = str(e)
+# what numba's registries import and the kernels' own code does not
+out["registries"] = [m for m in ("numba.np.linalg", "numba.typed.typeddict",
+                                 "numba.np.polynomial.polynomial_functions")
+                     if m in sys.modules]
+out["masked"] = "numpy.ma" in sys.modules
+from numba import njit  # a kernel compiled after the loads: the registries load then
+
+
+@njit
+def fresh(a):
+    return np.sum(a * 2.0)
+
+
+out["fresh"] = float(fresh(np.arange(4.0)))
+print(json.dumps(out))
+'''
+
+
+def _run(tmp: Path, fast: bool) -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp / "cache")}
+    r = subprocess.run([sys.executable, str(tmp / "run.py"), str(tmp), str(ROOT),
+                        "1" if fast else "0"], capture_output=True, text=True, env=env,
+                       timeout=300, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_cached_kernels_load_and_run_without_the_registries(tmp_path):
+    (tmp_path / "kern.py").write_text(KERNELS)
+    (tmp_path / "run.py").write_text(textwrap.dedent(RUN))
+    first = _run(tmp_path, fast=False)  # compiles and writes the cache (numba's path)
+    assert first["hits"] == 0
+    slow = _run(tmp_path, fast=False)
+    fast = _run(tmp_path, fast=True)
+    assert slow["hits"] == fast["hits"] == 2  # both loaded from the cache
+    for k in ("total", "grown", "error", "fresh"):
+        assert fast[k] == slow[k] == first[k]
+    assert fast["error"] == "k must be >= 0"
+    assert len(slow["registries"]) == 3 and not fast["registries"]
+    assert not fast["masked"]
+
+
+def test_install_is_idempotent():
+    assert numba_load.install() == numba_load.install()
+    if numba_load.installed():
+        assert "typeof_ndarray" in numba_load._replaced
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32, np.uint8,
+                                   np.bool_, np.complex128, "datetime64[ns]"])
+def test_plain_arrays_type_as_numba_types_them(dtype):
+    from numba.core.typing.typeof import Purpose, typeof
+
+    if not numba_load.install():
+        pytest.skip("numba version outside numba_load.TESTED")
+    original = numba_load._replaced["typeof_ndarray"]
+    base = np.zeros((4, 6), dtype=dtype)
+    ro = base.copy()
+    ro.flags.writeable = False
+    for a in (base, base.T, base[:, ::2], base[0], np.zeros((), dtype=dtype), ro,
+              np.zeros((2, 3, 4), dtype=dtype), np.asfortranarray(base)):
+        assert typeof(a, Purpose.argument) == original(a, None)
+
+
+def test_other_arrays_go_to_numba():
+    from numba.core import errors
+    from numba.core.typing.typeof import Purpose, typeof
+
+    if not numba_load.install():
+        pytest.skip("numba version outside numba_load.TESTED")
+    with pytest.raises(errors.NumbaTypeError, match="MaskedArray"):
+        typeof(np.ma.masked_array([1.0, 2.0]), Purpose.argument)
+    original = numba_load._replaced["typeof_ndarray"]
+    for a in (np.zeros(2, dtype=object), np.zeros(2, dtype="U3"),
+              np.zeros(2, dtype=[("a", "i8"), ("b", "f8")])):
+        assert typeof(a, Purpose.argument) == original(a, None)

@@ -1,0 +1,112 @@
+"""Load numba's cached kernels without first loading its compiler's registries.
+
+numba's `Cache.load_overload` (numba/core/caching.py) calls `target_context.refresh()`
+before it reads a cached kernel: that imports and installs every typing and lowering
+registry (numba.cpython.*, numba.np.*, the typed containers, jitclass, third-party entry
+points), about 0.12 s of CPU here on the first dispatch of a process, a sixth of
+`size --gpus 1`. Reading machine code back needs none of it: the registries tell the
+compiler how to type and lower Python, and a cached kernel is already lowered. What the
+loaded code does need is numba's runtime (NRT: its allocator and reference counts, the
+symbols its code links against), initialised by `rtsys.initialize`.
+
+`install()` replaces `load_overload` with one that initialises the runtime and loads, and
+falls back to numba's own path (refresh, then load) when the cache has no entry or the load
+fails. A kernel that is compiled, not loaded, is untouched: numba's compiler refreshes the
+registries itself (`CompilerBase.__init__`), so the registries are loaded exactly when
+something is compiled.
+
+It also types a plain `numpy.ndarray` argument without importing `numpy.ma`: numba's
+`_typeof_ndarray` (numba/core/typing/typeof.py) first asks `isinstance(val,
+np.ma.MaskedArray)`, and `np.ma` is numpy's lazily imported masked-array package (10-50 ms
+here, the first time a kernel sees each array type). An array whose type is exactly
+`np.ndarray` is not a masked array, so for it the rest of numba's function runs as it is
+written there (dtype, layout, read-only); any other array goes to numba's own function.
+
+Installed only on numba versions this was checked on (`TESTED`); elsewhere numba keeps
+its own paths. Tests: tests/test_numba_load.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# numba versions whose caching.Cache.load_overload was read and found to be refresh()
+# followed by _load_overload (0.60 to 0.68: unchanged)
+TESTED = ((0, 60), (0, 68))
+
+_installed = False
+_replaced: dict[str, Any] = {}  # numba's own functions, by what replaced them (tests)
+
+
+def _version(v: str) -> tuple[int, int]:
+    parts = v.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def install() -> bool:
+    """Install the loader (idempotent); False where numba's version is not one we checked
+    or its internals are not where they were."""
+    global _installed
+    if _installed:
+        return True
+    import numba
+    from numba.core import caching
+
+    lo, hi = TESTED
+    if not lo <= _version(numba.__version__) <= hi:
+        return False
+    try:
+        from numba.core.runtime import rtsys
+    except ImportError:
+        return False
+    cache_cls = caching.Cache
+    original = getattr(cache_cls, "load_overload", None)
+    if (original is None or not hasattr(cache_cls, "_load_overload")
+            or not hasattr(cache_cls, "_guard_against_spurious_io_errors")):
+        return False
+
+    def load_overload(self: Any, sig: Any, target_context: Any) -> Any:
+        try:
+            rtsys.initialize(target_context)
+            with self._guard_against_spurious_io_errors():
+                data = self._load_overload(sig, target_context)
+        except Exception:  # anything unexpected: numba's own path decides
+            data = None
+        if data is None:
+            return original(self, sig, target_context)
+        return data
+
+    load_overload.__doc__ = original.__doc__
+    cache_cls.load_overload = load_overload
+    _plain_ndarray_typeof()
+    _installed = True
+    return True
+
+
+def _plain_ndarray_typeof() -> None:
+    import numpy as np
+    from numba.core import errors, types
+    from numba.core.typing.typeof import typeof_impl
+    from numba.np import numpy_support
+
+    original = typeof_impl.dispatch(np.ndarray)
+
+    def typeof_ndarray(val: Any, c: Any) -> Any:
+        if type(val) is not np.ndarray:  # a subclass (np.ma.MaskedArray...): numba's own
+            return original(val, c)
+        try:
+            dtype = numpy_support.from_dtype(val.dtype)
+        except errors.NumbaNotImplementedError:
+            return original(val, c)  # numba's own error
+        return types.Array(dtype, val.ndim, numpy_support.map_layout(val),
+                           readonly=not val.flags.writeable)
+
+    typeof_impl.register(np.ndarray)(typeof_ndarray)
+    _replaced["typeof_ndarray"] = original
+
+
+def installed() -> bool:
+    return _installed
