@@ -80,7 +80,7 @@ def install() -> bool:
         return data
 
     load_overload.__doc__ = original.__doc__
-    cache_cls.load_overload = load_overload
+    cache_cls.load_overload = load_overload  # type: ignore[method-assign]
     _plain_ndarray_typeof()
     _installed = True
     return True
