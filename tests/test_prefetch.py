@@ -148,3 +148,90 @@ def test_prefetch_policies_differ_as_sglang_admits() -> None:
     assert be[2] > to[2] > wc[2] == 0.0
     # no request waits much past its timeout: the longest span is 0.9 x 32K tokens
     assert to[1] < 1.0 + 0.25 * 0.9 * 32000 / 1024 + 1.0 < wc[0]
+
+
+def _sessions(policy: str, asyn: bool, blocks: int = 3000, n: int = 160, seed: int = 3
+              ) -> tuple[Any, Any]:
+    """Sessions of 10 users (each turn's prefix the user's previous turn, in HBM while it
+    survives), X-Mem at L3 holding every prefix, a slow L3 (timeouts fire), KV pressure."""
+    from xmemplan.sizing.engine import Config, Requests
+    from xmemplan.sizing.engine.pool import synth_keys
+
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(1000, 9000, n)
+    out = rng.integers(1, 120, n)
+    prev = np.arange(n) - 10
+    prev[prev < 0] = -1
+    shared = np.where(prev >= 0, prompt * 3 // 4, 0)
+    keys, koff, kn = synth_keys(prompt, out, prev, shared, 16)
+    req = Requests(arrival=np.cumsum(rng.exponential(0.08, n)), prompt=prompt, output=out,
+                   keys=keys, koff=koff, kn=kn, prev=prev, think=rng.exponential(0.5, n),
+                   route=np.where(prev >= 0, -2, -1),
+                   tier_tokens=np.where(prev >= 0, shared, prompt * 3 // 4),
+                   tier=np.ones(n, np.int64))
+    cfg = Config(policy="sglang", replicas=2, blocks=blocks, block_tokens=16,
+                 engine_block_tokens=16, lin_s_per_token=2e-5, attn_s_per_unit=1e-10,
+                 kv_bytes_per_token=1e5, hbm_bandwidth=3e12, dense_weight_bytes=1e9,
+                 decode_fixed_s=0.004, fixed_s=0.02, pass_fixed_s=0.005,
+                 dram_bandwidth=2e10, xmem_bandwidth=4e8, node_bandwidth=6e8,
+                 tier_write=True, async_schedule=asyn, l3_tier=1, prefetch_policy=policy,
+                 prefetch_timeout_base_s=0.2)
+    return req, cfg
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("asyn", [False, True])
+def test_l3_runs_of_decode_steps_equal_one_step_per_event(policy: str, asyn: bool) -> None:
+    """With prefetches in flight the engine prices decode steps one by one (a landing or
+    a deadline may admit a request at any step); the run is the same as stepping one by
+    one (trace mode) under KV pressure, with and without SGLang's overlap loop; and the
+    admissions keep the policy: wait_complete admits only what fully arrived, timeout
+    admits a cut prefetch only at its deadline or later."""
+    from xmemplan.sizing.engine import run
+
+    req, cfg = _sessions(policy, asyn)
+    a, *_ = run(req, cfg)
+    b, *_ = run(req, cfg, trace_rows=2, step_rows=2)
+    assert a.steps == b.steps
+    np.testing.assert_allclose(a.first, b.first, atol=1e-9)
+    np.testing.assert_allclose(a.done, b.done, atol=1e-9)
+    np.testing.assert_array_equal(a.prefetched, b.prefetched)
+    asked = a.prefetch_tokens > 0
+    assert asked.sum() > 20 and np.isfinite(a.first).all()
+    cut = asked & (a.prefetched < a.prefetch_tokens)
+    if policy == "wait_complete":
+        assert not cut.any()
+    elif policy == "timeout":
+        assert cut.sum() > 0 and np.all(a.start[cut] >= a.prefetch_deadline[cut])
+    else:
+        assert cut.sum() > asked.sum() // 2
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_one_request_alone_waits_for_its_prefetch(policy: str) -> None:
+    """One request on an idle replica: wait_complete (and timeout, whose 1 s + 7.5 s
+    outlasts the read) admit it when the span has landed (its bytes at the X-Mem rate
+    plus the link latency), then load it from the host as the host-DRAM tier would: TTFT
+    = the read + the host tier's TTFT. best_effort polls it at once: nothing has
+    arrived, it computes the whole prompt."""
+    from xmemplan.sizing.engine import Config, Requests, chain_keys, run
+
+    keys, koff, kn = chain_keys([list(range(32000))], 16)
+    base = dict(arrival=np.zeros(1), prompt=np.array([32000]), output=np.array([2]),
+                keys=keys, koff=koff, kn=kn, tier_tokens=np.array([30000]))
+    cfg = Config(policy="sglang", lin_s_per_token=2e-5, kv_bytes_per_token=1e5,
+                 fixed_s=0.02, pass_fixed_s=0.005, layers=48, dram_bandwidth=5e10,
+                 dram_latency_s=3e-6, xmem_bandwidth=2e10, node_bandwidth=4e10,
+                 xmem_latency_s=5e-6, prefetch_policy=policy, max_batched_tokens=1 << 16,
+                 chunked_prefill_size=1 << 16, max_prefill_tokens=1 << 16)
+    host, *_ = run(Requests(**base, tier=np.zeros(1, np.int64)), cfg)
+    none, *_ = run(Requests(**base, tier=np.full(1, -1, np.int64)), cfg)
+    l3, *_ = run(Requests(**base, tier=np.ones(1, np.int64)), cfg.replace(l3_tier=1))
+    assert l3.prefetch_tokens[0] == 30000
+    if policy == "best_effort":
+        assert l3.prefetched[0] == 0
+        assert l3.ttft[0] == pytest.approx(none.ttft[0], rel=1e-12)
+    else:
+        assert l3.prefetched[0] == 30000
+        read = 30000 * 1e5 / 2e10 + 5e-6
+        assert l3.ttft[0] == pytest.approx(read + host.ttft[0], rel=1e-12)

@@ -85,6 +85,7 @@ from xmemplan.sizing.engine.policy import (
 )
 from xmemplan.sizing.engine.prefetch import (
     DEFAULT_POLICY,
+    PF_DEADLINE,
     PF_DONE,
     PF_ENDED,
     PF_STATE,
@@ -331,13 +332,16 @@ class Result:
         # L3 for and those it had when it ended (the rest computed); 0 without one
         pf = out[9]
         n = len(req)
+        # (and the timeout's deadline, inf where no timer started)
         if pf.shape[0] == n and n > 0:
             ended = pf[:, PF_STATE] == PF_ENDED
             self.prefetch_tokens = np.where(ended, pf[:, PF_TOKENS], 0.0).astype(np.int64)
             self.prefetched = np.where(ended, pf[:, PF_DONE], 0.0).astype(np.int64)
+            self.prefetch_deadline = np.where(ended, pf[:, PF_DEADLINE], np.inf)
         else:
             self.prefetch_tokens = np.zeros(n, np.int64)
             self.prefetched = np.zeros(n, np.int64)
+            self.prefetch_deadline = np.full(n, np.inf)
 
     @property
     def ttft(self) -> np.ndarray:
