@@ -15,27 +15,19 @@ fails. A kernel that is compiled, not loaded, is untouched: numba's compiler ref
 registries itself (`CompilerBase.__init__`), so the registries are loaded exactly when
 something is compiled.
 
-It also types a plain `numpy.ndarray` argument without importing `numpy.ma`: numba's
-`_typeof_ndarray` (numba/core/typing/typeof.py) first asks `isinstance(val,
-np.ma.MaskedArray)`, and `np.ma` is numpy's lazily imported masked-array package (10-50 ms
-here, the first time a kernel sees each array type). An array whose type is exactly
-`np.ndarray` is not a masked array, so for it the rest of numba's function runs as it is
-written there (dtype, layout, read-only); any other array goes to numba's own function.
-
 Installed only on numba versions this was checked on (`TESTED`); elsewhere numba keeps
-its own paths. Tests: tests/test_numba_load.py.
+its own path. Tests: tests/test_numba_load.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# numba versions whose caching.Cache.load_overload was read and found to be refresh()
-# followed by _load_overload (0.60 to 0.68: unchanged)
-TESTED = ((0, 60), (0, 68))
+# numba versions whose caching.Cache.load_overload was read here and found to be
+# refresh() followed by _load_overload (0.68.1, the version this project runs)
+TESTED = ((0, 68), (0, 68))
 
 _installed = False
-_replaced: dict[str, Any] = {}  # numba's own functions, by what replaced them (tests)
 
 
 def _version(v: str) -> tuple[int, int]:
@@ -81,31 +73,8 @@ def install() -> bool:
 
     load_overload.__doc__ = original.__doc__
     cache_cls.load_overload = load_overload  # type: ignore[method-assign]
-    _plain_ndarray_typeof()
     _installed = True
     return True
-
-
-def _plain_ndarray_typeof() -> None:
-    import numpy as np
-    from numba.core import errors, types
-    from numba.core.typing.typeof import typeof_impl
-    from numba.np import numpy_support
-
-    original = typeof_impl.dispatch(np.ndarray)
-
-    def typeof_ndarray(val: Any, c: Any) -> Any:
-        if type(val) is not np.ndarray:  # a subclass (np.ma.MaskedArray...): numba's own
-            return original(val, c)
-        try:
-            dtype = numpy_support.from_dtype(val.dtype)
-        except errors.NumbaNotImplementedError:
-            return original(val, c)  # numba's own error
-        return types.Array(dtype, val.ndim, numpy_support.map_layout(val),
-                           readonly=not val.flags.writeable)
-
-    typeof_impl.register(np.ndarray)(typeof_ndarray)
-    _replaced["typeof_ndarray"] = original
 
 
 def installed() -> bool:
