@@ -108,3 +108,29 @@ def test_answer_first_names_the_options_meeting_the_slo(
 def test_plot_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _cli(capsys, "--plot", "x.png")
     assert code != 0 and "--plot" in err
+
+
+def test_xmem_at_l3_carries_its_prefetch_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    """--xmem-path hicache-storage: JSON's `hicache` names the path and SGLang's prefetch
+    policy (its default, timeout, unless given), the X-Mem option its share of L3 tokens
+    recomputed; best_effort recomputes more than wait_complete; the default JSON has
+    neither key; the flags refuse vLLM and a policy without the L3 path (usage, exit 2)."""
+    docs = {}
+    for pol in (None, "best_effort", "wait_complete"):
+        flags = ["--xmem-path", "hicache-storage", "--format", "json"]
+        code, out, _ = _cli(capsys, *flags, *([] if pol is None else
+                                            ["--hicache-storage-prefetch-policy", pol]))
+        assert code == 0
+        docs[pol] = json.loads(out)
+    assert docs[None]["hicache"] == {"xmem_path": "hicache-storage",
+                                     "hicache_storage_prefetch_policy": "timeout"}
+    rec = {p: {o["option"]: o.get("l3_prefetch_recomputed") for o in d["options"]}
+           for p, d in docs.items()}
+    assert rec["wait_complete"] == {"hbm-only": None, "host-dram": None, "xmem": 0.0}
+    assert rec["best_effort"]["xmem"] > 0.2
+    code, out, _ = _cli(capsys, "--format", "json")
+    assert code == 0 and "hicache" not in json.loads(out)
+    assert "l3_prefetch_recomputed" not in out
+    assert _cli(capsys, "--hicache-storage-prefetch-policy", "timeout")[0] == 2
+    assert _cli(capsys, "--xmem-path", "hicache-storage", "--engine", "vllm")[0] == 2
+    assert _cli(capsys, "--xmem-path", "l3")[0] == 2
