@@ -156,6 +156,8 @@ def pf_update(pf, active, nact, f_rem, f_rate, f_owner, f_rep, r, base, dt, kvb,
         if ow > base or f_rep[f] != r:
             continue
         i = base - ow
+        if pf[i, PF_STATE] != PF_ONGOING:  # a cut read finishing its batch: ended
+            continue
         left = f_rem[f] - f_rate[f] * dt
         if left < 0.0:
             left = 0.0
