@@ -23,7 +23,8 @@ run compiles every xmemplan module again (about 75 ms here).
 command per tree, then `--runs` rounds in which every tree runs every command once, the
 trees alternating (so each pair shares the machine's minutes); per command and tree the
 median wall and CPU (user + sys) time, and each tree's ratio to the first; the load
-average before and after. `--check` also compares each command's stdout across the
+average before and after. A tree given as `PATH@VAR=VALUE` runs with that variable set
+(`.@XMEMPLAN_NUMBA_FAST_LOAD=0,.` measures one change alone: docs/performance.md round 8). `--check` also compares each command's stdout across the
 trees byte for byte (and fails when they differ).
 
     .venv/bin/python benchmarks/bench_size.py --trees /work/wt/base,. --runs 9 --check
@@ -87,9 +88,14 @@ def bench_cli(runs: int, *extra: str, args: tuple[str, ...] = ("--ttft-slo", "50
 
 
 def _run_tree(tree: str, args: tuple[str, ...]) -> tuple[float, float, bytes]:
-    """(wall s, CPU s, stdout) of `python -m xmemplan size ARGS` on source tree `tree`."""
+    """(wall s, CPU s, stdout) of `python -m xmemplan size ARGS` on source tree `tree`
+    (`PATH` or `PATH@VAR=VALUE`: the tree with one more environment variable)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = str(Path(tree).resolve())
+    path, _, var = tree.partition("@")
+    if var:
+        k, _, v = var.partition("=")
+        env[k] = v
+    env["PYTHONPATH"] = str(Path(path).resolve())
     cmd = [sys.executable, "-m", "xmemplan", "size", *args]
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -156,7 +162,8 @@ def _show(name: str, times: list[float]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--trees", help="comma-separated source trees to compare (module doc)")
+    ap.add_argument("--trees", help="comma-separated source trees to compare, each PATH or "
+                    "PATH@VAR=VALUE (module doc)")
     ap.add_argument("--check", action="store_true", help="with --trees: outputs must agree")
     args = ap.parse_args()
     if args.trees:

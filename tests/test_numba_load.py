@@ -1,4 +1,4 @@
-"""xmemplan.prefix.numba_load: cached kernels load without numba's compiler registries,
+"""xmemplan.numba_load: cached kernels load without numba's compiler registries,
 with the same results as numba's own path, and a kernel compiled afterwards still
 compiles."""
 
@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from xmemplan.prefix import numba_load
+from xmemplan import numba_load
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,7 @@ import json, sys
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, sys.argv[2])
-from xmemplan.prefix import numba_load
+from xmemplan import numba_load
 fast = sys.argv[3] == "1"
 if fast:
     assert numba_load.install()
@@ -101,3 +101,12 @@ def test_cached_kernels_load_and_run_without_the_registries(tmp_path):
 
 def test_install_is_idempotent():
     assert numba_load.install() == numba_load.install() == numba_load.installed()
+
+
+def test_the_environment_turns_it_off():
+    code = ("from xmemplan import numba_load\n"
+            "print(numba_load.install(), numba_load.installed())")
+    env = {**os.environ, numba_load.ENV: "0", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120, check=True).stdout.split()
+    assert out == ["False", "False"]

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numba import njit
 
-from xmemplan.prefix import numba_load
+from xmemplan import numba_load
 
 # cached kernels load without numba's compiler registries (0.12 s of a command's start)
 numba_load.install()

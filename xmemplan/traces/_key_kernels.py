@@ -6,6 +6,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from xmemplan import numba_load
+
+numba_load.install()  # cached kernels load without numba's compiler registries
+
 
 @njit(cache=True, inline="always")
 def _mix(x: np.uint64) -> np.uint64:

@@ -20,6 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from xmemplan import numba_load
+
+numba_load.install()  # cached kernels load without numba's compiler registries
+
 
 @njit(cache=True)
 def _is_ws(c: int) -> bool:

@@ -16,17 +16,21 @@ registries itself (`CompilerBase.__init__`), so the registries are loaded exactl
 something is compiled.
 
 Installed only on numba versions this was checked on (`TESTED`); elsewhere numba keeps
-its own path. Tests: tests/test_numba_load.py.
+its own path, as it does with XMEMPLAN_NUMBA_FAST_LOAD=0 in the environment (to rule this
+out when a kernel misbehaves; benchmarks/bench_size.py measures with and without it).
+Tests: tests/test_numba_load.py.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 # numba versions whose caching.Cache.load_overload was read here and found to be
 # refresh() followed by _load_overload (0.68.1, the version this project runs)
 TESTED = ((0, 68), (0, 68))
 
+ENV = "XMEMPLAN_NUMBA_FAST_LOAD"  # "0": numba's own load path
 _installed = False
 
 
@@ -44,6 +48,8 @@ def install() -> bool:
     global _installed
     if _installed:
         return True
+    if os.environ.get(ENV, "1") == "0":
+        return False
     import numba
     from numba.core import caching
 
