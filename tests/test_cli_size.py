@@ -87,7 +87,7 @@ def _child_cpu_s(*args: str) -> float:
 def test_bare_command_is_fast() -> None:
     """Issue 12/19's target: bare `size` under 2 s. CPU time, not wall: on the shared
     2-core machine at load ~9 wall time is 4-5x CPU time and measures the neighbours. The
-    first run warms numba's on-disk kernel cache (a fresh checkout compiles for ~25 s CPU
+    first run warms numba's on-disk kernel cache (a fresh checkout compiles for 1-2 min CPU
     once); the second is the one measured (1.2-1.4 s CPU here, docs/performance.md)."""
     args = ("size", "--ttft-slo", "500ms")
     _child_cpu_s(*args)

@@ -100,6 +100,9 @@ def plan_cmd(
     if scope not in ("global", "session"):
         raise UsageError(f"unknown scope '{scope}'", "use global or session")
     from xmemplan.cli import invocation
+    from xmemplan.cli.firstrun import first_run_notice
+
+    first_run_notice()
 
     argv = ["xmemplan", *invocation.ARGV]
     _INPUTS[:] = [*traces, *catalog]

@@ -157,6 +157,9 @@ def size(
 
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(f"unknown output format '{fmt}'", "use table, json or csv")
+    from xmemplan.cli.firstrun import first_run_notice
+
+    first_run_notice()
     if gpus is not None and any(v is not None for v in (workload, prompt_tokens, hit_rate,
                                                         rate)):
         # an ordinary workload on N GPUs: a fixed deployment at the offered load, no search
