@@ -18,7 +18,19 @@ Async scheduling (ep[E_ASYNC] = 1; vLLM's AsyncScheduler with the engine core's 
 queue, SGLang's overlap event loop): the batch of a step is built when the step before it
 starts, so a request that arrives (or, vLLM, finishes its tier load) while a step runs is
 first seen at the end of the step after it; an engine with nothing else to run sees it at
-once. Results are not delayed: both engines process a step's tokens when it ends.
+once. vLLM processes a step's tokens when it ends (but see the deferred frees below).
+
+SGLang's overlap loop (async scheduling, SGLang; `event_loop_overlap`) processes step k's
+results only after it has built step k+1 (process_batch_result after run_batch): while
+k+1 is built, a request that step k finished keeps its pages and running seat (ST_DONE,
+skipped by the decode: `_reqs_finishing_inflight`), the output k made is not yet counted
+in the decode reserve, the retraction order or the ratio after a retraction (R_PEND), and
+a prefill k completed has not checkpointed its pages into the tree. `_sg_process` does
+all that after the build, in the running order: a finished request's release clears
+batch_is_full. A decode whose new pages do not fit beside finishing requests runs no step
+(nothing is retracted): the results are processed and the batch built again, as for an
+empty build. A request retracted at the build of k+1 loses the output k made (SGLang
+skips a retracted request's result), and its first token counts only once processed.
 
 Deferred block frees (ep[E_DEFER] = 1, vLLM with async scheduling only: vLLM 0.33's
 `defer_block_free`, set with more than one batch in flight and a KV connector that loads,
@@ -77,6 +89,7 @@ from xmemplan.sizing.engine.policy import (
     R_NEWHIT,
     R_NODE,
     R_OUT,
+    R_PEND,
     R_PREEMPT,
     R_PROMPT,
     R_RBOFF,
@@ -263,6 +276,35 @@ def _free_finished(P, RI, QI, rb, r):  # noqa: ANN001, ANN202
         if RI[x, R_STATUS] == ST_DONE:
             run_remove(RI, QI, r, x)
             release(P, RI, rb, r, x)
+        x = nx
+    QI[r, Q_FIN] = 0
+
+
+@no_runtime
+def _sg_process(S, P, RI, QI, RO, keys, r, bs, caching, now, stats):  # noqa: ANN001, ANN202
+    """SGLang's overlap loop: the step in flight is processed, now that the next batch is
+    built (process_batch_result, in the batch's order): a request it finished releases its
+    KV into the tree and leaves the running batch (no longer full); one whose prefill it
+    completed checkpoints its pages; an output token it made is counted (the first one is
+    the request's first token). Requests retracted meanwhile were dropped (R_PEND 0)."""
+    QI[r, Q_INFL] = -1
+    x = QI[r, Q_RHEAD]
+    while x >= 0:
+        nx = RI[x, R_RNEXT]
+        p = RI[x, R_PEND]
+        if p != 0:
+            RI[x, R_PEND] = 0
+            if RI[x, R_STATUS] == ST_DONE:
+                run_remove(RI, QI, r, x)
+                sg_release(S, P, RI, keys, r, x, bs, caching)  # release_kv_cache
+                QI[r, Q_FULL] = 0
+            else:
+                if (p & 1) == 1 and RI[x, R_GEN] == 1:
+                    RO[x, O_FIRST] = now
+                    stats[S_HBM_HIT] += RI[x, R_HIT]
+                    stats[S_TIER_HIT] += RI[x, R_EXT]
+                if (p & 2) == 2:
+                    sg_checkpoint(S, P, RI, keys, r, x, bs)  # checkpoint_kv_cache
         x = nx
     QI[r, Q_FIN] = 0
 
@@ -483,6 +525,9 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
     pf, pfe, pfp, pfn, pfh, pft, pfc = PF
     pf_base = -1 - 2 * R  # a prefetch's flow owner: pf_base - request
     n = arrival.shape[0]
+    # SGLang's overlap loop (module doc): step k is processed after step k+1 is built
+    lag = asyn and policy == SGLANG
+    caching = pp[P_CACHING] == 1
     while True:
         if sg_g[G_OVER] != 0:
             sgp[2] = 1
@@ -572,7 +617,10 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                         sn = _record_step(steps_out, sn, now, t_step0, tn, nb - P[1][r, 2])
                         t_step0 = tn
                         nl_any = 0
-                    _free_finished(P, RI, QI, rb, r)
+                    if lag:
+                        _sg_process(S, P, RI, QI, RO, keys, r, bs, caching, now, stats)
+                    else:
+                        _free_finished(P, RI, QI, rb, r)
                 # nothing to run without them: an idle engine sees the hidden requests now
                 _unhide(RI, QI, pnext, ptag, pkind, ph, pt, kc, r, True)
                 if steps_out.shape[0] > 1:
@@ -647,6 +695,8 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
             if defer:
                 # the step before is processed now that this one is built
                 _free_finished(P, RI, QI, rb, r)
+            elif lag:
+                _sg_process(S, P, RI, QI, RO, keys, r, bs, caching, now, stats)
             nbl = 0
             if policy == SGLANG and nl > 0:
                 for tr in range(2):
@@ -686,6 +736,10 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                     # request at the next, and a running loop stopped at a victim in
                     # flight preempts it at the next: this batch does not repeat
                     allow = False
+                if lag and freed:
+                    # overlap: the step before freed pages or changed the tree after this
+                    # build: the next build sees them
+                    allow = False
                 ext_h = -1
                 left_h = 0
                 if allow and policy == SGLANG and QI[r, Q_WHEAD] >= 0:
@@ -714,11 +768,14 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                     if ext_h >= 0 and K > 1:
                         free_tok = P[1][r, 2] * bs
                         nrun = QI[r, Q_NRUN]
+                        # the outputs counted at the build of step jj: all but the one
+                        # in flight under overlap
+                        lagj = 1 if lag else 0
                         for jj in range(1, K):
                             rj = ratio[r] - ratio_decay * jj
                             if rj < ratio_min:
                                 rj = ratio_min
-                            if ext_h < free_tok - (sumleft - jj * nrun) * rj:
+                            if ext_h < free_tok - (sumleft - (jj - lagj) * nrun) * rj:
                                 K = jj  # the head is admitted at step jj
                                 break
                     if K > 1:
@@ -939,20 +996,30 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                 if RI[i, R_COMP] >= RI[i, R_PROMPT] + RI[i, R_GEN]:
                     # the step computed its last token: one output token
                     RI[i, R_GEN] += 1
+                    fin = RI[i, R_GEN] >= RI[i, R_OUT]
+                    if lag and not fin:
+                        # overlap: processed after the next build (_sg_process), which
+                        # may retract it and drop the token
+                        RI[i, R_PEND] = 3 if was_prefill and caching else 1
+                        if was_prefill and caching:
+                            QI[r, Q_FIN] += 1
                     if RI[i, R_GEN] == 1:
-                        RO[i, O_FIRST] = now
-                        stats[S_HBM_HIT] += RI[i, R_HIT]
-                        stats[S_TIER_HIT] += RI[i, R_EXT]
+                        if not lag or fin:
+                            RO[i, O_FIRST] = now
+                            stats[S_HBM_HIT] += RI[i, R_HIT]
+                            stats[S_TIER_HIT] += RI[i, R_EXT]
                     else:
                         g = now - RO[i, O_LAST]
                         if g > RO[i, O_ITL_MAX]:
                             RO[i, O_ITL_MAX] = g
                     RO[i, O_LAST] = now
-                    if RI[i, R_GEN] >= RI[i, R_OUT]:
-                        if defer:
+                    if fin:
+                        if defer or lag:
                             # it keeps its seat and blocks while the next batch is built
-                            # (_free_finished after it)
+                            # (_free_finished, _sg_process after it)
                             QI[r, Q_FIN] += 1
+                            if lag:
+                                RI[i, R_PEND] = 1
                         else:
                             run_remove(RI, QI, r, i)
                             if policy == SGLANG:  # release_kv_cache(checkpoint=True)
@@ -977,11 +1044,11 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                             if arrival[j] > ta:
                                 ta = arrival[j]
                             hn = _heap_push(ht, hi, hn, ta, j)
-                    elif policy == SGLANG and was_prefill and pp[P_CACHING] == 1:
+                    elif policy == SGLANG and was_prefill and caching and not lag:
                         # unfinished after its prefill: checkpoint_kv_cache
                         sg_checkpoint(S, P, RI, keys, r, i, bs)
             i = nx
-        if defer:
+        if defer or lag:
             QI[r, Q_INFL] = kc[r]  # in flight until the next batch is built
         # write-through of the step's new prompt KV to the tier (same links as loads):
         # one write stream per replica and tier, later writes queue behind earlier ones

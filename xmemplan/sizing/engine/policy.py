@@ -75,9 +75,12 @@ from xmemplan.sizing.engine.radix import (
 (R_PROMPT, R_OUT, R_GEN, R_COMP, R_STATUS, R_REP, R_KOFF, R_KN, R_RBOFF, R_HELD, R_NCACHED,
  R_WPREV, R_WNEXT, R_RPREV, R_RNEXT, R_STOK, R_HIT, R_TIER_TOK, R_EXT, R_PREEMPT, R_LOADED,
  R_STARTED, R_NEWHIT, R_FLOWS, R_S0, R_LOADED_TOTAL, R_HIT_TOTAL, R_FIXHIT, R_CACHEABLE,
- R_LOOKUPS, R_LOOKUP_HIT, R_NODE) = range(32)
-N_R = 32
+ R_LOOKUPS, R_LOOKUP_HIT, R_NODE, R_PEND) = range(33)
+N_R = 33
 R_SEQ = R_NODE  # (vLLM only: R_NODE is SGLang's)
+# (SGLang's overlap loop, loop.py: R_PEND what the step in flight left to process for
+# request i: bit 1 its output token (not counted yet: its len(output_ids) is R_GEN - 1),
+# bit 2 its computed pages to checkpoint into the tree (its prefill done); 0 nothing)
 # (SGLang: R_NODE the radix node request i holds locked, -1 none; R_NCACHED the pages of
 # its row the tree owns, cache_protected_len; vLLM with deferred frees: R_SEQ the step
 # that last scheduled it, the replica's steps counted from 1)
@@ -483,7 +486,8 @@ def _reserve(RI, QI, r, ratio):  # noqa: ANN001, ANN202
     s = 0.0
     i = QI[r, Q_RHEAD]
     while i >= 0:
-        left = RI[i, R_OUT] - RI[i, R_GEN]
+        # (overlap: an output token in flight is not counted yet, R_PEND)
+        left = RI[i, R_OUT] - RI[i, R_GEN] + (RI[i, R_PEND] & 1)
         if left > CLIP_MAX_NEW_TOKENS:
             left = CLIP_MAX_NEW_TOKENS
         s += left * ratio
@@ -530,7 +534,7 @@ def sglang_ratio_after_retract(RI, QI, r):  # noqa: ANN001, ANN201
     n = 0
     i = QI[r, Q_RHEAD]
     while i >= 0:
-        gen += RI[i, R_GEN]
+        gen += RI[i, R_GEN] - (RI[i, R_PEND] & 1)
         out += RI[i, R_OUT]
         n += 1
         i = RI[i, R_RNEXT]
@@ -778,6 +782,15 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads, pf, pfe,
             # the compute budgets are charged the page-ceiled extend (_update_prefill_budget)
             rem_chunk -= _cdiv(take, bs) * bs
             rem_input -= _cdiv(take, bs) * bs
+            # the budget after it: no free and evictable tokens left is NO_TOKEN
+            # (add_one_req returns budget_state(), which puts it before the compute
+            # budgets' OTHER; after the chunked request's next chunk SGLang tries the
+            # next waiting request, which NO_TOKEN refuses): batch_is_full, kept when
+            # requests run (an empty running batch is replaced by the new at the next
+            # build, and its flag with it)
+            spent = Q[r, 2] * bs - rem_off <= 0
+            if spent and nrun0 > 0 and (not cont or nx >= 0):
+                QI[r, Q_FULL] = 1
             if take < extend:
                 # the one chunked request: it stays first in the waiting queue, holding
                 # its pages, and goes on in the next prefill batch
@@ -786,7 +799,7 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads, pf, pfe,
             w_remove(RI, QI, r, i)
             run_append(RI, QI, r, i)
             RI[i, R_STATUS] = ST_RUN
-            if rem_chunk <= 0 or rem_input <= 0:
+            if spent or rem_chunk <= 0 or rem_input <= 0:
                 break
             i = nx
         if nsched > 0:
@@ -800,19 +813,33 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads, pf, pfe,
             radix_take(rq, Q, r, pending)
             return tokens, nsched, tn, nl, True
     # 2. decode every running request; retract while its new pages do not fit
-    # (update_running_batch: check_decode_mem, retract_decode)
+    # (update_running_batch: check_decode_mem, retract_decode). Overlap loop: a request
+    # whose output in flight is its last (ST_DONE, holding its pages and seat until that
+    # output is processed, after this build) sits out (_reqs_finishing_inflight: the
+    # batch is filtered, so it is not full any more); when the others' new pages do not
+    # fit, no decode runs this step and nothing is retracted (the result frees its pages)
+    nfin = 0
     while True:
         need = 0
+        nfin = 0
         i = QI[r, Q_RHEAD]
         while i >= 0:
-            if _cdiv(ntokens(RI, i), bs) > RI[i, R_HELD]:
+            if RI[i, R_STATUS] == ST_DONE:
+                nfin += 1
+            elif _cdiv(ntokens(RI, i), bs) > RI[i, R_HELD]:
                 need += 1
             i = RI[i, R_RNEXT]
+        if nfin > 0:
+            QI[r, Q_FULL] = 0
+            if nfin == QI[r, Q_NRUN]:
+                return tokens, nsched, tn, nl, False  # an empty batch
         sh = radix_short(rq, r, need * bs, bs)
         if sh > 0:  # evict_from_tree_cache
             radix_evict(S, Q, keys, r, sh, bs)
         if need <= rq[r, RQ_AVAIL]:
             break
+        if nfin > 0:
+            return tokens, nsched, tn, nl, False
         if QI[r, Q_NRUN] <= 1:
             x = QI[r, Q_WHEAD]
             if need == 0 or x < 0 or RI[x, R_COMP] == 0:
@@ -832,15 +859,22 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads, pf, pfe,
         # retract: sorted by (output tokens, -prompt) descending, the last one goes; the
         # sort is stable, so of equal keys the last in the batch goes
         # (ScheduleBatch._get_decode_retraction_order, retract_decode's pop())
+        # (overlap: by the outputs processed, R_PEND)
         best = -1
+        gb = 0
         i = QI[r, Q_RHEAD]
         while i >= 0:
-            if best < 0 or RI[i, R_GEN] < RI[best, R_GEN] or (
-                    RI[i, R_GEN] == RI[best, R_GEN] and RI[i, R_PROMPT] >= RI[best, R_PROMPT]):
+            g = RI[i, R_GEN] - (RI[i, R_PEND] & 1)
+            if best < 0 or g < gb or (g == gb and RI[i, R_PROMPT] >= RI[best, R_PROMPT]):
                 best = i
+                gb = g
             i = RI[i, R_RNEXT]
         run_remove(RI, QI, r, best)
         sg_release(S, P, RI, keys, r, best, bs, False)  # release_req: no insert
+        # overlap: its output in flight is dropped (is_retracted), and with it its
+        # prompt's checkpoint
+        RI[best, R_GEN] -= RI[best, R_PEND] & 1
+        RI[best, R_PEND] = 0
         RI[best, R_COMP] = 0
         RI[best, R_STATUS] = ST_WAIT
         RI[best, R_PREEMPT] += 1
@@ -854,11 +888,14 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads, pf, pfe,
         if sh > 0:  # evict_from_tree_cache
             radix_evict(S, Q, keys, r, sh, bs)
     # alloc_for_decode: room for a page per running request (a token at page size 1)
-    sh = radix_short(rq, r, QI[r, Q_NRUN] * (page if page > 0 else 1), bs)
+    sh = radix_short(rq, r, (QI[r, Q_NRUN] - nfin) * (page if page > 0 else 1), bs)
     if sh > 0:  # evict_from_tree_cache
         radix_evict(S, Q, keys, r, sh, bs)
     i = QI[r, Q_RHEAD]
     while i >= 0:
+        if RI[i, R_STATUS] == ST_DONE:
+            i = RI[i, R_RNEXT]
+            continue
         ok = True
         if _cdiv(RI[i, R_COMP] + 1, bs) > RI[i, R_HELD]:
             ok = rq[r, RQ_AVAIL] >= 1

@@ -235,6 +235,13 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
     defer = not sg and asyn and defer_block_free(scenario)
     fin: list[_Req] = []
     inflight: set[str] = set()
+    # SGLang's overlap loop (async scheduling; loop.py): the step just run is processed
+    # after the next batch is built. fin: the requests it finished (they keep their pages
+    # and seats meanwhile); pend: what it left per request (1 its output token, not yet
+    # counted; 2 its pages to checkpoint); lagged: a step is in flight
+    lag = sg and asyn
+    pend: dict[str, int] = {}
+    lagged = False
     st = scenario.get("step_time", {})
     base, per_tok, per_seq = (float(st.get(k, 0.0)) for k in ("base_s", "per_token_s",
                                                               "per_seq_s"))
@@ -255,6 +262,21 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
     decay = (ratio - ratio_min) / 600.0
     t = 0.0
     out: list[dict[str, Any]] = []
+
+    def done(q: _Req) -> int:  # outputs processed (overlap: not the one in flight)
+        return q.gen - (pend.get(q.rid, 0) & 1)
+
+    def process() -> None:  # SGLang's overlap loop: the step in flight, in batch order
+        nonlocal batch_full
+        for q in list(running):
+            p = pend.pop(q.rid, 0)
+            if q in fin:
+                running.remove(q)
+                rp.release(q, insert=caching)
+                batch_full = False
+            elif p & 2:
+                rp.checkpoint(q, min(q.comp // bs, len(q.keys)))
+
     while pending or waiting or running or hidden:
         waiting += hidden
         hidden = []
@@ -340,7 +362,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                             if n > 0:
                                 rp.lookup(q.keys[:n])
                     calls += 1
-                rem_off = sum(min(q.max_tokens - q.gen, CLIP) * ratio for q in running)
+                rem_off = sum(min(q.max_tokens - done(q), CLIP) * ratio for q in running)
                 rem_chunk = chunk0 if chunk0 > 0 else 1 << 40
                 rem_input = 16384
                 npend = 0  # pages the batch allocates once formed
@@ -404,23 +426,35 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     rem_off += _cdiv(take, bs) * bs + bs + out_reserve
                     rem_chunk -= _cdiv(take, bs) * bs  # page-ceiled, as SGLang charges
                     rem_input -= _cdiv(take, bs) * bs
+                    # no budget left: NO_TOKEN (before OTHER), full while requests run; a
+                    # chunk continued goes on to the next waiting request, refused
+                    spent = rp.nfree * bs - rem_off <= 0
+                    if spent and nrun0 > 0 and (not cont or waiting[-1] is not q):
+                        batch_full = True
                     if take < extend:
                         chunked = q
                         break
                     waiting.remove(q)
                     running.append(q)
-                    if rem_chunk <= 0 or rem_input <= 0:
+                    if spent or rem_chunk <= 0 or rem_input <= 0:
                         break
                 prefill_step = bool(sched)
                 if sched:  # alloc_for_extend
                     rp.make_room(demand)
                     rp.make_room(npend * bs)
                     rp.take(npend)
-            if not sched:
+            # overlap: the finishing requests sit out the decode (_reqs_finishing_inflight)
+            live = [q for q in running if q not in fin]
+            if not sched and fin:
+                batch_full = False
+            if not sched and live:
                 while True:  # check_decode_mem, retract_decode
-                    need = sum(1 for q in running if _cdiv(q.ntok, bs) > q.held)
+                    need = sum(1 for q in live if _cdiv(q.ntok, bs) > q.held)
                     rp.make_room(need * bs)
                     if need <= rp.avail:
+                        break
+                    if fin:  # no decode: the result in flight frees their pages
+                        live = []
                         break
                     if len(running) <= 1:
                         if need == 0 or not waiting or waiting[0].comp == 0:
@@ -434,10 +468,13 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                         continue
                     best = running[0]
                     for q in running:  # of equal keys the last goes (a stable sort)
-                        if q.gen < best.gen or (q.gen == best.gen and q.prompt >= best.prompt):
+                        if done(q) < done(best) or (done(q) == done(best)
+                                                    and q.prompt >= best.prompt):
                             best = q
                     running.remove(best)
+                    live.remove(best)
                     rp.release(best, insert=False)
+                    best.gen -= pend.pop(best.rid, 0) & 1  # its output in flight is dropped
                     best.comp, best.new_hit = 0, True
                     best.preempt += 1
                     waiting.append(best)
@@ -446,24 +483,29 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     rp.make_room(len(running) * RETRACT_DECODE_STEPS)
                 retracted = bool(rec["preempted"])
                 if retracted:  # estimate_new_token_ratio_after_retract
-                    ratio = min(1.0, (sum(q.gen for q in running)
+                    ratio = min(1.0, (sum(done(q) for q in running)
                                       + RETRACT_DECODE_STEPS * len(running))
                                 / (sum(q.max_tokens for q in running) + 1))
-                rp.make_room(len(running) * (page if page else 1))  # alloc_for_decode
-                for q in running:
+            if not sched and live:
+                rp.make_room(len(live) * (page if page else 1))  # alloc_for_decode
+                for q in live:
                     if _cdiv(q.comp + 1, bs) > q.held:
                         if rp.avail < 1:
                             continue
                         rp.take(1)
                         q.held += 1
                     sched.append((q, 1))
-        if not sched and (fin or inflight):
-            # vLLM's empty batch: the one in flight is processed, then it schedules again
-            for q in fin:
-                running.remove(q)
-                pool.release(q.blocks)
-                q.blocks, q.ncached = [], 0
-            fin, inflight = [], set()
+        if not sched and (fin or inflight or lagged):
+            # vLLM's empty batch, SGLang's None batch: the one in flight is processed, then
+            # it schedules again
+            if lag:
+                process()
+            else:
+                for q in fin:
+                    running.remove(q)
+                    pool.release(q.blocks)
+                    q.blocks, q.ncached = [], 0
+            fin, inflight, lagged = [], set(), False
             busy_from = None
             continue
         if not sched:
@@ -487,6 +529,10 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                 q.blocks, q.ncached = [], 0
             fin = []
             inflight = {q.rid for q, _ in sched}
+        elif lag:
+            process()
+            fin = []
+            lagged = True
         dt = base + per_tok * sum(k for _, k in sched) + per_seq * len(sched)
         # the step ends: computed tokens, sampling, finishing
         if sg and not prefill_step and not rec["preempted"]:
@@ -506,9 +552,11 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                 continue
             if q.comp >= q.ntok:
                 q.gen += 1
-                if q.gen >= q.max_tokens and defer:
+                if q.gen >= q.max_tokens and (defer or lag):
                     fin.append(q)  # freed once the next batch is built
                     rec["finished"].append(q.rid)
+                elif lag:  # processed once the next batch is built
+                    pend[q.rid] = 3 if was_prefill and caching else 1
                 elif q.gen >= q.max_tokens:
                     running.remove(q)
                     batch_full = False
