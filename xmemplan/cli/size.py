@@ -541,7 +541,8 @@ def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, f
                     "lasts, so its TTFT only measures the run's length)")
     x = next(r for r in rows if r["option"] == "xmem")
     render.line(f"(HBM hits: share of cache hits served from HBM; X-Mem with "
-                f"{x['nodes']:,} nodes, the fewest that hold the working set)")
+                f"{x['nodes']:,} node{'' if x['nodes'] == 1 else 's'}, the fewest that hold the "
+                "working set)")
     if x.get("l3_prefetch_recomputed") is not None:
         pol = req.prefetch_policy
         render.line(f"(X-Mem through the HiCache storage backend, L3: "
