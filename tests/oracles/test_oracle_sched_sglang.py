@@ -228,6 +228,39 @@ def test_an_admission_that_spends_the_budget_fills_the_batch(sglang_engine: None
     assert not parting, parting
 
 
+def wide_case(seed: int, page: int, blocks: int, cons: float) -> dict:
+    """One of round 8's wider hand-run grid (24 requests sharing a 16-token system prompt,
+    chunks of 16, 6 seats, 300 arrivals/s)."""
+    sc = sched_scenario("sglang", seed, 24, block_size=page,
+                        num_gpu_blocks=blocks if page < 16 else max(8, blocks // 3),
+                        max_num_batched_tokens=32, max_num_seqs=6, rate=300.0,
+                        max_tokens=(5, 50), max_prompt=40, system_tokens=16)
+    sc["schedule_conservativeness"] = cons
+    sc["chunked_prefill_size"] = 16
+    return sc
+
+
+@pytest.mark.parametrize(("seed", "page", "blocks", "cons"), [
+    (100, 4, 24, 0.5), (103, 4, 24, 0.5), (110, 16, 48, 0.5)])
+def test_a_spent_budget_ends_the_pass_as_sglang_does(sglang_engine: None, seed: int,
+                                                      page: int, blocks: int,
+                                                      cons: float) -> None:
+    """When an admission spends the budget (budget_state() NO_TOKEN) SGLang's pass ends
+    with the batch full, but after the chunked request's next chunk it goes on to the next
+    waiting request, matching it (its prefix's LRU time) before NO_TOKEN refuses it. Both
+    loops, every step. Without the first rule seed 100 parts under overlap at step 3 and
+    seed 110 at step 57 (9 of the grid's 288 cases parted); ending the pass after a spent
+    chunk too parts seed 103 without overlap at step 401 (a page the engine evicted)."""
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = wide_case(seed, page, blocks, cons)
+    theirs = sched_sglang.replay_scenario(sc)
+    parting = first_parting_sglang(list(replay(sc)), theirs)
+    assert not parting, parting
+    theirs = sched_sglang.replay_scenario_overlap(sc)
+    parting = first_parting_sglang(list(replay(dict(sc, async_scheduling=True))), theirs)
+    assert not parting, parting
+
+
 # -- SGLang's overlap loop (event_loop_overlap, its default) ---------------------------------
 def overlap_case(name: str) -> dict:
     """The step-loop case `name`, as test_steps_match_sglang_scheduler builds it."""

@@ -782,24 +782,30 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads, pf, pfe,
             # the compute budgets are charged the page-ceiled extend (_update_prefill_budget)
             rem_chunk -= _cdiv(take, bs) * bs
             rem_input -= _cdiv(take, bs) * bs
-            # the budget after it: no free and evictable tokens left is NO_TOKEN
-            # (add_one_req returns budget_state(), which puts it before the compute
-            # budgets' OTHER; after the chunked request's next chunk SGLang tries the
-            # next waiting request, which NO_TOKEN refuses): batch_is_full, kept when
-            # requests run (an empty running batch is replaced by the new at the next
-            # build, and its flag with it)
+            # the budget after it: no free and evictable tokens left is NO_TOKEN, which
+            # budget_state() puts before the compute budgets' OTHER. After a request it
+            # admits, add_one_req returns it: batch_is_full (kept while requests run: an
+            # empty running batch is replaced by the new one at the next build, flag and
+            # all), and the pass ends. After the chunked request's next chunk SGLang goes
+            # on to the next waiting request (matched, so its prefix is touched), which
+            # NO_TOKEN refuses (the refusal above sets batch_is_full)
             spent = Q[r, 2] * bs - rem_off <= 0
-            if spent and nrun0 > 0 and (not cont or nx >= 0):
+            if spent and not cont and nrun0 > 0:
                 QI[r, Q_FULL] = 1
             if take < extend:
                 # the one chunked request: it stays first in the waiting queue, holding
                 # its pages, and goes on in the next prefill batch
                 QI[r, Q_CHUNKED] = i
-                break
+                if not (cont and spent):
+                    break
+                i = nx
+                continue
             w_remove(RI, QI, r, i)
             run_append(RI, QI, r, i)
             RI[i, R_STATUS] = ST_RUN
-            if spent or rem_chunk <= 0 or rem_input <= 0:
+            if spent and not cont:
+                break
+            if (rem_chunk <= 0 or rem_input <= 0) and not spent:
                 break
             i = nx
         if nsched > 0:

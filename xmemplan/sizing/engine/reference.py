@@ -426,17 +426,22 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     rem_off += _cdiv(take, bs) * bs + bs + out_reserve
                     rem_chunk -= _cdiv(take, bs) * bs  # page-ceiled, as SGLang charges
                     rem_input -= _cdiv(take, bs) * bs
-                    # no budget left: NO_TOKEN (before OTHER), full while requests run; a
-                    # chunk continued goes on to the next waiting request, refused
+                    # no budget left: NO_TOKEN (before OTHER); after an admission the
+                    # batch is full (while requests run) and the pass ends; after a chunk
+                    # continued, the next waiting request is matched and refused
                     spent = rp.nfree * bs - rem_off <= 0
-                    if spent and nrun0 > 0 and (not cont or waiting[-1] is not q):
+                    if spent and not cont and nrun0 > 0:
                         batch_full = True
                     if take < extend:
                         chunked = q
+                        if cont and spent:
+                            continue
                         break
                     waiting.remove(q)
                     running.append(q)
-                    if spent or rem_chunk <= 0 or rem_input <= 0:
+                    if spent and not cont:
+                        break
+                    if (rem_chunk <= 0 or rem_input <= 0) and not spent:
                         break
                 prefill_step = bool(sched)
                 if sched:  # alloc_for_extend
