@@ -24,8 +24,13 @@ command per tree, then `--runs` rounds in which every tree runs every command on
 trees alternating (so each pair shares the machine's minutes); per command and tree the
 median wall and CPU (user + sys) time, and each tree's ratio to the first; the load
 average before and after. A tree given as `PATH@VAR=VALUE` runs with that variable set
-(`.@XMEMPLAN_NUMBA_FAST_LOAD=0,.` measures one change alone: docs/performance.md round 8). `--check` also compares each command's stdout across the
-trees byte for byte (and fails when they differ).
+(`.@XMEMPLAN_NUMBA_FAST_LOAD=0,.` measures one change alone: docs/performance.md round 8).
+`--check` also compares each command's stdout across the trees byte for byte (and fails
+when they differ).
+
+Without `--trees` the commands run this checkout (`python -m xmemplan`, PYTHONPATH = the
+checkout), not whatever `xmemplan` is on PATH: an editable install of another worktree
+would otherwise be what is measured.
 
     .venv/bin/python benchmarks/bench_size.py --trees /work/wt/base,. --runs 9 --check
 """
@@ -35,7 +40,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -44,6 +48,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the in-process sweep imports this checkout's xmemplan too
 
 
 def bench_sweep(runs: int, per_axis: int = 10) -> list[float]:
@@ -71,15 +78,17 @@ def bench_cli(runs: int, *extra: str, args: tuple[str, ...] = ("--ttft-slo", "50
               cpu: list[float] | None = None) -> list[float]:
     """Wall seconds per run; with `cpu`, also each run's user + system CPU seconds (on a
     shared, loaded machine wall time measures the neighbours: compare CPU time)."""
-    exe = shutil.which("xmemplan") or str(Path(sys.executable).parent / "xmemplan")
-    cmd = [exe, "size", *args, *extra]
+    # this checkout's xmemplan, whatever `xmemplan` on PATH (an editable install elsewhere)
+    cmd = [sys.executable, "-m", "xmemplan", "size", *args, *extra]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run(cmd, check=True, capture_output=True, env=env)  # warm the caches
+    env["PYTHONPATH"] = str(ROOT)
+    subprocess.run(cmd, check=True, capture_output=True, env=env,
+                   cwd=tempfile.gettempdir())  # warm the caches
     times = []
     for _ in range(runs):
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True, env=env)
+        subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=tempfile.gettempdir())
         times.append(time.perf_counter() - t0)
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if cpu is not None:
