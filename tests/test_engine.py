@@ -203,7 +203,8 @@ def _same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
     assert len(a) == len(b)
     for x, y in zip(a, b, strict=True):
         assert x["t_s"] == pytest.approx(y["t_s"], rel=1e-9, abs=1e-12), x["step"]
-        for k in ("scheduled", "preempted", "new_hits", "finished", "kv_blocks_used"):
+        for k in ("scheduled", "preempted", "new_hits", "finished", "aborted",
+                  "kv_blocks_used"):
             assert x[k] == y[k], (x["step"], k, x[k], y[k])
 
 
@@ -688,3 +689,21 @@ def test_a_tier_load_waits_for_the_blocks_in_flight_prefills_still_need() -> Non
     assert sum(s["scheduled"].get("a", 0) for s in steps) == 41  # 40 prompt + 1 decode
     assert [f for s in steps for f in s["finished"]] == ["a", "b"]
 
+
+
+@pytest.mark.parametrize("asyn", [False, True])
+def test_sglang_aborts_the_last_decode_that_cannot_fit(asyn: bool) -> None:
+    """SGLang's retract_decode keeps one request; when even its next page does not fit it
+    aborts it (no batch that step) and builds again at once: d, refused while a filled the
+    pool, is admitted at the same time (SGLang 0.5.23's own loop gives the same steps,
+    tests/oracles/test_oracle_sched_sglang.py). Before, the engine's run ended at step
+    4,205 with a running without a page and d waiting: neither finished."""
+    from oracles.oracle_scenarios import abort_case
+
+    sc = abort_case(asyn)
+    steps = replay_scenario(sc)
+    _same(steps, replay_reference(sc))
+    k = next(s["step"] for s in steps if s["aborted"])
+    assert steps[k]["aborted"] == ["a"] and steps[k]["scheduled"] == {}
+    assert steps[k + 1]["scheduled"] == {"d": 40} and steps[k + 1]["t_s"] == steps[k]["t_s"]
+    assert sorted(r for s in steps for r in s["finished"]) == ["b", "c", "d"]

@@ -159,3 +159,21 @@ def iter_trace_requests(
         outputs = int(batch.output_tokens[row])
         yield {"id": f"{batch.session_id[row]}#{row}", "tokens": tokens,
                "output_tokens": max(outputs, 0)}
+
+
+def abort_case(asyn: bool) -> dict[str, Any]:
+    """One request whose outputs (4,300) outgrow the pool (1,100 pages of 4): admitted, as
+    SGLang reserves at most 4,096 outputs (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION), it fills
+    the pool alone; d arrives just before it does (test_oracle_sched_sglang.py and tests/test_engine.py)."""
+    reqs = [{"id": "a", "arrival_s": 0.0, "tokens": list(range(1, 201)), "max_tokens": 4300},
+            {"id": "b", "arrival_s": 0.001, "tokens": list(range(1000, 1040)), "max_tokens": 30},
+            {"id": "c", "arrival_s": 5.0, "tokens": list(range(2000, 2040)), "max_tokens": 20},
+            {"id": "d", "arrival_s": 21.5, "tokens": list(range(3000, 3040)), "max_tokens": 10}]
+    return {"engine": "sglang", "block_size": 4, "num_gpu_blocks": 1100, "max_num_seqs": 8,
+            "max_num_batched_tokens": 64, "enable_prefix_caching": True,
+            "long_prefill_token_threshold": 0, "chunked_prefill_size": 64,
+            "schedule_conservativeness": 1.0, "async_scheduling": asyn,
+            "step_time": {"base_s": 0.005, "per_token_s": 2e-5, "per_seq_s": 1e-4},
+            "requests": reqs}
+
+

@@ -373,6 +373,21 @@ def _step_s(st: dict[str, float], scheduled: dict[str, int]) -> float:
             + st["per_seq_s"] * len(scheduled))
 
 
+def _abort_record(sch: Any, k: int, t: float, retracted: list[str], live: dict[str, Any],
+                  pool_tokens: int, page: int, ratio: float) -> dict[str, Any]:
+    """The record of a build whose decode retract_decode aborted (nothing scheduled): the
+    aborted requests leave `live`."""
+    aborted = list(sch.aborted_rids)
+    sch.aborted_rids.clear()
+    for rid in aborted:
+        live.pop(rid, None)
+    held = pool_tokens - sch.token_to_kv_pool_allocator.available_size() \
+        - sch.tree_cache.evictable_size()
+    return {"step": k, "t_s": t, "scheduled": {}, "preempted": retracted, "new_hits": {},
+            "finished": [], "aborted": aborted, "kv_blocks_used": -(-held // page),
+            "ratio": ratio}
+
+
 def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000,
                     stall_ok: bool = False) -> list[dict[str, Any]]:
     """Per-step records of SGLang's own Scheduler on the scenario (contract part B):
@@ -396,12 +411,20 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000,
     while pos < len(pending) or live:
         pos = _arrive(sch, pending, pos, t, live)
         batch, retracted, ratio = _next_batch(sch, admitted)
+        if batch is None and sch.aborted_rids:
+            # retract_decode aborted the last decode (no batch runs): a record of its own,
+            # and SGLang builds again at once
+            steps.append(_abort_record(sch, len(steps), t, retracted, live, pool_tokens, page,
+                                       ratio))
+            sch._sched_idled = True
+            sch.last_batch = None
+            continue
         if batch is None:
             sch._sched_idled = True
             if sch.is_fully_idle():  # on_idle
                 sch.new_token_ratio_tracker.reset()
             sch.last_batch = None
-            if retracted or sch.aborted_rids:
+            if retracted:
                 raise RuntimeError(f"step {len(steps)}: a retraction without a batch")
             if pos >= len(pending):
                 if stall_ok:  # nothing can ever run: SGLang would wait forever
@@ -517,6 +540,7 @@ def replay_scenario_overlap(scenario: dict[str, Any], max_steps: int = 100_000,
         rec["finished"] = done
 
     while pos < len(pending) or live or queue:
+        aborted_now = False
         pos = _arrive(sch, pending, pos, now, live)
         batch, retracted, ratio = _next_batch(sch, admitted)
         disable = sch.is_disable_overlap_for_batch(batch, last_batch=sch.last_batch)
@@ -541,7 +565,11 @@ def replay_scenario_overlap(scenario: dict[str, Any], max_steps: int = 100_000,
                 raise RuntimeError(f"no end after {max_steps} steps")
         else:
             sch._sched_idled = True
-            if retracted or sch.aborted_rids:
+            if sch.aborted_rids:  # retract_decode aborted the last decode: no batch
+                aborted_now = True
+                steps.append(_abort_record(sch, len(steps), max(now, gpu_free), retracted,
+                                           live, pool_tokens, page, ratio))
+            elif retracted:
                 raise RuntimeError(f"step {len(steps)}: a retraction without a batch")
         processed = disable and batch is not None
         if sch.last_batch is not None:
@@ -552,7 +580,7 @@ def replay_scenario_overlap(scenario: dict[str, Any], max_steps: int = 100_000,
             sch.new_token_ratio_tracker.reset()
         sch.launch_batch_sample_if_needed(result, batch)
         sch.last_batch = batch
-        if batch is None and not queue and not processed:
+        if batch is None and not queue and not processed and not aborted_now:
             if pos >= len(pending):
                 if not live or stall_ok:
                     break

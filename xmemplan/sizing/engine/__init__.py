@@ -562,7 +562,7 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
         t, a, b, held = steps[k]
         rec: dict[str, Any] = {"step": k, "t_s": float(t), "scheduled": {}, "preempted": [],
                                "new_hits": {}, "finished": [], "kv_blocks_used": int(held),
-                               "lookups": {}, "loads": {}, "landed": {}}
+                               "lookups": {}, "loads": {}, "landed": {}, "aborted": []}
         for kind, i, v in trace[prev_b:int(a)]:  # between records: only loads landing
             if kind == 5:
                 rec["landed"][ids[i]] = float(np.array([v], np.int64).view(np.float64)[0])
@@ -584,5 +584,7 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
                 rec["lookups"][ids[i]] = int(v)
             elif kind == 3:
                 rec["finished"].append(ids[i])
+            elif kind == 8:
+                rec["aborted"].append(ids[i])
         out.append(rec)
     return out

@@ -60,6 +60,7 @@ from xmemplan.sizing.engine.policy import (
     P_CACHING,
     P_EBS,
     P_POLICY,
+    Q_ABORT,
     Q_CHUNKED,
     Q_FIN,
     Q_FLOWS,
@@ -570,7 +571,8 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
             nl = 0
             pre = False
             nl_any = 0
-            for _attempt in range(2):
+            for _attempt in range(4):
+                aborted = False
                 if QI[r, Q_WHEAD] >= 0 or QI[r, Q_RHEAD] >= 0:
                     if policy == SGLANG:
                         if l3 >= 0:
@@ -585,6 +587,27 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                         if l3 >= 0 and pfe[0, 0] > 0:
                             hn, f_last = _pf_events(PF, active, f_last, f_rate, f_rem, hi,
                                                     hn, ht, kvb, n, nact, now, pp, r)
+                        if QI[r, Q_ABORT] >= 0:
+                            # retract_decode aborted the last decode (policy.py): it ends
+                            # here, no batch runs, and the engine builds again
+                            a = QI[r, Q_ABORT]
+                            QI[r, Q_ABORT] = -1
+                            aborted = True
+                            RI[a, R_STATUS] = ST_DONE
+                            RO[a, O_DONE] = now
+                            _unfinished_add(outstanding, seg, PP, r, -1)
+                            j = dep[a]
+                            if j >= 0:
+                                ta = now + think[j]
+                                if arrival[j] > ta:
+                                    ta = arrival[j]
+                                hn = _heap_push(ht, hi, hn, ta, j)
+                            ratio[r] = sglang_ratio_after_retract(RI, QI, r)
+                            if steps_out.shape[0] > 1:
+                                # replay: the abort is a record of its own (nothing ran)
+                                sn = _record_step(steps_out, sn, now, t_step0, tn,
+                                                  nb - P[1][r, 2])
+                                t_step0 = tn
                     else:
                         tok, ns, tn, nl = vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn,
                                                         loads)
@@ -606,7 +629,7 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                         RI[i, R_FLOWS] = 1
                         load_end[i] = now
                     nl_any += nl
-                if ns > 0 or (ph[r] < 0 and QI[r, Q_INFL] < 0):
+                if ns > 0 or (ph[r] < 0 and QI[r, Q_INFL] < 0 and not aborted):
                     break
                 if QI[r, Q_INFL] >= 0:
                     # deferred frees: vLLM's empty batch lets the engine core process the

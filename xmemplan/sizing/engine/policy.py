@@ -102,7 +102,9 @@ N_P = 10
 # Q_CALLS its calc_priority calls with requests waiting (-1: none yet)
 Q_FULL = N_Q
 Q_CALLS = N_Q + 1
-N_Q = Q_CALLS + 1
+# Q_ABORT: the request retract_decode aborted at this build (-1: none; loop.py finishes it)
+Q_ABORT = Q_CALLS + 1
+N_Q = Q_ABORT + 1
 WAITING_PREFIX_REFRESH_INTERVAL = 32  # SGLang 0.5.23 schedule_policy.py
 WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 VLLM, SGLANG = 0, 1
@@ -848,8 +850,22 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads, pf, pfe,
             return tokens, nsched, tn, nl, False
         if QI[r, Q_NRUN] <= 1:
             x = QI[r, Q_WHEAD]
-            if need == 0 or x < 0 or RI[x, R_COMP] == 0:
+            if need == 0:
                 break
+            if x < 0 or RI[x, R_COMP] == 0:
+                # retract_decode keeps one request; when even that one's next page does
+                # not fit SGLang aborts it (FINISH_ABORT, release_req: its KV freed, not
+                # inserted) and runs no batch this step; new_token_ratio becomes the
+                # estimate over no request, 0 (loop.py finishes it: Q_ABORT)
+                a = QI[r, Q_RHEAD]
+                run_remove(RI, QI, r, a)
+                sg_release(S, P, RI, keys, r, a, bs, False)
+                RI[a, R_COMP] = 0
+                RI[a, R_PEND] = 0
+                QI[r, Q_ABORT] = a
+                QI[r, Q_FULL] = 0
+                tn = _trace(trace, tn, 8, a, 0)
+                return tokens, nsched, tn, nl, False
             # the one decode has no page: the chunked request holds them (it could not
             # take its next chunk either). SGLang would fail the allocation; here the
             # chunked request is retracted (its chunks stay in the tree: it matches them

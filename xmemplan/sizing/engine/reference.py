@@ -285,7 +285,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
             (hidden if asyn and busy_from is not None and q.arrival > busy_from
              else waiting).append(q)
         rec: dict[str, Any] = {"step": len(out), "t_s": t, "scheduled": {}, "preempted": [],
-                               "new_hits": {}, "finished": []}
+                               "new_hits": {}, "finished": [], "aborted": []}
         sched: list[tuple[_Req, int]] = []
         prefill_step = False
         if not sg:
@@ -462,7 +462,18 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                         live = []
                         break
                     if len(running) <= 1:
-                        if need == 0 or not waiting or waiting[0].comp == 0:
+                        if need == 0:
+                            break
+                        if not waiting or waiting[0].comp == 0:
+                            # even the last decode does not fit: SGLang aborts it
+                            q = running.pop()
+                            rp.release(q, insert=False)
+                            q.comp = 0
+                            pend.pop(q.rid, None)
+                            rec["aborted"].append(q.rid)
+                            batch_full = False
+                            ratio = 0.0  # the estimate over no request
+                            live = []
                             break
                         q = waiting[0]  # the chunked request holds the pages (policy.py)
                         rp.release(q, insert=False)
@@ -500,6 +511,14 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                         rp.take(1)
                         q.held += 1
                     sched.append((q, 1))
+        if rec["aborted"]:  # a record of its own; the step in flight is processed, and
+            rec["kv_blocks_used"] = rp.held(total)  # SGLang builds again at once
+            out.append(rec)
+            if lagged:
+                process()
+            fin, lagged = [], False
+            busy_from = None
+            continue
         if not sched and (fin or inflight or lagged):
             # vLLM's empty batch, SGLang's None batch: the one in flight is processed, then
             # it schedules again
