@@ -36,7 +36,10 @@ schedule_policy.py `PrefillAdder`):
    fit, requests are retracted (fewest output tokens first, then the longest prompt, of
    equal keys the last), their KV freed, back to the waiting queue, and new_token_ratio
    becomes the kept requests' estimate; each decode step without a retraction lowers it
-   towards its floor (loop.py; it starts again when the engine is idle).
+   towards its floor (loop.py; it starts again when the engine is idle). When even the
+   last decode's next page does not fit it is aborted (no batch that step: Q_ABORT);
+   under the overlap loop a request whose output in flight is its last sits out the
+   decode, and a decode that does not fit beside it waits a step (loop.py).
 SGLang 0.5.23's own Scheduler step loop gives the same steps (docs/oracles.md).
 """
 
