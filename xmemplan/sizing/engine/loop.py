@@ -513,9 +513,12 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
               wbytes, wflow, write, l3):  # noqa: ANN001, ANN202, C901
     """run_kernel's event loop over the tables it made (module doc). Returns (now, trace
     rows used, steps used)."""
-    cnt_x = 0
+    # _pf_pass's counters start from a zero that is not a literal: numba types a call with
+    # the argument types it sees first and again once the loop widens them, so given a
+    # literal 0 it compiled twice (docs/performance.md round 8)
+    cnt_x = int(np.int64(0))
     f_last = 0.0
-    nact = 0
+    nact = int(np.int64(0))
     nkick = 0
     now = 0.0
     rhn = 0

@@ -613,7 +613,9 @@ def sg_release(S, P, RI, keys, r, i, bs, insert):  # noqa: ANN001, ANN201
         key_n = RI[i, R_KN]
     if RI[i, R_NODE] < 0:
         RI[i, R_NODE] = r
-    insert = insert and RI[i, R_CACHEABLE] == 1  # (sg_checkpoint)
+    # (sg_checkpoint); np.bool_: not a literal where a caller passes False, so that
+    # radix_release compiles for one type of its arguments
+    insert = np.bool_(insert and RI[i, R_CACHEABLE] == 1)
     radix_release(S, P[1], RI, R_NODE, R_NCACHED, keys, r, i, RI[i, R_KOFF],
                   key_n if insert else 0, RI[i, R_PROMPT] // bs, RI[i, R_HELD], insert)
     RI[i, R_HELD] = 0
