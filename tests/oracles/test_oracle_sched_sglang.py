@@ -149,6 +149,21 @@ LOOP_CASES = [  # type: ignore[misc]
 ]
 
 
+def loop_scenario(name: str, seed: int, page: int, blocks: int, budget: int, seqs: int,
+                  rate: float, outputs: tuple[int, int], caching: bool, cons: float,
+                  chunk: int) -> dict:
+    """The scenario of one LOOP_CASES row (both loops replay the same)."""
+    agent = dict(AGENT[name], system_tokens=16) if name in AGENT else {}
+    sc = sched_scenario("sglang", seed, 30, block_size=page, num_gpu_blocks=blocks,
+                        max_num_batched_tokens=budget, max_num_seqs=seqs, rate=rate,
+                        max_tokens=outputs, **agent)
+    sc["enable_prefix_caching"] = caching
+    sc["schedule_conservativeness"] = cons
+    if chunk:
+        sc["chunked_prefill_size"] = chunk
+    return sc
+
+
 @pytest.mark.parametrize(("name", "seed", "page", "blocks", "budget", "seqs", "rate",
                           "outputs", "caching", "cons", "chunk"), LOOP_CASES)
 def test_steps_match_sglang_scheduler(sglang_engine: None, name: str, seed: int, page: int,
@@ -158,14 +173,8 @@ def test_steps_match_sglang_scheduler(sglang_engine: None, name: str, seed: int,
     """Every step: the requests run and their tokens (extend lengths, decodes), the
     retractions, the hits at admission, the finishes, the blocks held and the clock."""
     replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
-    agent = dict(AGENT[name], system_tokens=16) if name in AGENT else {}
-    sc = sched_scenario("sglang", seed, 30, block_size=page, num_gpu_blocks=blocks,
-                        max_num_batched_tokens=budget, max_num_seqs=seqs, rate=rate,
-                        max_tokens=outputs, **agent)
-    sc["enable_prefix_caching"] = caching
-    sc["schedule_conservativeness"] = cons
-    if chunk:
-        sc["chunked_prefill_size"] = chunk
+    sc = loop_scenario(name, seed, page, blocks, budget, seqs, rate, outputs, caching, cons,
+                       chunk)
     theirs = sched_sglang.replay_scenario(sc, stall_ok=name in STALLS)
     ours = list(replay(sc))
     parting = first_parting_sglang(ours, theirs)
@@ -281,16 +290,7 @@ def test_the_last_decode_that_cannot_fit_is_aborted(sglang_engine: None, overlap
 def overlap_case(name: str) -> dict:
     """The step-loop case `name`, as test_steps_match_sglang_scheduler builds it."""
     case = next(p.values for p in LOOP_CASES if p.values[0] == name)
-    _, seed, page, blocks, budget, seqs, rate, outputs, caching, cons, chunk = case
-    agent = dict(AGENT[name], system_tokens=16) if name in AGENT else {}
-    sc = sched_scenario("sglang", seed, 30, block_size=page, num_gpu_blocks=blocks,
-                        max_num_batched_tokens=budget, max_num_seqs=seqs, rate=rate,
-                        max_tokens=outputs, **agent)
-    sc["enable_prefix_caching"] = caching
-    sc["schedule_conservativeness"] = cons
-    if chunk:
-        sc["chunked_prefill_size"] = chunk
-    return sc
+    return loop_scenario(*case)
 
 
 def test_overlap_loop_runs_on_cpu(sglang_engine: None) -> None:
