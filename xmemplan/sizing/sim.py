@@ -135,6 +135,20 @@ def _heap_push(ht: np.ndarray, hi: np.ndarray, n: int, t: float, i: int) -> int:
 
 
 @no_runtime
+def _wake_next(ht: np.ndarray, hi: np.ndarray, n: int, dep: np.ndarray, think: np.ndarray,
+               arrival: np.ndarray, i: int, now: float) -> int:
+    """Request i is done: its session's next request (dep[i], -1 none) is due one think
+    time later, not before its own arrival; returns the heap's new size."""
+    j = dep[i]
+    if j >= 0:
+        ta = now + think[j]
+        if arrival[j] > ta:
+            ta = arrival[j]
+        n = _heap_push(ht, hi, n, ta, j)
+    return n
+
+
+@no_runtime
 def _heap_pop(ht: np.ndarray, hi: np.ndarray, n: int) -> int:
     n -= 1
     ht[0] = ht[n]
@@ -449,12 +463,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         t_done[i] = now
                         _unfinished_add(outstanding, seg, P, r, -1)
                         finished += 1
-                        j = dep[i]
-                        if j >= 0:
-                            ta = now + think[j]
-                            if arrival[j] > ta:
-                                ta = arrival[j]
-                            hn = _heap_push(ht, hi, hn, ta, j)
+                        hn = _wake_next(ht, hi, hn, dep, think, arrival, i, now)
             bcount[r] = 0
             if rdecode[r] == 1:
                 rdecode[r] = 0
@@ -480,12 +489,7 @@ def simulate_kernel(arrival, prev, think, prompt, hit_hbm, hit_dram, hit_xmem, o
                         t_done[i] = now
                         _unfinished_add(outstanding, seg, P, r, -1)
                         finished += 1
-                        j = dep[i]
-                        if j >= 0:
-                            ta = now + think[j]
-                            if arrival[j] > ta:
-                                ta = arrival[j]
-                            hn = _heap_push(ht, hi, hn, ta, j)
+                        hn = _wake_next(ht, hi, hn, dep, think, arrival, i, now)
                     i = nx
         else:
             # --- an arrival, or a request's own load done (sum mode) ------------------

@@ -166,6 +166,7 @@ from xmemplan.sizing.sim import (
     _rerate,
     _seg_init,
     _unfinished_add,
+    _wake_next,
 )
 
 INF = np.inf
@@ -599,12 +600,7 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                             RI[a, R_STATUS] = ST_DONE
                             RO[a, O_DONE] = now
                             _unfinished_add(outstanding, seg, PP, r, -1)
-                            j = dep[a]
-                            if j >= 0:
-                                ta = now + think[j]
-                                if arrival[j] > ta:
-                                    ta = arrival[j]
-                                hn = _heap_push(ht, hi, hn, ta, j)
+                            hn = _wake_next(ht, hi, hn, dep, think, arrival, a, now)
                             ratio[r] = sglang_ratio_after_retract(RI, QI, r)
                             if steps_out.shape[0] > 1:
                                 # replay: the abort is a record of its own (nothing ran)
@@ -1064,12 +1060,7 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                             tn += 1
                             if sn <= steps_out.shape[0] and sn > 0:
                                 steps_out[sn - 1, 2] = tn
-                        j = dep[i]
-                        if j >= 0:
-                            ta = now + think[j]
-                            if arrival[j] > ta:
-                                ta = arrival[j]
-                            hn = _heap_push(ht, hi, hn, ta, j)
+                        hn = _wake_next(ht, hi, hn, dep, think, arrival, i, now)
                     elif policy == SGLANG and was_prefill and caching and not lag:
                         # unfinished after its prefill: checkpoint_kv_cache
                         sg_checkpoint(S, P, RI, keys, r, i, bs)
