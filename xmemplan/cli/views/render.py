@@ -13,24 +13,17 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rich.cells import cell_len
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 from rich.table import Table
 
 from xmemplan import jsonio
 from xmemplan.errors import printable
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 _quiet = False
 _verbose = False
@@ -193,6 +186,20 @@ def progress(
     if _quiet or not console.is_terminal:
         yield _Progress(None, None)
         return
+    # rich.progress only when a bar is shown (15 ms of import a command that shows none
+    # would pay: captured output, -q)
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     counter: list[ProgressColumn] = (
         [DownloadColumn(), TransferSpeedColumn()] if unit == "bytes" else [MofNCompleteColumn()]
     )
@@ -280,6 +287,13 @@ def table(
     # widths until every row closes, else print it transposed. The check renders only
     # the rows that set a column's width (its longest cell and its longest word): rich
     # sizes columns from those, so the whole table lays out the same.
+    # A table whose every cell and header fits at its natural width is laid out at that
+    # width, nothing shrunk or wrapped: its rows close, so no check is needed.
+    natural = [max([cell_len(r[i]) for r in cells if i < len(r)] + [cell_len(c)])
+               for i, c in enumerate(columns)]
+    if sum(natural) + 3 * len(columns) + 1 <= width:
+        _print(build(None, cells))
+        return
     probe = [cells[i] for i in _widest_rows(cells)]
     for table_width in (None, *range(width - 1, width - 8, -1)):
         if _closes(build(table_width, probe), width):
@@ -371,6 +385,8 @@ def spinner(description: str) -> Iterator[None]:
     if _quiet or not console.is_terminal:
         yield
         return
+    from rich.progress import Progress, TextColumn, TimeElapsedColumn
+
     columns = [TextColumn("{task.description}"), TimeElapsedColumn()]
     with Progress(*columns, console=console, transient=True) as prog:
         prog.add_task(description, total=None)
