@@ -24,7 +24,9 @@ command per tree, then `--runs` rounds in which every tree runs every command on
 trees alternating (so each pair shares the machine's minutes); per command and tree the
 median wall and CPU (user + sys) time, and each tree's ratio to the first; the load
 average before and after. A tree given as `PATH@VAR=VALUE` runs with that variable set
-(`.@XMEMPLAN_NUMBA_FAST_LOAD=0,.` measures one change alone: docs/performance.md round 8).
+(`.@XMEMPLAN_NUMBA_FAST_LOAD=0,.` measures one change alone: docs/performance.md round 8);
+`PATH@PYTHONPATH=DIR` puts DIR before the tree, e.g. another release of a dependency
+installed with `pip install --no-deps --target DIR` (round 9: typer 0.29 against 0.28).
 `--check` also compares each command's stdout across the trees byte for byte (and fails
 when they differ).
 
@@ -101,10 +103,11 @@ def _run_tree(tree: str, args: tuple[str, ...]) -> tuple[float, float, bytes]:
     (`PATH` or `PATH@VAR=VALUE`: the tree with one more environment variable)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     path, _, var = tree.partition("@")
+    env["PYTHONPATH"] = str(Path(path).resolve())
     if var:
         k, _, v = var.partition("=")
-        env[k] = v
-    env["PYTHONPATH"] = str(Path(path).resolve())
+        # PYTHONPATH=DIR puts DIR before the tree (another release of a dependency)
+        env[k] = v + os.pathsep + env["PYTHONPATH"] if k == "PYTHONPATH" else v
     cmd = [sys.executable, "-m", "xmemplan", "size", *args]
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
