@@ -22,7 +22,7 @@ RUNS = 50  # kills per command (issue 21)
 PRELOAD = ["polars", "numpy", "xmemplan.cli.main", "xmemplan.hitrate.pipeline",
            "xmemplan.traces.mooncake", "xmemplan.export.aiperf", "xmemplan.sizing.planner",
            "xmemplan.sizing.calibration", "xmemplan.profile", "xmemplan.cli.views.plots",
-           "matplotlib.pyplot", "xmemplan.catalog", "typer._adapters", "pydantic"]
+           "matplotlib.pyplot", "xmemplan.catalog"]
 
 
 def _points(path: Path) -> None:
