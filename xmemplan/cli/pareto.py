@@ -152,13 +152,9 @@ def _ms(d: dict[str, float], key: str) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v * 100:+.0f}%"
-
-
 def report(r: SweepResult, fmt: str) -> None:
     from xmemplan.cli.views import render
-    from xmemplan.sizing.pareto import LATE_SHARE, OPTION_NAMES
+    from xmemplan.sizing.pareto import LATE_SHARE, OPTION_NAMES, pct
 
     cols = ["option", "load_kind", "load", "interactivity_tok_s_user", "throughput_tok_s_gpu",
             "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms",
@@ -190,8 +186,8 @@ def report(r: SweepResult, fmt: str) -> None:
         render.table(
             ["QPS" if kind == "qps" else "users", "interactivity", "throughput",
              "TTFT p50", "ITL p50"],
-            [[f"{g['load']:g}", _pct(g["interactivity"]), _pct(g["throughput"]),
-              _pct(g["ttft_p50"]), _pct(g["itl_p50"])] for g in r.gains],
+            [[f"{g['load']:g}", pct(g["interactivity"]), pct(g["throughput"]),
+              pct(g["ttft_p50"]), pct(g["itl_p50"])] for g in r.gains],
             title="X-Mem against host DRAM, same load",
         )
     render.line("(Pareto: no other load of that option has both more tok/s/user and more "

@@ -306,8 +306,10 @@ def _mean_gain(g: list[dict[str, Any]], load: float, key: str) -> float | None:
     return float(np.mean(v)) if v else None
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v * 100:+.0f}%"
+def pct(v: float | None) -> str:
+    """A relative change as a signed whole percentage; a change that rounds to nothing is
+    +0%, never -0%."""
+    return "-" if v is None else f"{round(v * 100):+d}%"
 
 
 def load_text(kind: str, load: float) -> str:
@@ -347,10 +349,10 @@ def sweep(req: SweepRequest, assumptions: list[dict[str, str]] | None = None) ->
     high = uniq[-1] if uniq else None
     st = req.setup
     if g and medium is not None and high is not None:
-        answer = (f"X-Mem: {_pct(_mean_gain(g, medium, 'interactivity'))} interactivity at "
+        answer = (f"X-Mem: {pct(_mean_gain(g, medium, 'interactivity'))} interactivity at "
                   f"{load_text(kind, medium)} (medium load), "
-                  f"{_pct(_mean_gain(g, high, 'interactivity'))} interactivity and "
-                  f"{_pct(_mean_gain(g, high, 'throughput'))} throughput at "
+                  f"{pct(_mean_gain(g, high, 'interactivity'))} interactivity and "
+                  f"{pct(_mean_gain(g, high, 'throughput'))} throughput at "
                   f"{load_text(kind, high)} (high load), over host DRAM on "
                   f"{req.gpus} x {st.gpu.name}.")
     else:
