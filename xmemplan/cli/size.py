@@ -24,7 +24,30 @@ def register(app: typer.Typer) -> None:
     app.command("size")(size)
 
 
+# Options only the --gpus load sweep (the synthetic multi-turn workload) reads, and the
+# options it does not read at all: either given in the other mode is refused, never ignored.
+SWEEP_ONLY = ("user_centric_rate", "concurrency", "num_users", "session_turns_mean",
+              "shared_system_prompt_length", "user_context_prompt_length",
+              "synthetic_input_tokens_mean", "osl", "tier_capacity")
+NOT_IN_SWEEP = ("users", "think", "output_tokens", "working_set", "overlap", "page_tokens",
+                "tp", "ep", "dp_attention", "kv_dtype", "mem_fraction", "attention_dtype",
+                "slo_at", "slo_on", "router", "prefix_groups", "tier_scope", "max_gpus",
+                "cost")
+
+
+def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among `names` the user gave (command line or environment), as flags."""
+    out = []
+    for p in ctx.command.params:
+        if p.name in names and p.opts:
+            src = ctx.get_parameter_source(p.name)
+            if src is not None and src.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT"):
+                out.append(max(p.opts, key=len))
+    return out
+
+
 def size(
+    ctx: typer.Context,
     ttft_slo: str | None = typer.Option(
         None, "--ttft-slo", help="TTFT target with a unit: 500ms, 2s (needed without --gpus)."),
     workload: Path | None = typer.Option(
@@ -160,8 +183,19 @@ def size(
     from xmemplan.cli.firstrun import first_run_notice
 
     first_run_notice()
-    if gpus is not None and any(v is not None for v in (workload, prompt_tokens, hit_rate,
-                                                        rate)):
+    sweeping = gpus is not None and all(v is None for v in (workload, prompt_tokens,
+                                                             hit_rate, rate))
+    stray = _given(ctx, NOT_IN_SWEEP if sweeping else SWEEP_ONLY)
+    if stray and sweeping:
+        raise UsageError(f"{stray[0]} does not apply to the --gpus load sweep (the synthetic "
+                         "multi-turn workload)", "drop it; or give --prompt-tokens, "
+                         "--hit-rate, --rate or --workload with --gpus to evaluate a "
+                         f"deployment, which takes {stray[0]}")
+    if stray:
+        raise UsageError(f"{stray[0]} applies only to the --gpus load sweep (the synthetic "
+                         "multi-turn workload)", "drop it, or run the sweep: --gpus N "
+                         "without --prompt-tokens, --hit-rate, --rate or --workload")
+    if gpus is not None and not sweeping:
         # an ordinary workload on N GPUs: a fixed deployment at the offered load, no search
         if plot is not None:
             raise UsageError("--plot draws the SLO search or the --gpus load sweep",
