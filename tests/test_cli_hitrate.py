@@ -140,3 +140,28 @@ def test_table_floats_are_whole_with_separators(value, text):
     from xmemplan.cli.views.render import fmt
 
     assert fmt(value) == text
+
+
+def test_ray_address_without_the_ray_executor_is_refused(cli, trace):
+    r = cli("hitrate", trace, "--ray-address", "head:6379")
+    assert r.code == 2
+    assert "Error: --ray-address applies to --executor ray" in r.err
+
+
+@pytest.mark.parametrize(("flag", "value", "reads"), [
+    ("--session-field", "sid", "request-log files"),
+    ("--timestamp-field", "ts", "request-log files"),
+    ("--tokenizer", "qwen2.5", "claude-transcript, netpreme or request-log files"),
+    ("--subagents", None, "claude-transcript or claude-blocks files"),
+    ("--tokens", "calibrated", "claude-transcript files"),
+])
+def test_a_format_flag_no_file_reads_is_warned(cli, trace, flag, value, reads):
+    """A flag of a format the input does not hold changed nothing: the run says so (its
+    result is the same as without it), instead of ignoring it in silence."""
+    base = cli("hitrate", trace, "--format", "json")
+    r = cli("hitrate", trace, "--format", "json", flag, *([value] if value else []))
+    assert r.code == 0, r.err
+    assert f"Warning: {flag} changed nothing: it applies to {reads}, and the files read are " \
+           "tokens." in r.err
+    assert json.loads(r.out)["token_hit_ratio"] == json.loads(base.out)["token_hit_ratio"]
+    assert "changed nothing" not in base.err

@@ -174,6 +174,9 @@ def hitrate(
     finite_model = cache_model if cache_model in FINITE_MODELS else None
     cache_model = None if finite_model else cache_model  # the per-call report's model
     tv.check_flags(hidden_prefix, tokens, cache_model)
+    if ray_address is not None and executor != "ray":
+        raise UsageError("--ray-address applies to --executor ray",
+                         "add --executor ray, or drop --ray-address")
     options = HitrateOptions(
         scope=scope, page_size=page_size, format_name=trace_format, subagents=subagents,
         strict=strict, workers=workers, executor=executor, ray_address=ray_address,
@@ -195,6 +198,10 @@ def hitrate(
             hint="pass --trace-format NAME, or remove the file",
         )
     _scope_note(result)
+    _warn_unread_flags(result, {"--session-field": session_field,
+                                "--timestamp-field": timestamp_field,
+                                "--tokenizer": tokenizer, "--subagents": subagents,
+                                "--tokens": tokens, "--hidden-prefix": hidden_prefix})
     if result.summary["requests"] == 0:
         _warn_skips(result)  # the notes say why (e.g. "add --subagents") before the error
         named = ", ".join(str(t) for t in traces[:3]) + (" ..." if len(traces) > 3 else "")
@@ -309,6 +316,31 @@ def _scope_note(result: HitrateResult) -> None:
             f"{', '.join(none)} traces carry no session ids: under --scope session every "
             "request is its own session and can hit only itself (0 by construction); use "
             "--scope global (or auto)")
+
+
+# The trace formats that read each format-specific flag (a folder may mix formats, so a
+# flag one file ignores is not an error; one that no file read changed nothing).
+FLAG_FORMATS = {
+    "--session-field": ("request-log",), "--timestamp-field": ("request-log",),
+    "--tokenizer": ("claude-transcript", "netpreme", "request-log"),
+    "--subagents": ("claude-transcript", "claude-blocks"),
+    "--tokens": ("claude-transcript",), "--hidden-prefix": ("claude-transcript",),
+}
+
+
+def _warn_unread_flags(result: HitrateResult, given: dict[str, Any]) -> None:
+    """Warn for each format-specific flag given when no file of a format that reads it was
+    read: the flag changed nothing."""
+    from xmemplan.cli.views import render
+
+    read = sorted(result.files_by_format)
+    for flag, value in given.items():
+        if value in (None, False) or any(f in read for f in FLAG_FORMATS[flag]):
+            continue
+        fmts = FLAG_FORMATS[flag]
+        to = fmts[0] if len(fmts) == 1 else f"{', '.join(fmts[:-1])} or {fmts[-1]}"
+        render.warn(f"{flag} changed nothing: it applies to {to} files, and the files read "
+                    f"are {', '.join(read) or 'none'}.")
 
 
 def _warn_skips(result: HitrateResult) -> None:
