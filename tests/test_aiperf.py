@@ -180,3 +180,16 @@ def test_live_server_streams_with_the_models_delays(tmp_path, trace):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("flag", [["--backend", "dram"], ["--sessions", "4"], ["--repeats", "3"],
+                                  ["--emulate"]])
+def test_a_replay_flag_with_aiperf_is_refused(tmp_path, trace, capsys, monkeypatch, flag):
+    """--aiperf judges AIPerf's records and replays nothing: a replay flag given with it is
+    an error naming it (it used to be ignored, exit 0)."""
+    art = write_records(tmp_path / "art", predicted_ms(trace), 1.03)
+    code, out, err = cli(["--aiperf", str(art), "--traces", str(trace), *flag], capsys,
+                         monkeypatch)
+    assert code == ExitCode.USAGE, (code, out, err)
+    assert f"Error: {flag[0]} does not apply with --aiperf" in err
+    assert out == ""

@@ -35,17 +35,6 @@ NOT_IN_SWEEP = ("users", "think", "output_tokens", "working_set", "overlap", "pa
                 "cost")
 
 
-def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
-    """The options among `names` the user gave (command line or environment), as flags."""
-    out = []
-    for p in ctx.command.params:
-        if p.name in names and p.opts:
-            src = ctx.get_parameter_source(p.name)
-            if src is not None and src.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT"):
-                out.append(max(p.opts, key=len))
-    return out
-
-
 def size(
     ctx: typer.Context,
     ttft_slo: str | None = typer.Option(
@@ -181,11 +170,12 @@ def size(
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(f"unknown output format '{fmt}'", "use table, json or csv")
     from xmemplan.cli.firstrun import first_run_notice
+    from xmemplan.cli.invocation import given_flags
 
     first_run_notice()
     sweeping = gpus is not None and all(v is None for v in (workload, prompt_tokens,
                                                              hit_rate, rate))
-    stray = _given(ctx, NOT_IN_SWEEP if sweeping else SWEEP_ONLY)
+    stray = given_flags(ctx, NOT_IN_SWEEP if sweeping else SWEEP_ONLY)
     if stray and sweeping:
         raise UsageError(f"{stray[0]} does not apply to the --gpus load sweep (the synthetic "
                          "multi-turn workload)", "drop it; or give --prompt-tokens, "

@@ -18,7 +18,16 @@ def register(app: typer.Typer) -> None:
     app.command("validate")(validate)
 
 
+# What only the replay through a backend reads: refused with --aiperf, which judges
+# AIPerf's own records instead (given there, they used to be ignored).
+NOT_WITH_AIPERF = ("backend", "emulate", "real", "calibrate", "readers", "device", "layout",
+                   "plan", "workload", "predict_bandwidth", "sessions", "rounds",
+                   "prompt_tokens", "growth_tokens", "max_requests", "max_bytes", "repeats",
+                   "show_requests")
+
+
 def validate(
+    ctx: typer.Context,
     backend: str = typer.Option("xmem", "--backend", "-b", help="xmem or dram."),
     emulate: bool = typer.Option(
         False, "--emulate", help="Use the emulated node even where X-Mem hardware exists."
@@ -109,6 +118,14 @@ def validate(
         )
     tol = units.parse_percent(tolerance, "--tolerance")
     if aiperf is not None:
+        from xmemplan.cli.invocation import given_flags
+
+        stray = given_flags(ctx, NOT_WITH_AIPERF)
+        if stray:
+            raise UsageError(f"{stray[0]} does not apply with --aiperf: it judges the AIPerf "
+                             "run's own TTFT records, and replays nothing",
+                             f"drop {stray[0]}, or drop --aiperf to replay KV pages through "
+                             "a backend")
         _aiperf(aiperf, traces, model, gpu, tier, tol, tuple(str(p) for p in catalog), fmt,
                 page_tokens)
         return
