@@ -22,8 +22,11 @@ Workload inputs, each derived from the published runs (docs/validation.md "Loade
 - output tokens per request: lognormal with the published gen_tok_len p50 as median and
   output_tokens_per_sec / requests_per_sec as mean (the histogram's p90 is a bucket
   interpolation; the mean is exact);
-- prompt tokens: lognormal at the published prompt_tok_len p50 and p90 (interpolations in
-  vLLM's 1-2-5 token buckets, the only server-side length figures published);
+- prompt tokens: the distribution the published prompt_tok_len p50, p90, p95 and p99 fix
+  in vLLM's 1-2-5 token buckets (prompt_lengths: linear inside the buckets they pin, as
+  Prometheus reads them; none past 200K in any run), the lognormal through p50 and p90
+  below the lowest pinned edge (`--lognormal-lengths`: that lognormal throughout, the
+  check before round 9, which put 3 % of the 4-agent prompts past 200K);
 - their order: each agent works through tasks of 20 turns whose prompts grow, 71 % of
   var(log prompt) between tasks, both computed from every turn of the runs' completed
   tasks (data/measurements/netpreme-turns.csv; `--independent-lengths` draws each alone);
@@ -31,7 +34,10 @@ Workload inputs, each derived from the published runs (docs/validation.md "Loade
   run, 12 agents / 1.13 requests/s - 10.40 s mean e2e of its 109 recorded turns = 0.22 s,
   used for every run (it is the agent's and the tasks' property, not the server's);
 - each agent's request extends its previous one by the published hit share (GPU +
-  external); whether that prefix is still in HBM is the run's outcome.
+  external); whether that prefix is still in HBM is the run's outcome. `--workload turns`
+  builds each turn instead as the records show it (the last turn's prompt and output
+  plus the new tokens of a recorded turn), so the hit rates become outputs; it is not
+  the default (docs/validation.md, "Below the knee").
 
 Bounds (issue 19): TTFT p50 and p90 within 30 %, or within the published run-to-run spread:
 the three 04-19 runs of an option repeat one deployment, so a prediction inside the range
@@ -48,6 +54,7 @@ import dataclasses
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from _util import add_async_flag, apply_async_flag, pipe_friendly
@@ -89,6 +96,8 @@ class Run:
     rps: float | None = None  # requests/s, output tokens/s, mean KV usage
     tok_s: float | None = None
     kv_usage: float | None = None
+    isl_p95: float | None = None  # prompt_tok_len p95 / p99 (None: lognormal tail)
+    isl_p99: float | None = None
 
     @property
     def gpu_share(self) -> float:
@@ -104,22 +113,28 @@ _B = SRC + "benchmark/results_benchmarks/bench_"
 RUNS = (
     Run("DRAM 04-19 03:07", "host-dram", 63_333.3, 98_000.0, 0.039, 0.970, 3_698.3, 7_470.8,
         97.6, 282.408 / 1.13, _B + "hybrid-cpu_p8000_20260419_030721/summary.json",
-        queue_p50_ms=3_313.0, rps=1.13, tok_s=282.408, kv_usage=0.925),
+        queue_p50_ms=3_313.0, rps=1.13, tok_s=282.408, kv_usage=0.925,
+        isl_p95=135_000.0, isl_p99=187_000.0),
     Run("DRAM 04-19 11:01", "host-dram", 46_172.0, 89_642.9, 0.043, 0.969, 2_618.3, 5_556.6,
         89.5, 303.806 / 1.438, _B + "hybrid-cpu_p8000_20260419_110157/summary.json",
-        queue_p50_ms=2_240.9, rps=1.438, tok_s=303.806, kv_usage=0.941),
+        queue_p50_ms=2_240.9, rps=1.438, tok_s=303.806, kv_usage=0.941,
+        isl_p95=95_645.6, isl_p99=127_166.7),
     Run("DRAM 04-19 11:29 (clean)", "host-dram", 48_718.2, 89_914.9, 0.046, 0.965, 2_191.9,
         4_765.3, 87.6, 295.13 / 1.497, _B + "hybrid-cpu_p8000_20260419_112901/summary.json",
-        queue_p50_ms=1_820.2, rps=1.497, tok_s=295.13, kv_usage=0.927),
+        queue_p50_ms=1_820.2, rps=1.497, tok_s=295.13, kv_usage=0.927,
+        isl_p95=95_170.2, isl_p99=99_374.5),
     Run("X-Mem 04-19 09:35", "xmem", 48_448.4, 89_444.4, 0.110, 0.968, 1_929.5, 4_593.5,
         90.3, 330.281 / 1.471, _B + "hybrid-mtier_p8000_20260419_093528/summary.json",
-        queue_p50_ms=1_407.9, rps=1.471, tok_s=330.281, kv_usage=0.940),
+        queue_p50_ms=1_407.9, rps=1.471, tok_s=330.281, kv_usage=0.940,
+        isl_p95=94_722.2, isl_p99=98_944.4),
     Run("X-Mem 04-19 11:37", "xmem", 57_885.3, 93_871.0, 0.062, 0.967, 5_613.7, 8_630.3,
         81.1, 280.633 / 1.63, _B + "hybrid-mtier_p8000_20260419_113729/summary.json",
-        queue_p50_ms=5_000.0, rps=1.63, tok_s=280.633, kv_usage=0.937),
+        queue_p50_ms=5_000.0, rps=1.63, tok_s=280.633, kv_usage=0.937,
+        isl_p95=98_369.2, isl_p99=168_625.0),
     Run("X-Mem 04-19 11:52 (clean)", "xmem", 50_000.0, 90_000.0, 0.052, 0.969, 2_270.2,
         4_848.7, 90.7, 311.719 / 1.399, _B + "hybrid-mtier_p8000_20260419_115224/summary.json",
-        queue_p50_ms=1_898.6, rps=1.399, tok_s=311.719, kv_usage=0.943),
+        queue_p50_ms=1_898.6, rps=1.399, tok_s=311.719, kv_usage=0.943,
+        isl_p95=95_000.0, isl_p99=99_000.0),
 )
 # TTFT against concurrency: the 2026-04-18 04:08 DRAM sweep, 4 to 24 agents (one c<N>.json
 # per level). Its mem fraction is not recorded beside it (its ITL is 38 ms at 12 agents
@@ -128,18 +143,20 @@ _S = _B + "hybrid-cpu_p8000_20260418_040848/c0"
 SWEEP = tuple(
     (n, Run(f"DRAM 04-18 {n:2} agents", "host-dram", isl50, isl90, gpu / 100, ext / 100,
             t50, t90, o50, tok / rps, f"{_S}{n:02}.json", queue_p50_ms=q, rps=rps,
-            tok_s=tok, kv_usage=kv / 100))
-    for n, rps, tok, t50, t90, q, isl50, isl90, o50, kv, gpu, ext in (
-        (4, 1.289, 268.776, 225.9, 471.6, 150.2, 62_686.9, 136_720.9, 120.7, 31.9, 97.9, 22.9),
-        (8, 1.255, 305.009, 256.9, 499.4, 150.1, 61_401.6, 119_204.2, 129.2, 67.8, 98.0, 1.0),
+            tok_s=tok, kv_usage=kv / 100, isl_p95=isl95, isl_p99=isl99))
+    for n, rps, tok, t50, t90, q, isl50, isl90, o50, kv, gpu, ext, isl95, isl99 in (
+        (4, 1.289, 268.776, 225.9, 471.6, 150.2, 62_686.9, 136_720.9, 120.7, 31.9, 97.9, 22.9,
+         168_360.4, 193_672.1),
+        (8, 1.255, 305.009, 256.9, 499.4, 150.1, 61_401.6, 119_204.2, 129.2, 67.8, 98.0, 1.0,
+         159_602.1, 191_920.4),
         (12, 1.186, 272.642, 1_890.3, 4_604.8, 1_399.1, 57_074.0, 120_446.1, 93.5, 93.7, 13.3,
-         96.4),
+         96.4, 160_223.0, 192_044.6),
         (16, 1.261, 307.279, 5_351.1, 9_567.0, 4_880.4, 54_163.1, 93_850.8, 95.6, 95.5, 6.0,
-         96.8),
+         96.8, 98_811.8, 173_701.1),
         (20, 1.366, 338.801, 4_760.3, 9_527.8, 4_440.1, 47_888.1, 89_327.8, 86.9, 96.1, 5.9,
-         96.5),
+         96.5, 94_751.8, 99_090.9),
         (24, 1.001, 228.42, 11_468.4, 34_192.9, 10_258.6, 49_341.2, 92_156.5, 85.5, 95.1, 3.9,
-         87.8),
+         87.8, 97_571.7, 163_740.0),
     ))
 Z90 = 1.2815515655446004  # standard normal 90th percentile
 # Every turn of the tasks the six 04-19 runs completed (984 turns of 50 tasks), transcribed
@@ -164,6 +181,67 @@ def task_structure() -> tuple[int, float]:
     return round(d.height / tasks), between / total
 
 
+@cache
+def turn_records() -> tuple[np.ndarray, int]:
+    """What the runs' turn records say about how a turn's prompt relates to the last:
+    the new tokens of every turn after a task's first, isl - (previous isl + previous
+    osl) (the tool results and messages a turn appends to the conversation it extends),
+    and the shortest first turn of any task (the prompt every task starts from: Claude
+    Code's system prompt and tools, which all tasks share, and the shortest issue)."""
+    import polars as pl
+
+    d = pl.read_csv(TURNS_CSV).sort(["run", "instance_id", "seq"])
+    new: list[float] = []
+    for _, g in d.group_by(["run", "instance_id"], maintain_order=True):
+        isl = g["isl"].to_numpy().astype(float)
+        osl = g["osl"].to_numpy().astype(float)
+        new.extend(isl[1:] - isl[:-1] - osl[:-1])
+    first = int(d.filter(pl.col("turn_idx") == 1)["isl"].min())  # type: ignore[arg-type]
+    return np.maximum(np.array(new), 0.0), first
+
+
+def turn_prompts(run: Run, output: np.ndarray, agents: int, turns: int,
+                 rng: np.random.Generator, shared_start: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prompts built turn by turn as the records show them (request i is agent
+    i % agents's turn i // agents; each agent works through tasks of `turns` turns, the
+    first joined at a random turn): a turn's prompt is the previous turn's prompt and
+    output plus its new tokens, drawn from the records' (turn_records). A task's level
+    is drawn from the run's published prompt lengths (prompt_lengths) and its prompts
+    are centred on it; a task starts from at least the shortest first turn recorded.
+    Returns (prompt, shared, src): request i's first shared[i] tokens are request
+    src[i]'s: its previous turn's prompt and output, or at a task's start that start
+    (Claude Code's preamble), shared with the agent's own last request; with
+    `shared_start` one copy of it serves every agent (the preamble may differ between
+    tasks: its working directory and git status; the records cannot tell)."""
+    new, start = turn_records()
+    n = len(output)
+    prompt, shared = np.zeros(n), np.zeros(n)
+    src = np.full(n, -1, np.int64)
+    for a in range(agents):
+        idx = np.arange(a, n, agents)
+        phase = int(rng.integers(0, turns))  # turns of the first task done before
+        edges = (0, *range(turns - phase, len(idx), turns), len(idx))
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            seen = idx[lo:hi]
+            skip = phase if lo == 0 else 0
+            m = skip + len(seen)
+            out = np.concatenate([rng.choice(output, size=skip), output[seen]])
+            # turn k's prompt: turn k - 1's prompt and output and turn k's new tokens
+            inc = np.concatenate([[0.0], out[:-1] + rng.choice(new, size=m - 1)])
+            path = np.cumsum(inc)
+            level = float(prompt_lengths(run, rng.normal(size=1))[0])
+            p = max(level - path[-1] / 2.0, float(start)) + path
+            prompt[seen] = p[skip:]
+            shared[seen] = np.concatenate([[p[k - 1] + out[k - 1]] if k > 0 else [start]
+                                           for k in range(skip, m)])
+            src[seen] = seen - agents
+            if lo == 0:  # the agent's first request: nothing computed before it
+                src[seen[0]] = 0 if (a > 0 and shared_start) else -1
+                shared[seen[0]] = start if (a > 0 and shared_start) else 0.0
+    return prompt, shared, src
+
+
 def task_scores(n: int, agents: int, turns: int, rho: float,
                 rng: np.random.Generator) -> np.ndarray:
     """Standard normal scores for the prompt lengths, request i being agent i % agents's
@@ -179,6 +257,96 @@ def task_scores(n: int, agents: int, turns: int, rho: float,
             z[idx[lo:hi]] = (np.sqrt(rho) * rng.normal()
                              + np.sqrt(1.0 - rho) * np.sort(rng.normal(size=hi - lo)))
     return z
+
+
+# vLLM v1/metrics: vllm:request_prompt_tokens is bucketed by build_1_2_5_buckets(
+# max_model_len): 1, 2, 5, 10, ..., 100,000, 200,000 (500,000 is past the model's 262,144)
+PROMPT_BUCKETS = tuple(float(m * 10**e) for e in range(6) for m in (1, 2, 5)
+                       if m * 10**e <= 262_144)
+
+
+def bucket_cdf(points: dict[float, float], buckets: tuple[float, ...] = PROMPT_BUCKETS
+               ) -> dict[float, float]:
+    """The share of samples at or below each bucket edge that the published percentiles
+    fix: Prometheus' histogram_quantile interpolates linearly inside the bucket holding the
+    quantile, so two quantiles in one bucket fix both its edges' cumulative shares, and one
+    quantile fixes one edge given the other. `points`: {quantile: published value}.
+    Returns {edge: share} for the edges the points determine (the rest are unknown)."""
+    b = (0.0, *buckets)
+    groups: dict[int, list[tuple[float, float]]] = {}
+    for q, v in sorted(points.items()):
+        k = int(np.searchsorted(b, v, side="left"))  # b[k - 1] < v <= b[k]
+        groups.setdefault(min(k, len(b) - 1), []).append((q, v))
+    known: dict[float, float] = {}
+    for _ in range(len(groups) + 1):
+        for k, pts in groups.items():
+            lo, hi = b[k - 1], b[k]
+            if lo in known and hi in known:
+                continue
+            (q1, v1), (q2, v2) = pts[0], pts[-1]
+            if len(pts) >= 2 and v2 > v1:
+                slope = (q2 - q1) / (v2 - v1)  # share per token: linear inside the bucket
+                known.setdefault(lo, q1 - slope * (v1 - lo))
+                known.setdefault(hi, q1 + slope * (hi - v1))
+            elif lo in known:
+                r = (v1 - lo) / (hi - lo)
+                known[hi] = known[lo] + (q1 - known[lo]) / r
+            elif hi in known and v1 < hi:
+                r = (v1 - lo) / (hi - lo)
+                known[lo] = (q1 - r * known[hi]) / (1.0 - r)
+    out, top = {}, 0.0
+    for e in sorted(known):  # rounding in the published figures: keep it a CDF
+        top = max(top, min(1.0, max(0.0, known[e])))
+        out[e] = top
+    return out
+
+
+def _ndtr(z: np.ndarray) -> np.ndarray:
+    from math import erf, sqrt
+
+    return 0.5 * (1.0 + np.vectorize(erf)(np.asarray(z, float) / sqrt(2.0)))
+
+
+def prompt_lengths(run: Run, z: np.ndarray) -> np.ndarray:
+    """Prompt lengths at standard normal scores `z` (monotone in z): the distribution the
+    run's published prompt_tok_len percentiles describe. Between the bucket edges their
+    p50 / p90 / p95 / p99 fix (bucket_cdf) it is linear, as Prometheus reads it; below the
+    lowest fixed edge it keeps the shape of the lognormal through p50 and p90, scaled to
+    meet that edge; above the highest (if its share is under 1), linear up to the next
+    edge. Without p95 / p99 it is that lognormal alone (the check before round 9)."""
+    sp = np.log(run.isl_p90 / run.isl_p50) / Z90
+    ln = np.exp(np.log(run.isl_p50) + sp * np.asarray(z, float))
+    if run.isl_p95 is None or run.isl_p99 is None:
+        return ln
+    cdf = bucket_cdf({0.5: run.isl_p50, 0.9: run.isl_p90, 0.95: run.isl_p95,
+                      0.99: run.isl_p99})
+    edges, shares = np.array(list(cdf)), np.array(list(cdf.values()))
+    u = _ndtr(z)
+    e0, c0 = edges[0], shares[0]
+    below = u < c0
+    # the lognormal's own quantile at u * F_ln(e0) / c0: its shape below e0, continuous at e0
+    f0 = float(_ndtr(np.log(e0 / run.isl_p50) / sp))
+    x = np.interp(u, shares, edges)
+    if below.any():
+        zz = _ndtri(np.clip(u[below] * f0 / c0, 1e-12, 1 - 1e-12))
+        x[below] = np.exp(np.log(run.isl_p50) + sp * zz)
+    above = u > shares[-1]
+    if above.any():
+        i = PROMPT_BUCKETS.index(edges[-1]) if edges[-1] in PROMPT_BUCKETS else -1
+        nxt = PROMPT_BUCKETS[i + 1] if 0 <= i < len(PROMPT_BUCKETS) - 1 else 2 * edges[-1]
+        x[above] = edges[-1] + (u[above] - shares[-1]) / (1 - shares[-1]) * (nxt - edges[-1])
+    return x
+
+
+def _ndtri(p: np.ndarray) -> np.ndarray:
+    """Inverse of _ndtr (bisection on erf: exact enough for lengths, no scipy here)."""
+    p = np.asarray(p, float)
+    lo, hi = np.full(p.shape, -9.0), np.full(p.shape, 9.0)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        m = _ndtr(mid) < p
+        lo, hi = np.where(m, mid, lo), np.where(m, hi, mid)
+    return 0.5 * (lo + hi)
 
 
 def histogram_quantile(x: np.ndarray, buckets: tuple[float, ...], q: float) -> float:
@@ -220,32 +388,66 @@ def _request(run: Run, mem_fraction: float):  # noqa: ANN202
     return req
 
 
-def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
-            seed: int = 0, pool_scale: float = 1.0, agents: int = AGENTS,
-            weights_pool: bool = False, tasks: bool = True,
-            flags: tuple[int | None, int | None] = (MAX_BATCHED, MAX_SEQS)) -> Prediction:
+def predict(run: Run, **kw: object) -> Prediction:
+    """The published figures of one simulated run (simulate)."""
+    r, keep = simulate(run, **kw)  # type: ignore[arg-type]
+    ttft = r.ttft[keep]
+    queue = (r.start - r.arrival)[keep]  # vLLM: QUEUED to first SCHEDULED
+    span = float(r.done[keep].max() - r.arrival[keep].min())
+    g, e = published_hit_rates(r, keep)
+    return Prediction(
+        histogram_quantile(ttft, TTFT_BUCKETS, 0.5) * 1e3,
+        histogram_quantile(ttft, TTFT_BUCKETS, 0.9) * 1e3,
+        histogram_quantile(queue, LATENCY_BUCKETS, 0.5) * 1e3,
+        len(keep) / span, float(r.requests.output[keep].sum()) / span, r.kv_usage(),
+        gpu_share(g, e), r.preemptions_per_request(), g, e, r.hbm_share_of_hits(),
+        r.steps / r.span if r.span > 0 else 0.0)
+
+
+def simulate(run: Run, *, think_s: float, mem_fraction: float, requests: int,
+             seed: int = 0, pool_scale: float = 1.0, agents: int = AGENTS,
+             weights_pool: bool = False, workload: str = "tasks",
+             histogram_lengths: bool = True, shared_start: bool = False,
+             flags: tuple[int | None, int | None] = (MAX_BATCHED, MAX_SEQS)
+             ) -> tuple[Any, np.ndarray]:
     """The published deployment on the simulator's engine (vLLM policy, one replica), 12
-    closed-loop agents, lengths drawn per request; the first tenth of requests left out
-    (the published window starts after a warm-up)."""
+    closed-loop agents, lengths drawn per request. Returns the engine's Result and the
+    requests kept: the first tenth left out (the published window starts after a
+    warm-up). `workload`: "turns" (each turn extends the last by its recorded new
+    tokens: turn_prompts), "tasks" (round 6: task-structured lengths, each request
+    sharing the published hit share of its prompt with the agent's last) or
+    "independent" (each length drawn alone, the same hit share)."""
     from xmemplan.sizing.engine import run as run_engine
+    from xmemplan.sizing.engine.pool import synth_keys
     from xmemplan.sizing.sim import Traffic
     from xmemplan.sizing.simmodel import config_for, requests_for
 
     req = _request(run, mem_fraction)
     rng = np.random.default_rng(seed)
     top = float(req.model.max_context) - 4096
-    sp = np.log(run.isl_p90 / run.isl_p50) / Z90
-    if tasks:
-        turns, rho = task_structure()
-        z = task_scores(requests, agents, turns, rho, rng)
-    else:  # each request's length drawn alone
-        z = rng.normal(size=requests)
-    prompt = np.clip(np.round(np.exp(np.log(run.isl_p50) + sp * z)), 1024, top)
+    if not histogram_lengths:  # the lognormal through p50 and p90 alone (before round 9)
+        run = dataclasses.replace(run, isl_p95=None, isl_p99=None)
     so = np.sqrt(2.0 * np.log(run.osl_mean / run.osl_p50))  # median and mean given
-    output = np.clip(np.round(np.exp(rng.normal(np.log(run.osl_p50), so, requests))), 1,
-                     8192).astype(np.int64)
-    hit = run.gpu_hit + (1.0 - run.gpu_hit) * run.ext_hit
-    shared = np.floor(prompt * hit)
+    src = None
+    if workload == "turns":
+        output = np.clip(np.round(np.exp(rng.normal(np.log(run.osl_p50), so, requests))),
+                         1, 8192).astype(np.int64)
+        turns, _ = task_structure()
+        prompt, shared, src = turn_prompts(run, output.astype(float), agents, turns, rng,
+                                           shared_start)
+        prompt = np.clip(np.round(prompt), 1024, top)
+        shared = np.minimum(np.floor(shared), prompt)
+    else:
+        if workload == "tasks":
+            turns, rho = task_structure()
+            z = task_scores(requests, agents, turns, rho, rng)
+        else:  # each request's length drawn alone
+            z = rng.normal(size=requests)
+        prompt = np.clip(np.round(prompt_lengths(run, z)), 1024, top)
+        output = np.clip(np.round(np.exp(rng.normal(np.log(run.osl_p50), so, requests))),
+                         1, 8192).astype(np.int64)
+        hit = run.gpu_hit + (1.0 - run.gpu_hit) * run.ext_hit
+        shared = np.floor(prompt * hit)
     prev = np.arange(requests) - agents  # each agent's previous request (-N: none yet)
     prev[prev < 0] = -1
     tier = "host" if run.option == "host-dram" else "xmem"
@@ -259,21 +461,52 @@ def predict(run: Run, *, think_s: float, mem_fraction: float, requests: int,
                      prompt_p50=float(run.isl_p50), connector=True)
     if pool_scale != 1.0:  # a sensitivity only (docs/validation.md): never a default
         cfg = cfg.replace(blocks=max(1, round(cfg.blocks * pool_scale)))
-    er = requests_for(tr, shared=shared, tier_tokens=shared,
+    tier_tokens = shared
+    if src is not None:  # the connector stores full blocks only: not a turn's partial last
+        tier_tokens = shared // cfg.block_tokens * cfg.block_tokens
+    er = requests_for(tr, shared=shared, tier_tokens=tier_tokens,
                       tier=0 if tier == "host" else 1, block_tokens=cfg.block_tokens)
+    if src is not None:  # keys shared with src (the common start across agents), not prev
+        keys, koff, kn = synth_keys(er.prompt, er.output, src, shared.astype(np.int64),
+                                    int(cfg.block_tokens))
+        cacheable = np.zeros(requests, np.int64)
+        cacheable[src[src >= 0]] = 1
+        er = dataclasses.replace(er, keys=keys, koff=koff, kn=kn, cacheable=cacheable)
     r, *_ = run_engine(er, cfg)
-    keep = np.argsort(r.arrival, kind="stable")[requests // 10:]
-    ttft = r.ttft[keep]
-    queue = (r.start - r.arrival)[keep]  # vLLM: QUEUED to first SCHEDULED
-    span = float(r.done[keep].max() - r.arrival[keep].min())
-    g, e = published_hit_rates(r, keep)
-    return Prediction(
-        histogram_quantile(ttft, TTFT_BUCKETS, 0.5) * 1e3,
-        histogram_quantile(ttft, TTFT_BUCKETS, 0.9) * 1e3,
-        histogram_quantile(queue, LATENCY_BUCKETS, 0.5) * 1e3,
-        len(keep) / span, float(output[keep].sum()) / span, r.kv_usage(),
-        gpu_share(g, e), r.preemptions_per_request(), g, e, r.hbm_share_of_hits(),
-        r.steps / r.span if r.span > 0 else 0.0)
+    return r, np.argsort(r.arrival, kind="stable")[requests // 10:]
+
+
+def explain(run: Run, agents: int, **kw: object) -> None:
+    """What the simulated TTFTs of one run (seed 0) are made of: by prompt length, the
+    requests at or past the p90, and the tier loads the agent's own last turn cannot
+    have stored (tokens past its prompt and output that the tier is said to hold)."""
+    r, keep = simulate(run, agents=agents, **kw)  # type: ignore[arg-type]
+    req, bs = r.requests, r.config.block_tokens
+    p, o = req.prompt.astype(float), req.output.astype(float)
+    keep = np.sort(keep)
+    ttft, queue = r.ttft * 1e3, (r.start - r.arrival) * 1e3
+    miss = p - r.hbm_hit - r.tier_hit
+    prev = np.asarray(req.prev)
+    have = np.where(prev >= 0, (p[prev] + o[prev]) // bs * bs, 0.0)
+    never = np.maximum(0.0, np.minimum(r.tier_hit, r.hbm_hit + r.tier_hit - have))
+    print(f"{run.name}, seed 0: where the simulated TTFT goes (ms; tokens per request)")
+    print(f"{'prompt':>11} {'share':>5} {'TTFT p50':>8} {'p90':>6} {'queue':>5} "
+          f"{'computed':>8} {'from tier':>9}")
+    for lo, hi in ((0, 50e3), (50e3, 100e3), (100e3, 150e3), (150e3, 200e3), (200e3, 3e5)):
+        k = keep[(p[keep] >= lo) & (p[keep] < hi)]
+        if len(k):
+            print(f"{lo / 1e3:4.0f}-{hi / 1e3:4.0f}K {len(k) / len(keep):5.1%} "
+                  f"{np.median(ttft[k]):8,.0f} {np.percentile(ttft[k], 90):6,.0f} "
+                  f"{queue[k].mean():5,.0f} {miss[k].mean():8,.0f} {r.tier_hit[k].mean():9,.0f}")
+    slow = keep[ttft[keep] >= np.percentile(ttft[keep], 90)]
+    print(f"at or past the simulated p90 ({len(slow)}): prompt over the published p90 "
+          f"{(p[slow] > run.isl_p90).mean():.0%}, over 5K tokens computed "
+          f"{(miss[slow] > 5000).mean():.0%}, loading from the tier "
+          f"{(r.tier_hit[slow] > 0).mean():.0%}")
+    t = float(r.tier_hit[keep].sum())
+    print(f"tier loads: {t / float((r.hbm_hit + r.tier_hit)[keep].sum()):.1%} of hit tokens "
+          f"at admission; {float(never[keep].sum()) / max(t, 1.0):.0%} of them past the "
+          "agent's last turn (never computed, so never stored)")
 
 
 def gpu_share(gpu_hit: float, ext_hit: float) -> float:
@@ -312,8 +545,9 @@ SWEEP_MEM_FRACTION = 0.9
 
 
 def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float,
-           seeds: int, weights_pool: bool = False, tasks: bool = True,
-           deployment: str = "script") -> None:
+           seeds: int, weights_pool: bool = False, workload: str = "tasks",
+           deployment: str = "script", histogram_lengths: bool = True,
+           shared_start: bool = False) -> None:
     def flags(n: int) -> tuple[int | None, int | None]:
         return (None, None) if deployment == "defaults" else (MAX_BATCHED, n)
 
@@ -326,7 +560,9 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
             else f"the runner's flags: {MAX_BATCHED:,} tokens, seqs = agents"))
     rows = [(n, r, predict_seeds(r, seeds, think_s=think_s, mem_fraction=mem_fraction,
                                  requests=requests, pool_scale=pool_scale, agents=n,
-                                 weights_pool=weights_pool, tasks=tasks, flags=flags(n))[0])
+                                 weights_pool=weights_pool, workload=workload,
+                                 histogram_lengths=histogram_lengths,
+                                 shared_start=shared_start, flags=flags(n))[0])
             for n, r in SWEEP]
     ok50 = sum(abs(p.ttft_p50_ms / r.ttft_p50_ms - 1) <= TTFT_TOL for _, r, p in rows)
     ok90 = sum(abs(p.ttft_p90_ms / r.ttft_p90_ms - 1) <= TTFT_TOL for _, r, p in rows)
@@ -407,22 +643,54 @@ def main() -> None:
                     help="the sweep's server: the runner's flags at mem fraction 0.9 "
                          "(script), vLLM's batch defaults at 0.9 (defaults), or the "
                          "runner's flags at --mem-fraction (0419)")
+    ap.add_argument("--workload", choices=("turns", "tasks", "independent"),
+                    default="tasks",
+                    help="turns: each turn extends the agent's last by the new tokens the "
+                         "runs' turn records show (round 9); tasks: task-structured lengths "
+                         "sharing the published hit share of each prompt (rounds 6-8); "
+                         "independent: each length drawn alone (before round 6)")
     ap.add_argument("--independent-lengths", action="store_true",
-                    help="draw each request's prompt length alone (no task structure: "
-                         "the check before round 6)")
+                    help="the same as --workload independent")
+    ap.add_argument("--explain", type=int, nargs="?", const=0, default=None,
+                    metavar="AGENTS",
+                    help="where the simulated TTFT goes, one seed: of the sweep's level "
+                         "AGENTS with --sweep, else of the six 04-19 runs")
+    ap.add_argument("--shared-start", action="store_true",
+                    help="with --workload turns: one copy of the tasks' common start "
+                         "(Claude Code's preamble) serves all agents, not one per agent")
+    ap.add_argument("--lognormal-lengths", action="store_true",
+                    help="prompt lengths from the lognormal through the published p50 and "
+                         "p90 alone (before round 9), not the distribution their p50, p90, "
+                         "p95 and p99 describe")
     add_async_flag(ap)
     a = ap.parse_args()
     apply_async_flag(a)
     from xmemplan import units
 
     think_s = units.parse_duration(a.think, "--think")
+    workload = "independent" if a.independent_lengths else a.workload
+    if a.explain is not None:
+        kw = dict(think_s=think_s, requests=a.requests, pool_scale=a.pool_scale,
+                  weights_pool=a.weights_pool, workload=workload,
+                  histogram_lengths=not a.lognormal_lengths, shared_start=a.shared_start)
+        if a.sweep:
+            for n, r in SWEEP:
+                if n == a.explain:
+                    explain(r, n, mem_fraction=SWEEP_MEM_FRACTION, flags=(MAX_BATCHED, n),
+                            **kw)
+        else:
+            for r in RUNS:
+                explain(r, AGENTS, mem_fraction=a.mem_fraction, **kw)
+        return
     if a.sweep:
         _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds, a.weights_pool,
-               not a.independent_lengths, a.sweep_deployment)
+               workload, a.sweep_deployment, not a.lognormal_lengths, a.shared_start)
         return
     preds = [predict_seeds(r, a.seeds, think_s=think_s, mem_fraction=a.mem_fraction,
                            requests=a.requests, pool_scale=a.pool_scale,
-                           weights_pool=a.weights_pool, tasks=not a.independent_lengths)
+                           weights_pool=a.weights_pool, workload=workload,
+                           histogram_lengths=not a.lognormal_lengths,
+                           shared_start=a.shared_start)
              for r in RUNS]
     rows = [(r, p) for r, (p, _, _) in zip(RUNS, preds, strict=True)]
     fails: list[str] = []  # outside every bound
@@ -499,13 +767,23 @@ def main() -> None:
           f"--max-num-seqs {MAX_SEQS}"
           + ("" if a.pool_scale == 1.0 else f", KV pool x {a.pool_scale}")
           + (", pool: weights only" if a.weights_pool else ""))
-    if a.independent_lengths:
-        print("lengths: each request's drawn alone")
-    else:
-        turns, rho = task_structure()
+    turns, rho = task_structure()
+    new, start = turn_records()
+    if workload == "independent":
+        print("lengths: each request's drawn alone, sharing the published hit share")
+    elif workload == "tasks":
         print(f"lengths: agents work through tasks of {turns} turns whose prompts grow;\n"
-              f" {rho:.0%} of var(log prompt) between tasks (the runs' completed tasks,\n"
-              " data/measurements/netpreme-turns.csv)")
+              f" {rho:.0%} of var(log prompt) between tasks, each sharing the published hit\n"
+              " share of its prompt with the agent's last (rounds 6-8)")
+    else:
+        print(f"workload: agents work through tasks of {turns} turns; each turn's prompt is\n"
+              " the last turn's prompt and output plus new tokens drawn from the runs'\n"
+              f" {len(new)} recorded (median {np.median(new):,.0f}, mean {new.mean():,.0f}); "
+              f"tasks start from {start:,}\n tokens shared with the agent's last request"
+              + (" (one copy for all agents)" if a.shared_start else "")
+              + " (data/measurements/netpreme-turns.csv); hit rates are the engine's")
+    print("prompt lengths: " + ("lognormal through p50 and p90" if a.lognormal_lengths
+                                else "the distribution the published p50/p90/p95/p99 fix"))
     print(f"engine: {_overheads(a.mem_fraction)}")
 
 

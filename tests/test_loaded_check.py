@@ -1,0 +1,102 @@
+"""benchmarks/loaded_check.py: how the Netpreme coding-agent workload is read and built."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+
+def _module() -> ModuleType:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import loaded_check
+
+    return loaded_check
+
+
+def _runs(lc: ModuleType) -> list:  # noqa: ANN401
+    return [*lc.RUNS, *(r for _, r in lc.SWEEP)]
+
+
+def test_prompt_buckets_are_vllms_1_2_5_series_up_to_the_model_length() -> None:
+    lc = _module()
+    assert lc.PROMPT_BUCKETS[:4] == (1.0, 2.0, 5.0, 10.0)
+    assert lc.PROMPT_BUCKETS[-2:] == (100_000.0, 200_000.0)
+
+
+@pytest.mark.parametrize("i", range(12))
+def test_drawn_prompts_give_back_every_published_percentile(i: int) -> None:
+    """The lengths drawn from a run's four published prompt_tok_len percentiles, read as
+    Prometheus reads vLLM's histogram, give those four percentiles back (the lognormal
+    through p50 and p90 alone does not: its p99 is off by up to a third)."""
+    lc = _module()
+    run = _runs(lc)[i]
+    x = lc.prompt_lengths(run, np.random.default_rng(i).normal(size=40_000))
+    for q, want in ((0.5, run.isl_p50), (0.9, run.isl_p90), (0.95, run.isl_p95),
+                    (0.99, run.isl_p99)):
+        got = lc.histogram_quantile(x, lc.PROMPT_BUCKETS, q)
+        assert got == pytest.approx(want, rel=0.03), (run.name, q)
+    assert x.max() <= 200_000  # every published p99 leaves the 200K-and-over bucket empty
+
+
+def test_the_lognormal_tail_contradicts_the_published_p99() -> None:
+    lc = _module()
+    run = next(r for n, r in lc.SWEEP if n == 4)
+    ln = dataclasses.replace(run, isl_p95=None, isl_p99=None)
+    x = lc.prompt_lengths(ln, np.random.default_rng(0).normal(size=40_000))
+    assert (x > 200_000).mean() > 0.02  # where the published histogram holds none
+    sp = np.log(run.isl_p90 / run.isl_p50) / lc.Z90
+    z = np.linspace(-2, 2, 5)
+    assert lc.prompt_lengths(ln, z) == pytest.approx(np.exp(np.log(run.isl_p50) + sp * z))
+
+
+def test_bucket_cdf_solves_two_quantiles_in_one_bucket_and_chains_the_rest() -> None:
+    lc = _module()
+    # uniform shares: 0.2 below 20K, 0.3 in 20-50K, 0.4 in 50-100K, 0.1 in 100-200K
+    cdf = {20e3: 0.2, 50e3: 0.5, 100e3: 0.9, 200e3: 1.0}
+    edges = sorted(cdf)
+
+    def value(q: float) -> float:
+        k = next(j for j, e in enumerate(edges) if cdf[e] >= q)
+        lo, clo = (0.0, 0.0) if k == 0 else (edges[k - 1], cdf[edges[k - 1]])
+        return lo + (edges[k] - lo) * (q - clo) / (cdf[edges[k]] - clo)
+
+    got = lc.bucket_cdf({q: value(q) for q in (0.45, 0.6, 0.95, 0.99)})
+    assert got == pytest.approx({20e3: 0.2, 50e3: 0.5, 100e3: 0.9, 200e3: 1.0})
+
+
+def test_turn_records_are_the_new_tokens_of_every_later_turn() -> None:
+    lc = _module()
+    new, start = lc.turn_records()
+    assert len(new) == 984 - 50  # every turn but each task's first
+    assert new.min() >= 0 and 100 <= np.median(new) <= 200
+    assert start == 27_773  # the shortest first turn of the 50 tasks
+
+
+@pytest.mark.parametrize("shared_start", [False, True])
+def test_each_turn_extends_the_agents_last_by_its_new_tokens(shared_start: bool) -> None:
+    lc = _module()
+    run, agents, n = lc.RUNS[2], 12, 600
+    rng = np.random.default_rng(3)
+    output = np.round(rng.lognormal(np.log(90), 1.0, n))
+    prompt, shared, src = lc.turn_prompts(run, output, agents, 20, rng, shared_start)
+    new, start = lc.turn_records()
+    assert np.all(shared <= prompt) and np.all(prompt >= start)
+    later = np.arange(agents, n)
+    prev = later - agents
+    assert np.array_equal(src[later], prev)  # later requests share with the agent's last
+    same_task = shared[later] != start
+    # within a task: the whole previous turn (prompt and output) is the prefix
+    assert shared[later][same_task] == pytest.approx(prompt[prev][same_task]
+                                                     + output[prev][same_task])
+    # ... and the rest is one of the recorded turns' new tokens
+    assert np.isin(np.round(prompt[later] - shared[later])[same_task],
+                   np.round(new)).all()
+    starts = later[~same_task]
+    assert 0.03 < len(starts) / len(later) < 0.07  # a task of 20 turns: 5 % start one
+    first = np.arange(1, agents)
+    assert (src[first] == 0).all() == shared_start and (src[0] == -1)
