@@ -408,6 +408,7 @@ def simulate(run: Run, *, think_s: float, mem_fraction: float, requests: int,
              seed: int = 0, pool_scale: float = 1.0, agents: int = AGENTS,
              weights_pool: bool = False, workload: str = "tasks",
              histogram_lengths: bool = True, shared_start: bool = False,
+             host_overheads: str = "vllm",
              flags: tuple[int | None, int | None] = (MAX_BATCHED, MAX_SEQS)
              ) -> tuple[Any, np.ndarray]:
     """The published deployment on the simulator's engine (vLLM policy, one replica), 12
@@ -457,6 +458,9 @@ def simulate(run: Run, *, think_s: float, mem_fraction: float, requests: int,
     # vllm/v1/core/sched/scheduler.py has no defer_block_free): off, with its connector
     setup = dataclasses.replace(req.setup, chunk_tokens=flags[0], max_num_seqs=flags[1],
                                 engine_pool=not weights_pool, defer_block_free=False)
+    if host_overheads != "vllm":  # the host-side t0 and per-prompt-token cost of another fit
+        setup = dataclasses.replace(setup, calibration=setup.calibration.for_engine(
+            host_overheads))
     cfg = config_for(setup, replicas=1, nodes=1, load_tier=tier, policy="vllm",
                      prompt_p50=float(run.isl_p50), connector=True)
     if pool_scale != 1.0:  # a sensitivity only (docs/validation.md): never a default
@@ -547,7 +551,7 @@ SWEEP_MEM_FRACTION = 0.9
 def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float,
            seeds: int, weights_pool: bool = False, workload: str = "tasks",
            deployment: str = "script", histogram_lengths: bool = True,
-           shared_start: bool = False) -> None:
+           shared_start: bool = False, host_overheads: str = "vllm") -> None:
     def flags(n: int) -> tuple[int | None, int | None]:
         return (None, None) if deployment == "defaults" else (MAX_BATCHED, n)
 
@@ -562,7 +566,8 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
                                  requests=requests, pool_scale=pool_scale, agents=n,
                                  weights_pool=weights_pool, workload=workload,
                                  histogram_lengths=histogram_lengths,
-                                 shared_start=shared_start, flags=flags(n))[0])
+                                 shared_start=shared_start, host_overheads=host_overheads,
+                                 flags=flags(n))[0])
             for n, r in SWEEP]
     ok50 = sum(abs(p.ttft_p50_ms / r.ttft_p50_ms - 1) <= TTFT_TOL for _, r, p in rows)
     ok90 = sum(abs(p.ttft_p90_ms / r.ttft_p90_ms - 1) <= TTFT_TOL for _, r, p in rows)
@@ -655,6 +660,10 @@ def main() -> None:
                     metavar="AGENTS",
                     help="where the simulated TTFT goes, one seed: of the sweep's level "
                          "AGENTS with --sweep, else of the six 04-19 runs")
+    ap.add_argument("--host-overheads", choices=("vllm", "vllm-kvc"), default="vllm",
+                    help="the calibration's host-side t0 and per-prompt-token cost: vllm "
+                         "(the vLLM blog's harness, size's) or vllm-kvc (the agentic-kvc "
+                         "vLLM 0.18.1 server with a KV connector: 39.1 ms + 0.92 us/token)")
     ap.add_argument("--shared-start", action="store_true",
                     help="with --workload turns: one copy of the tasks' common start "
                          "(Claude Code's preamble) serves all agents, not one per agent")
@@ -672,7 +681,8 @@ def main() -> None:
     if a.explain is not None:
         kw = dict(think_s=think_s, requests=a.requests, pool_scale=a.pool_scale,
                   weights_pool=a.weights_pool, workload=workload,
-                  histogram_lengths=not a.lognormal_lengths, shared_start=a.shared_start)
+                  histogram_lengths=not a.lognormal_lengths, shared_start=a.shared_start,
+                  host_overheads=a.host_overheads)
         if a.sweep:
             for n, r in SWEEP:
                 if n == a.explain:
@@ -684,13 +694,14 @@ def main() -> None:
         return
     if a.sweep:
         _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds, a.weights_pool,
-               workload, a.sweep_deployment, not a.lognormal_lengths, a.shared_start)
+               workload, a.sweep_deployment, not a.lognormal_lengths, a.shared_start,
+               a.host_overheads)
         return
     preds = [predict_seeds(r, a.seeds, think_s=think_s, mem_fraction=a.mem_fraction,
                            requests=a.requests, pool_scale=a.pool_scale,
                            weights_pool=a.weights_pool, workload=workload,
                            histogram_lengths=not a.lognormal_lengths,
-                           shared_start=a.shared_start)
+                           shared_start=a.shared_start, host_overheads=a.host_overheads)
              for r in RUNS]
     rows = [(r, p) for r, (p, _, _) in zip(RUNS, preds, strict=True)]
     fails: list[str] = []  # outside every bound
@@ -784,6 +795,8 @@ def main() -> None:
               + " (data/measurements/netpreme-turns.csv); hit rates are the engine's")
     print("prompt lengths: " + ("lognormal through p50 and p90" if a.lognormal_lengths
                                 else "the distribution the published p50/p90/p95/p99 fix"))
+    if a.host_overheads != "vllm":
+        print(f"host overheads: the calibration's {a.host_overheads} t0 and per-token cost")
     print(f"engine: {_overheads(a.mem_fraction)}")
 
 
