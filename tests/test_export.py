@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_trace
+from conftest import shared_trace, unwrap
 
 from xmemplan.cli.main import run
 from xmemplan.errors import ExitCode
@@ -118,3 +118,21 @@ def test_cli(tmp_path, capsys, monkeypatch):
     assert "unknown export target 'genai'" in capsys.readouterr().err
     assert run(["export", str(EXAMPLES), "--to", "aiperf", "-o", str(out), "--spacing",
                 "0ms"]) == ExitCode.USAGE
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--osl", "5"], "--osl applies to the synthetic workload"),
+    (["--isl", "3"], "--synthetic-input-tokens-mean (--isl) applies to the synthetic workload"),
+    (["--num-users", "3"], "--num-users applies to the synthetic workload"),
+    (["--spacing", "120ms", "--speedup", "2"], "--spacing replaces the trace's timestamps, so "
+     "--speedup would change nothing"),
+])
+def test_a_flag_traces_do_not_read_is_refused(tmp_path, capsys, monkeypatch, extra, says):
+    """With traces, the synthetic workload's flags and --speedup under --spacing change
+    nothing: an error naming the flag (they used to be ignored, exit 0), and no file."""
+    monkeypatch.setenv("COLUMNS", "200")
+    out = tmp_path / "x.jsonl"
+    code = run(["export", str(EXAMPLES), "--to", "aiperf", "-o", str(out), *extra])
+    assert code == ExitCode.USAGE
+    assert f"Error: {says}" in unwrap(capsys.readouterr().err)
+    assert not out.exists()

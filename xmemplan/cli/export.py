@@ -15,7 +15,13 @@ def register(app: typer.Typer) -> None:
     app.command("export")(export)
 
 
+# The synthetic workload's flags: refused with traces (they used to be ignored).
+SYNTHETIC_ONLY = ("num_users", "session_turns_mean", "shared_system_prompt_length",
+                  "user_context_prompt_length", "synthetic_input_tokens_mean", "osl")
+
+
 def export(
+    ctx: typer.Context,
     traces: list[Path] | None = typer.Argument(
         None, help="Trace files or directories (any format); none with --user-centric-rate."),
     to: str = typer.Option(..., "--to", help="Target format: aiperf (mooncake_trace JSONL)."),
@@ -95,6 +101,17 @@ def export(
     if not traces:
         raise UsageError("no traces given", "name trace files or directories, or write the "
                          "synthetic workload with --user-centric-rate")
+    from xmemplan.cli.invocation import given_flags
+
+    stray = given_flags(ctx, SYNTHETIC_ONLY)
+    if stray:
+        raise UsageError(f"{stray[0]} applies to the synthetic workload "
+                         "(--user-centric-rate), not to traces",
+                         f"drop {stray[0]}, or write the synthetic workload with "
+                         "--user-centric-rate and no traces")
+    if spacing is not None and speedup != 1.0:
+        raise UsageError("--spacing replaces the trace's timestamps, so --speedup would "
+                         "change nothing", "give one of them")
     from xmemplan.catalog import load_catalog
 
     spec = load_catalog().model(model)

@@ -10,12 +10,14 @@ ARGV: list[str] = []
 
 def given_flags(ctx: Any, names: tuple[str, ...]) -> list[str]:
     """The options among parameter `names` the user gave (on the command line or from the
-    environment, not a default), each as its long flag: for refusing a flag the chosen mode
-    would otherwise ignore."""
+    environment, not a default), each as its first long flag with its aliases after it:
+    for refusing a flag the chosen mode would otherwise ignore."""
     out = []
     for p in ctx.command.params:
         if p.name in names and p.opts:
             src = ctx.get_parameter_source(p.name)
             if src is not None and src.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT"):
-                out.append(max(p.opts, key=len))
+                longs = [o for o in p.opts if o.startswith("--")] or list(p.opts)
+                out.append(longs[0] + (f" ({', '.join(longs[1:])})" if len(longs) > 1
+                                       else ""))
     return out
