@@ -144,3 +144,14 @@ def test_report_without_charts_says_why(made: tuple[Path, str], tmp_path: Path) 
     assert "<figure" not in html
     assert "matplotlib is not installed" in html
     assert "Validated range and measured errors" in html
+
+
+def test_think_without_users_is_refused(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """--think is the think time of --users: alone it would change nothing (it used to be
+    ignored), so it is an error, and no run folder is written."""
+    code = run(["plan", str(EXAMPLES), "--ttft-slo", "500ms", "--think", "3s", "-o",
+                str(tmp_path / "run")])
+    assert code == 2
+    assert "--think is the think time of --users" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

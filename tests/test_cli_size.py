@@ -578,3 +578,13 @@ def test_the_modes_still_take_their_own_flags(capsys):
                           "--requests", "200")
     assert code == 0, err
     assert out.startswith("X-Mem:")
+
+
+def test_think_without_users_is_refused(capsys):
+    code, out, err = _run(capsys, "size", "--ttft-slo", "500ms", "--think", "10s")
+    assert code == 2 and out == ""
+    assert "Error: --think is the think time of --users" in err
+    code, out, err = _run(capsys, "size", "--ttft-slo", "500ms", "--users", "20", "--think",
+                          "10s", "--requests", "200")
+    assert code == 0, err
+    assert "10 s mean think time" in out

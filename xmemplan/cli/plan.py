@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
 
 
 def plan_cmd(
+    ctx: typer.Context,
     traces: list[Path] = typer.Argument(
         ..., help="Trace files or directories (walked recursively).", show_default=False
     ),
@@ -99,6 +100,11 @@ def plan_cmd(
         raise UsageError(f"unknown output format '{fmt}'", "use table or json")
     if scope not in ("global", "session"):
         raise UsageError(f"unknown scope '{scope}'", "use global or session")
+    from xmemplan.cli.invocation import given_flags
+
+    if users is None and given_flags(ctx, ("think",)):
+        raise UsageError("--think is the think time of --users (closed-loop users)",
+                         "add --users N, or drop --think")
     from xmemplan.cli import invocation
     from xmemplan.cli.firstrun import first_run_notice
 

@@ -185,6 +185,9 @@ def size(
         raise UsageError(f"{stray[0]} applies only to the --gpus load sweep (the synthetic "
                          "multi-turn workload)", "drop it, or run the sweep: --gpus N "
                          "without --prompt-tokens, --hit-rate, --rate or --workload")
+    if users is None and given_flags(ctx, ("think",)):
+        raise UsageError("--think is the think time of --users (closed-loop users)",
+                         "add --users N, or drop --think")
     if gpus is not None and not sweeping:
         # an ordinary workload on N GPUs: a fixed deployment at the offered load, no search
         if plot is not None:
