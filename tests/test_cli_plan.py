@@ -155,3 +155,18 @@ def test_think_without_users_is_refused(tmp_path: Path,
     assert code == 2
     assert "--think is the think time of --users" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_subagents_on_traces_without_them_warns(made: tuple[Path, str],
+                                                capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    """--subagents on traces no format of which has sub-agents changed nothing: said."""
+    trace = tmp_path / "t.jsonl"
+    from xmemplan.traces import synth
+
+    synth.write_tokens_jsonl(trace, synth.agent_sessions(n_sessions=3, turns=5, seed=4))
+    code = run(["plan", str(trace), "--ttft-slo", "2s", "--requests", "200", "--subagents",
+                "-o", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "--subagents changed nothing" in " ".join(err.split())

@@ -198,7 +198,7 @@ def hitrate(
             hint="pass --trace-format NAME, or remove the file",
         )
     _scope_note(result)
-    _warn_unread_flags(result, {"--session-field": session_field,
+    warn_unread_flags(result, {"--session-field": session_field,
                                 "--timestamp-field": timestamp_field,
                                 "--tokenizer": tokenizer, "--subagents": subagents,
                                 "--tokens": tokens, "--hidden-prefix": hidden_prefix})
@@ -328,7 +328,7 @@ FLAG_FORMATS = {
 }
 
 
-def _warn_unread_flags(result: HitrateResult, given: dict[str, Any]) -> None:
+def warn_unread_flags(result: HitrateResult, given: dict[str, Any]) -> None:
     """Warn for each format-specific flag given when no file of a format that reads it was
     read: the flag changed nothing."""
     from xmemplan.cli.views import render

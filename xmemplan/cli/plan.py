@@ -123,8 +123,10 @@ def plan_cmd(
         named = ", ".join(str(t) for t in traces[:3]) + (" ..." if len(traces) > 3 else "")
         raise InputError(f"no requests could be read from the input ({named})",
                          hint="check the paths and --trace-format")
-    from xmemplan.cli.hitrate import json_payload
+    from xmemplan.cli.hitrate import json_payload, warn_unread_flags
     from xmemplan.profile import build_profile, save_profile
+
+    warn_unread_flags(result, {"--subagents": subagents})
 
     save_profile(run_dir / "profile.json", build_profile(result, traces), _INPUTS)
     hit_doc = json_payload(result, paths=traces)
