@@ -54,8 +54,8 @@ def build(*, gpus: int, workload: SyntheticWorkload, rates: str | None,
     from xmemplan.defaults import SEED_MODEL
     from xmemplan.errors import UsageError
     from xmemplan.sizing import model as M
+    from xmemplan.sizing.deployment import ENGINES, hicache_said, replica_shape
     from xmemplan.sizing.pareto import SweepRequest
-    from xmemplan.sizing.request import ENGINES, hicache_said, replica_shape
     from xmemplan.sizing.simmodel import PREFETCH_DEFAULT, Setup
     from xmemplan.sizing.synthetic import POST
 

@@ -164,9 +164,6 @@ def size(
     """How many GPUs and X-Mem nodes meet a TTFT SLO at an offered load (simulated)."""
     from xmemplan.cli.views import render
     from xmemplan.errors import UsageError
-    from xmemplan.sizing.planner import FIXED_SLO_S, evaluate, plan
-    from xmemplan.sizing.request import build_request
-
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(f"unknown output format '{fmt}'", "use table, json or csv")
     from xmemplan.cli.firstrun import first_run_notice
@@ -188,6 +185,9 @@ def size(
     if users is None and given_flags(ctx, ("think",)):
         raise UsageError("--think is the think time of --users (closed-loop users)",
                          "add --users N, or drop --think")
+    if not sweeping:  # the --gpus sweep imports neither the planner nor the request builder
+        from xmemplan.sizing.planner import FIXED_SLO_S, evaluate, plan
+        from xmemplan.sizing.request import build_request
     if gpus is not None and not sweeping:
         # an ordinary workload on N GPUs: a fixed deployment at the offered load, no search
         if plot is not None:

@@ -15,28 +15,21 @@ import numpy as np
 
 from xmemplan import units
 from xmemplan.catalog import load_catalog
-from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
+from xmemplan.catalog.specs import ModelSpec, TierSpec
 from xmemplan.defaults import SEED_GPU
 from xmemplan.errors import InputError, UsageError
 from xmemplan.sizing import model as M
 from xmemplan.sizing import routing as RT
 from xmemplan.sizing import workload as wl
-from xmemplan.sizing.engine.prefetch import POLICY_NAMES
+from xmemplan.sizing.deployment import ENGINES as ENGINES  # re-exported (home: deployment)
+from xmemplan.sizing.deployment import hicache_said as hicache_said
+from xmemplan.sizing.deployment import replica_shape as replica_shape
 from xmemplan.sizing.planner import Prices, SizeRequest, describe_load
 from xmemplan.sizing.simmodel import (
     HBM_USABLE,
     PREFETCH_DEFAULT,
-    XMEM_PATH_STORAGE,
-    XMEM_PATHS,
 )
 
-ENGINES = {
-    # SGLang HiCache: per-layer load events, page 64 layer_first, kernel IO (the Netpreme fork).
-    "sglang": ("layer", M.SGLANG_HICACHE, False),
-    # vLLM OffloadingConnector: the request waits for its load; contiguous 16-token blocks;
-    # V1 schedules running requests (decodes) first in every step.
-    "vllm": ("sum", M.VLLM_OFFLOAD, True),
-}
 # The seed traffic: the Netpreme blog's AIPerf agentic run (research/perf-model.md V8:
 # "QPS 2.5-5.0", 100 output tokens), at its high-load end, with the seed prompts.
 SEED_RATE_RPS = 5.0
@@ -481,53 +474,6 @@ def _kv_dtype_name(m: ModelSpec) -> str:
     return {1: "fp8", 2: "bf16", 4: "fp32"}.get(m.kv_dtype_bytes, f"{m.kv_dtype_bytes} B")
 
 
-def replica_shape(m: ModelSpec, g: GpuSpec, kv_tokens: float, *, tp: int | None = None,
-                  ep: int | None = None, dp_attention: bool = False,
-                  max_gpus: int = 1024, mem_fraction: float = HBM_USABLE) -> M.Shape:
-    """The replica shape from `--tp`, `--ep` and `--dp-attention`, checked to hold the
-    weights and the KV of `kv_tokens` in HBM; without --tp/--ep the smallest that does.
-
-    --tp alone: EP = TP for MoE models (SGLang/vLLM expert parallelism over the TP group),
-    1 for dense ones; --ep alone: TP = EP. EP must divide TP (expert ranks sit inside the
-    TP group)."""
-    if ep is not None and ep > 1 and not m.expert_params:
-        raise UsageError(f"--ep {ep}: {m.name} has no routed experts",
-                         "drop --ep (expert parallelism applies to MoE models)")
-    if tp is None and ep is None:
-        shape = M.smallest_shape(m, g, kv_tokens, dp_attention=dp_attention,
-                                 max_gpus=max_gpus, raise_if_none=False,
-                                 usable_fraction=mem_fraction)
-        if shape is None:
-            big = M.smallest_shape(m, g, kv_tokens, dp_attention=dp_attention,
-                                   raise_if_none=False, usable_fraction=mem_fraction)
-            raise UsageError(
-                f"{m.name} with {kv_tokens:,.0f} tokens of KV does not fit on {g.name} "
-                f"replicas of up to --max-gpus {max_gpus:,} GPUs",
-                f"raise --max-gpus to {big.gpus:,} or more" if big is not None
-                else "use a larger GPU, --kv-dtype fp8 or shorter prompts")
-        return shape
-    flags = " ".join(f"{f} {v}" for f, v in (("--tp", tp), ("--ep", ep)) if v is not None)
-    t = tp if tp is not None else ep
-    assert t is not None
-    e = ep if ep is not None else (t if m.expert_params else 1)
-    if e > t:
-        raise UsageError(f"--ep {e} is larger than --tp {t}",
-                         "expert ranks sit inside the TP group: use --ep <= --tp")
-    if dp_attention and t == 1:
-        raise UsageError("--dp-attention needs --tp 2 or more",
-                         "attention is data-parallel over the TP ranks of a replica")
-    shape = M.Shape(tp=t, ep=e, dp_attention=dp_attention)  # checks that EP divides TP
-    if shape.gpus > max_gpus:
-        raise UsageError(f"{flags}: a replica of {shape.gpus:,} GPUs is more than "
-                         f"--max-gpus {max_gpus:,}", "raise --max-gpus or narrow the shape")
-    try:
-        M.check_shape(m, g, shape, kv_tokens, usable_fraction=mem_fraction)
-    except UsageError as e_:
-        raise UsageError(f"{flags}{' --dp-attention' if dp_attention else ''}: "
-                         f"{e_.message}", e_.hint) from None
-    return shape
-
-
 def _spread(text: str | int, flag: str) -> tuple[int, int | None]:
     """`P50` or `P50:P90` token counts (64k, 20k:60k)."""
     if isinstance(text, int):
@@ -581,26 +527,3 @@ def _override(work: wl.Workload, prompt: int | None, hit_rate: float | None) -> 
     )
 
 
-def hicache_said(engine: str, xmem_path: str, prefetch_policy: str | None
-                 ) -> list[tuple[str, str]]:
-    """Check --xmem-path and --hicache-storage-prefetch-policy; the assumption lines they
-    add (none for the default direct path, so that default answers are unchanged)."""
-    if xmem_path not in XMEM_PATHS:
-        raise UsageError(f"unknown --xmem-path '{xmem_path}'", "use " + " or ".join(XMEM_PATHS))
-    if prefetch_policy is not None and prefetch_policy not in POLICY_NAMES:
-        raise UsageError(f"unknown --hicache-storage-prefetch-policy '{prefetch_policy}'",
-                         "use " + ", ".join(POLICY_NAMES))
-    if xmem_path != XMEM_PATH_STORAGE:
-        if prefetch_policy is not None:
-            raise UsageError("--hicache-storage-prefetch-policy needs --xmem-path "
-                             "hicache-storage", "add --xmem-path hicache-storage")
-        return []
-    if any(e.strip() != "sglang" for e in engine.split(",")):
-        raise UsageError("--xmem-path hicache-storage is SGLang HiCache's L3 storage",
-                         "use --engine sglang")
-    pol = prefetch_policy or PREFETCH_DEFAULT
-    return [(f"X-Mem through the HiCache storage backend (L3): a prefix only X-Mem holds is "
-             f"prefetched to host DRAM while the request waits, admitted by "
-             f"--hicache-storage-prefetch-policy {pol}, then loaded host -> GPU",
-             "flag (--xmem-path)" if prefetch_policy is None
-             else "flags (--xmem-path, --hicache-storage-prefetch-policy)")]
