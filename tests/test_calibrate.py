@@ -321,3 +321,28 @@ def test_leave_one_out_is_linear_and_matches_refitting() -> None:
     t = time.perf_counter()
     calib.leave_one_out(many, CAT, plan, params=params)
     assert time.perf_counter() - t < 5.0  # the refit took > 30 s at 100 points
+
+
+@pytest.mark.parametrize("flag", [["--engine", "sglang"], ["--model", "qwen3-30b-a3b-fp8"],
+                                  ["--gpu", "h100-sxm"], ["--tp", "2"], ["--step-per-token"]])
+def test_a_loaded_flag_without_loaded_is_refused(tmp_path: Path, capsys, flag) -> None:  # type: ignore[no-untyped-def]
+    """The loaded runs' flags do nothing to a fit of measurement files (each row names its
+    engine, model and GPU): an error naming the flag (they used to be ignored, exit 0)."""
+    pts = tmp_path / "p.csv"
+    _write_points(pts)
+    assert run(["calibrate", str(pts), "-o", str(tmp_path / "o.toml"), *flag]) == 2
+    err = unwrap(capsys.readouterr().err)
+    assert f"Error: {flag[0]} applies with --loaded only" in err
+    assert not (tmp_path / "o.toml").exists()
+
+
+@pytest.mark.parametrize("flag", [["--fit-hbm"], ["--per-token", "vllm"]])
+def test_a_points_flag_with_loaded_is_refused(tmp_path: Path, capsys, flag) -> None:  # type: ignore[no-untyped-def]
+    """--fit-hbm and --per-token add constants to the single-request fit; --loaded fits the
+    step overheads: an error naming the flag (they used to be ignored, exit 0)."""
+    loaded = Path(__file__).parent.parent / "data" / "measurements" / "loaded.csv"
+    assert run(["calibrate", "--loaded", str(loaded), "-o", str(tmp_path / "o.toml"),
+                *flag]) == 2
+    err = unwrap(capsys.readouterr().err)
+    assert f"Error: {flag[0]} does not apply with --loaded" in err
+    assert not (tmp_path / "o.toml").exists()

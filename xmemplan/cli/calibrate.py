@@ -16,7 +16,15 @@ def register(app: typer.Typer) -> None:
     app.command("calibrate")(calibrate)
 
 
+# What only one kind of fit reads: the loaded runs' deployment (a single-request point
+# names its own engine, model and GPU in its row) and the single-request fit's extra
+# constants. Given to the other kind, they are refused (they used to be ignored).
+LOADED_ONLY = ("engine", "model", "gpu", "tp", "step_per_token")
+POINTS_ONLY = ("per_token", "fit_hbm")
+
+
 def calibrate(
+    ctx: typer.Context,
     files: list[Path] = typer.Argument(
         None, help="CSV or JSON of (gpu, model, engine, tier, prompt_tokens, hit_tokens, "
         "concurrency, ttft_ms), or 'validate --format json' results.", show_default=False),
@@ -74,6 +82,7 @@ def calibrate(
     if not loaded and not files:
         raise UsageError("no measurements given",
                          "pass measurement files, or loaded runs with --loaded")
+    _refuse_other_fits(ctx, bool(loaded))
     check_output(out, "--out", [*files, *loaded, *extra])  # before the work
     if loaded:
         _calibrate_loaded(loaded, extra, out, fmt, engine=engine, model=model, gpu=gpu, tp=tp,
@@ -158,6 +167,34 @@ def calibrate(
               "LOO = fitted without that point")
     for n in notes:
         render.line(f"note: {n}")
+
+
+def _refuse_other_fits(ctx: typer.Context, loaded: bool) -> None:
+    """A flag of the other kind of fit is an error naming it (exit 2)."""
+    from xmemplan.cli.invocation import given_flags
+    from xmemplan.errors import UsageError
+
+    if loaded:
+        stray = given_flags(ctx, POINTS_ONLY)
+        if stray:
+            raise UsageError(
+                f"{stray[0]} does not apply with --loaded: it adds a constant to the "
+                "single-request TTFT fit, and --loaded fits the engine's step overheads",
+                f"drop {stray[0]} (--step-per-token fits the per-scheduled-token step "
+                "overhead), or run calibrate on measurement files for it")
+        return
+    stray = given_flags(ctx, LOADED_ONLY)
+    if stray and stray[0] == "--step-per-token":
+        raise UsageError(
+            "--step-per-token applies with --loaded only: it adds the per-scheduled-token "
+            "step overhead to the loaded runs' fit",
+            "drop --step-per-token (--per-token ENGINE fits a per-prompt-token host "
+            "overhead from measurement files), or pass loaded runs with --loaded")
+    if stray:
+        raise UsageError(
+            f"{stray[0]} applies with --loaded only: it describes the loaded runs, and the "
+            "single-request fit reads each point's engine, model and GPU from its row",
+            f"drop {stray[0]}, or pass loaded runs with --loaded")
 
 
 def _calibrate_loaded(paths: list[Path], extra: list[Path], out: Path, fmt: str, *,
