@@ -183,7 +183,7 @@ def test_live_server_streams_with_the_models_delays(tmp_path, trace):
 
 
 @pytest.mark.parametrize("flag", [["--backend", "dram"], ["--sessions", "4"], ["--repeats", "3"],
-                                  ["--emulate"]])
+                                  ["--emulate"], ["--page-tokens", "16"]])
 def test_a_replay_flag_with_aiperf_is_refused(tmp_path, trace, capsys, monkeypatch, flag):
     """--aiperf judges AIPerf's records and replays nothing: a replay flag given with it is
     an error naming it (it used to be ignored, exit 0)."""

@@ -510,3 +510,55 @@ def test_any_row_over_tolerance_fails_the_verdict():
 
     fig, err = worst_figure([row("cold", 0.05), row("warm", 0.1), row("all", 0.164)])
     assert fig == "all load p50" and err == 0.164
+
+
+PLAN_DOC = {"schema": "xmemplan.plan", "schema_version": 1, "model": "llama-3.1-8b",
+            "gpu": "h100-sxm", "prompt_tokens_p50": 2048, "hit_ratio": 0.9}
+
+
+@pytest.mark.parametrize("source", ["--plan", "--workload", "--traces"])
+@pytest.mark.parametrize("flag", [["--sessions", "3"], ["--rounds", "2"],
+                                  ["--prompt-tokens", "2k"], ["--growth-tokens", "0"]])
+def test_a_seed_scenario_flag_with_a_workload_file_is_refused(capsys, monkeypatch, tmp_path,
+                                                              source, flag):
+    """A plan, profile or traces give the requests: the seed scenario's shape given with one
+    is an error naming it (it used to be ignored, exit 0, the same replay)."""
+    f = tmp_path / "in.json"
+    f.write_text(json.dumps(PLAN_DOC))
+    code, out, err = cli([source, str(f), *flag], capsys, monkeypatch, columns=200)
+    assert code == ExitCode.USAGE, (code, out, err)
+    assert f"Error: {flag[0]} shapes the seed scenario, and {source} gives the requests" in err
+    assert out == ""
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--plan", "PLAN", "--max-requests", "3"], "--max-requests does not apply with --plan"),
+    (["--backend", "dram", "--emulate"], "--emulate applies to --backend xmem"),
+    (["--backend", "dram", "--device", "xmem-node"], "--device names the emulated X-Mem node, "
+     "and this run uses host DRAM"),
+    (["--requests", "--format", "json"], "--requests prints the table of requests, and "
+     "--format json carries every request already"),
+])
+def test_a_flag_the_replay_mode_does_not_read_is_refused(capsys, monkeypatch, tmp_path, args,
+                                                          message):
+    """Each of these changed nothing in its mode (exit 0, the same replay): now an error
+    naming the flag, before anything is replayed."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(PLAN_DOC))
+    args = [str(plan) if a == "PLAN" else a for a in args]
+    code, out, err = cli([*args, *SMALL[-2:]], capsys, monkeypatch, columns=200)
+    assert code == ExitCode.USAGE, (code, out, err)
+    assert f"Error: {message}" in err
+    assert out == ""
+
+
+def test_device_on_x_mem_hardware_without_emulate_is_refused(capsys, monkeypatch):
+    """Where X-Mem hardware runs (found, no --emulate), --device would change nothing."""
+    import xmemplan.backends.media as media
+
+    monkeypatch.setattr(media, "xmem_installed", lambda: True)
+    code, out, err = cli([*SMALL, "--device", "xmem-node"], capsys, monkeypatch, columns=200)
+    assert code == ExitCode.USAGE, (code, out, err)
+    assert "Error: --device names the emulated X-Mem node, and this run uses real X-Mem " \
+        "hardware" in err
+    assert "add --emulate" in err

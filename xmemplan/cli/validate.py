@@ -23,7 +23,10 @@ def register(app: typer.Typer) -> None:
 NOT_WITH_AIPERF = ("backend", "emulate", "real", "calibrate", "readers", "device", "layout",
                    "plan", "workload", "predict_bandwidth", "sessions", "rounds",
                    "prompt_tokens", "growth_tokens", "max_requests", "max_bytes", "repeats",
-                   "show_requests")
+                   "show_requests", "page_tokens")
+# The seed scenario's shape: a --plan, --workload or --traces gives the requests instead
+# (refused with one; given there, they used to be ignored).
+SEED_ONLY = ("sessions", "rounds", "prompt_tokens", "growth_tokens")
 
 
 def validate(
@@ -126,9 +129,12 @@ def validate(
                              "run's own TTFT records, and replays nothing",
                              f"drop {stray[0]}, or drop --aiperf to replay KV pages through "
                              "a backend")
-        _aiperf(aiperf, traces, model, gpu, tier, tol, tuple(str(p) for p in catalog), fmt,
-                page_tokens)
+        _aiperf(aiperf, traces, model, gpu, tier, tol, tuple(str(p) for p in catalog), fmt)
         return
+    if show_requests and fmt == "json":
+        raise UsageError("--requests prints the table of requests, and --format json "
+                         "carries every request already (its 'requests' list)",
+                         "drop --requests, or drop --format json for the table")
     opts = _options(locals(), tol)
     with render.progress(None, "Replaying") as bar:
         result = _run(opts, bar.update)
@@ -164,15 +170,29 @@ def _run(opts: Any, on_progress: Any) -> Any:
 def _options(flags: dict[str, Any], tol: float) -> Any:
     """ValidateOptions from the command's flags (workload files read here)."""
     from xmemplan import units
+    from xmemplan.cli.invocation import given_flags
     from xmemplan.errors import UsageError
     from xmemplan.validate.options import ValidateOptions
     from xmemplan.validate.workload import pairs_from_file, pairs_from_traces
 
     f = dict(flags)
-    _check_sizes(f)
     inputs = [p for p in (f["plan"], f["workload"], f["traces"]) if p is not None]
     if len(inputs) > 1:
         raise UsageError("give one of --plan, --workload, --traces")
+    if inputs:
+        given = "--plan" if f["plan"] is not None else (
+            "--workload" if f["workload"] is not None else "--traces")
+        stray = given_flags(f["ctx"], SEED_ONLY)
+        if stray:
+            raise UsageError(f"{stray[0]} shapes the seed scenario, and {given} gives the "
+                             "requests replayed instead",
+                             f"drop {stray[0]}, or drop {given} to replay the seed scenario")
+        if f["plan"] is not None and given_flags(f["ctx"], ("max_requests",)):
+            raise UsageError("--max-requests does not apply with --plan: a plan replays one "
+                             "request per reader (its p50 prompt at its hit ratio)",
+                             "drop --max-requests; --workload or --traces replay several "
+                             "requests")
+    _check_sizes(f)
     pairs: tuple[tuple[int, int], ...] = ()
     kv_dtype: str | None = None
     claims: tuple[tuple[str, str], ...] = ()
@@ -398,8 +418,7 @@ def _report(result: Any, fmt: str, show_requests: bool) -> None:
 
 
 def _aiperf(directory: Path, traces: Path | None, model: str | None, gpu: str | None,
-            tier: str | None, tol: float, catalogs: tuple[str, ...], fmt: str,
-            page_tokens: int) -> None:
+            tier: str | None, tol: float, catalogs: tuple[str, ...], fmt: str) -> None:
     from xmemplan.cli.views import render
     from xmemplan.errors import CheckFailedError, UsageError
     from xmemplan.validate.aiperf import AiperfOptions, judge

@@ -111,6 +111,10 @@ def check_options(opts: ValidateOptions) -> None:
         raise UsageError("--real and --emulate exclude each other")
     if opts.real and opts.backend != "xmem":
         raise UsageError("--real applies to --backend xmem")
+    if opts.emulate and opts.backend != "xmem":  # dram copies host memory: nothing emulated
+        raise UsageError("--emulate applies to --backend xmem",
+                         "--backend dram copies real host memory and emulates nothing: "
+                         "drop --emulate")
     if not opts.tolerance > 0:
         raise UsageError("--tolerance must be positive")
     if opts.predict_bandwidth_bytes_per_s is not None and not (
@@ -286,6 +290,10 @@ def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResu
         raise UsageError("--readers > 1 needs the emulated node",
                          "several readers share one emulated X-Mem node; drop --readers for "
                          "--backend dram, --real and --calibrate")
+    if opts.device is not None and mode.mode != "emulate":
+        raise UsageError(f"--device names the emulated X-Mem node, and this run uses "
+                         f"{mode.medium}",
+                         "drop --device, or add --emulate (with --backend xmem) to use it")
     device = load_device(opts.device) if mode.mode == "emulate" else None
     work = build_workload(opts, page_bytes)
     sink = cuda_sink(work.max_pages * page_bytes) if mode.gpu_sink else None
