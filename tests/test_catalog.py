@@ -182,3 +182,14 @@ def test_cli_catalog_json_and_errors(capsys: pytest.CaptureFixture[str],
     err = capsys.readouterr().err
     assert "hbm_bandwidth" in err and "unit" in err and "Traceback" not in err
     assert run(["catalog", "widgets"]) == 2
+
+
+def test_sources_with_json_is_refused(capsys) -> None:  # type: ignore[no-untyped-def]
+    """JSON carries every entry's sources: --sources changed nothing there (exit 0)."""
+    assert run(["catalog", "gpus", "--format", "json", "--sources"]) == 2
+    got = capsys.readouterr()
+    assert got.out == ""
+    assert "Error: --sources adds the source column to the table or CSV" in got.err.replace(
+        "\n  ", " ")
+    assert run(["catalog", "gpus", "--format", "csv", "--sources"]) == 0
+    assert ",source" in capsys.readouterr().out.splitlines()[0]

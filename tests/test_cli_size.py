@@ -588,3 +588,13 @@ def test_think_without_users_is_refused(capsys):
                           "10s", "--requests", "200")
     assert code == 0, err
     assert "10 s mean think time" in out
+
+
+def test_max_gpus_with_a_fixed_deployment_is_refused(capsys):
+    """--gpus N with a workload evaluates N GPUs: --max-gpus (the SLO search's bound) was
+    raised to N and changed nothing (exit 0, the same answer)."""
+    code, out, err = _run(capsys, "size", "--gpus", "4", "--prompt-tokens", "8k",
+                          "--hit-rate", "0.8", "--rate", "2", "--requests", "200",
+                          "--max-gpus", "2")
+    assert code == 2 and out == ""
+    assert "Error: --max-gpus bounds the SLO search, and --gpus 4 evaluates that many" in err

@@ -32,6 +32,10 @@ def catalog(
         raise UsageError(f"unknown catalog section '{kind}'", "use models, gpus, tiers or all")
     if fmt not in ("table", "json", "csv"):
         raise UsageError(f"unknown output format '{fmt}'", "use table, json or csv")
+    if sources and fmt == "json":  # it used to be ignored there
+        raise UsageError("--sources adds the source column to the table or CSV, and --format "
+                         "json carries every entry's sources already (its 'sources')",
+                         "drop --sources, or use --format table or csv")
     cat = load_catalog(extra)
     wanted = KINDS if kind == "all" else (kind,)
     sections = {k: catalog_rows(cat, k) for k in wanted}

@@ -193,6 +193,10 @@ def size(
         if plot is not None:
             raise UsageError("--plot draws the SLO search or the --gpus load sweep",
                              "drop --plot, or drop --gpus to size for a TTFT SLO")
+        if given_flags(ctx, ("max_gpus",)):  # it used to be ignored (raised to --gpus)
+            raise UsageError(f"--max-gpus bounds the SLO search, and --gpus {gpus:,} "
+                             "evaluates that many GPUs", "drop --max-gpus, or drop --gpus "
+                             "to search up to --max-gpus")
         req, notes = build_request(
             ttft_slo=ttft_slo or f"{FIXED_SLO_S:g}s", workload=workload,
             prompt_tokens=prompt_tokens, hit_rate=hit_rate, model=model, gpu=gpu, rate=rate,
