@@ -56,7 +56,6 @@ from xmemplan.prefix.engine_kernels import (
     _heap_push,
     _lock,
     _put,
-    _release_tree,
     _unlock,
     _walk,
 )
@@ -280,6 +279,18 @@ def radix_take(rq, Q, r, pages):  # noqa: ANN001, ANN201
 
 
 @no_runtime
+def _checkpoint_k(keys, ss, key_n, prompt_n, old, protected, nd, tb, epoch, mask, h_time,  # noqa: ANN001, ANN202
+                  h_node, clock, n_nodes, hsize, free_pages, evictable, path,
+                  protected_pos, stamp_above, root):
+    """engine_kernels._checkpoint as a kernel of its own: radix_checkpoint and
+    radix_release (its _release_tree) call one compilation of it instead of each inlining
+    it (the first run's compile: docs/performance.md round 9)."""
+    return _checkpoint(keys, ss, key_n, prompt_n, old, protected, nd, tb, epoch, mask,
+                       h_time, h_node, clock, n_nodes, hsize, free_pages, evictable, path,
+                       protected_pos, stamp_above, root)
+
+
+@no_runtime
 def radix_checkpoint(S, Q, RI, r_node, r_prot, keys, r, i, k0, key_n, prompt_n):  # noqa: ANN001, ANN201
     """RadixCache.checkpoint(req, up_to = key_n pages): request i's lock (RI[i, r_node],
     over RI[i, r_prot] pages) moves to the node where its first key_n pages end."""
@@ -288,10 +299,11 @@ def radix_checkpoint(S, Q, RI, r_node, r_prot, keys, r, i, k0, key_n, prompt_n):
     nd, tb, ht, hn, rq, g, path = S
     old = RI[i, r_node]
     prot = RI[i, r_prot]
-    last, clock, n_nodes, hs, avail, ev = _checkpoint(
+    # (np.bool_: radix_release passes it too, and one type of it compiles once)
+    last, clock, n_nodes, hs, avail, ev = _checkpoint_k(
         keys, k0, key_n, prompt_n, old, prot, nd, tb, g[G_EPOCH], tb.shape[0] - 1, ht[r],
         hn[r], g[G_CLOCK], g[G_NODES], rq[r, RQ_HSIZE], rq[r, RQ_AVAIL], rq[r, RQ_EVICT],
-        path, prot, True, r)
+        path, prot, np.bool_(True), r)
     g[G_CLOCK] = clock
     g[G_NODES] = n_nodes
     rq[r, RQ_HSIZE] = hs
@@ -310,10 +322,13 @@ def radix_release(S, Q, RI, r_node, r_prot, keys, r, i, k0, key_n, prompt_n, hel
     if not _room(S, RI, r_node, keys, r):
         return
     if insert:
-        clock, n_nodes, hs, avail, ev = _release_tree(
-            keys, k0, key_n, prompt_n, RI[i, r_node], RI[i, r_prot], nd, tb, g[G_EPOCH],
+        # engine_kernels._release_tree: the checkpoint, then the lock dropped
+        prot = RI[i, r_prot]
+        last, clock, n_nodes, hs, avail, ev = _checkpoint_k(
+            keys, k0, key_n, prompt_n, RI[i, r_node], prot, nd, tb, g[G_EPOCH],
             tb.shape[0] - 1, ht[r], hn[r], g[G_CLOCK], g[G_NODES], rq[r, RQ_HSIZE],
-            rq[r, RQ_AVAIL], rq[r, RQ_EVICT], path, r)
+            rq[r, RQ_AVAIL], rq[r, RQ_EVICT], path, prot, np.bool_(False), r)
+        ev, hs = _unlock(nd, last, r, ev, ht[r], hn[r], hs, clock - 1)
         g[G_CLOCK] = clock
         g[G_NODES] = n_nodes
         rq[r, RQ_HSIZE] = hs
