@@ -48,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from xmemplan.prefix.kernels import no_runtime
 from xmemplan.sizing.engine.pool import (
     dl_append,
     dl_insert_after,
@@ -240,9 +241,12 @@ def lookup(P, RI, keys, r, i, bs, caching):  # noqa: ANN001, ANN201
     return pool_match(P, r, keys, RI[i, R_KOFF], nmax)
 
 
-@njit(cache=True, inline="always")
+@no_runtime
 def preempt(P, RI, QI, rb, r, p, trace, tn):  # noqa: ANN001, ANN201
-    """Request p loses its blocks and goes back to the head of the waiting queue."""
+    """Request p loses its blocks and goes back to the head of the waiting queue. (A
+    kernel of its own, not inlined: a preemption is rare, and inlined into the step loop
+    it cost the first run's compile more than its call costs the runs: docs/performance.md
+    round 9.)"""
     run_remove(RI, QI, r, p)
     release(P, RI, rb, r, p)
     RI[p, R_COMP] = 0
@@ -337,6 +341,32 @@ def _inflight_reserved(RI, QI, r, bs):  # noqa: ANN001, ANN202
     return s
 
 
+@no_runtime
+def _load_admit(P, RI, QI, keys, rb, r, i, nhit, fx, ext, bs, trace, tn):  # noqa: ANN001, ANN202
+    """vllm_schedule: waiting request i, with `nhit` blocks hit and `ext` tokens for the
+    tier to load, takes its blocks and starts its load, or does not fit (False, nothing
+    changed). Returns (admitted, trace rows). (A kernel of its own, not inlined: it runs
+    once a load, or once a step while such a request waits at the head, and inlined it
+    cost the first run's compile more than its call costs the runs: docs/performance.md
+    round 9.)"""
+    if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, False,
+                    _inflight_reserved(RI, QI, r, bs)):
+        return False, tn
+    RI[i, R_HIT] = nhit * bs + fx
+    RI[i, R_HIT_TOTAL] += nhit * bs + fx
+    RI[i, R_COMP] += nhit * bs + fx
+    RI[i, R_STATUS] = ST_LOADING
+    QI[r, Q_LOOKED] = NONE
+    # vLLM 0.33 puts it in kv_holding_waiting, drained before the waiting queue
+    # at every step (Scheduler.schedule: skip_request, _holds_kv_blocks)
+    w_remove(RI, QI, r, i)
+    w_insert_after(RI, QI, r, QI[r, Q_HTAIL], i)
+    QI[r, Q_HTAIL] = i
+    tn = _trace(trace, tn, 6, i, ext)  # replay: a load starts (and its HBM hit)
+    tn = _trace(trace, tn, 7, i, nhit * bs + fx)
+    return True, tn
+
+
 @njit(cache=True, inline="always")
 def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001, ANN201, C901
     """One vLLM step on replica r (module doc). Sets R_STOK of the scheduled requests;
@@ -381,7 +411,8 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
                 # (Scheduler.schedule, _request_blocks_can_be_freed)
                 break
             preempted = True
-            tn = preempt(P, RI, QI, rb, r, p, trace, tn)
+            # (np.int64: one compilation, whether the loop's count is a literal yet)
+            tn = preempt(P, RI, QI, rb, r, p, trace, np.int64(tn))
             if p == i:
                 break
         if not ok:
@@ -435,21 +466,9 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             # blocks are not findable until the load lands and the loop reaches it
             # (allocate_slots(..., delay_cache_blocks=load_kv_async); cache_blocks in
             # _update_waiting_for_remote_kv: above)
-            if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, False,
-                            _inflight_reserved(RI, QI, r, bs)):
+            ok, tn = _load_admit(P, RI, QI, keys, rb, r, i, nhit, fx, ext, bs, trace, tn)
+            if not ok:
                 break
-            RI[i, R_HIT] = nhit * bs + fx
-            RI[i, R_HIT_TOTAL] += nhit * bs + fx
-            RI[i, R_COMP] += nhit * bs + fx
-            RI[i, R_STATUS] = ST_LOADING
-            QI[r, Q_LOOKED] = NONE
-            # vLLM 0.33 puts it in kv_holding_waiting, drained before the waiting queue
-            # at every step (Scheduler.schedule: skip_request, _holds_kv_blocks)
-            w_remove(RI, QI, r, i)
-            w_insert_after(RI, QI, r, QI[r, Q_HTAIL], i)
-            QI[r, Q_HTAIL] = i
-            tn = _trace(trace, tn, 6, i, ext)  # replay: a load starts (and its HBM hit)
-            tn = _trace(trace, tn, 7, i, nhit * bs + fx)
             loads[nl] = i
             nl += 1
             i = nx
@@ -529,7 +548,7 @@ def _sg_refresh_waiting(S, RI, QI, keys, r, bs):  # noqa: ANN001, ANN202
         j = RI[j, R_WPREV]
 
 
-@njit(cache=True, inline="always")
+@no_runtime  # after a retraction only (not inlined: docs/performance.md round 9)
 def sglang_ratio_after_retract(RI, QI, r):  # noqa: ANN001, ANN201
     """new_token_ratio after a retraction: (outputs so far + 20 per request) / (max
     outputs + 1) over the requests kept running, at most 1 (SGLang 0.5.23
@@ -664,6 +683,74 @@ def sglang_head_need(S, P, RI, QI, keys, r, pp):  # noqa: ANN001, ANN201
     need = _cdiv(nhit * bs + take + ext + fx, bs) - nhit
     fits = need + ev <= P[1][r, 2]
     return need_tok, left, fits
+
+
+@no_runtime
+def sg_retract(S, P, RI, QI, keys, r, bs, trace, tn):  # noqa: ANN001, ANN201
+    """retract_decode on replica r, whose decode's new pages do not fit (sglang_schedule):
+    one request leaves the running batch. Returns (trace rows, go on): False when the
+    last decode was aborted (no batch this step: Q_ABORT). (A kernel of its own, not
+    inlined into the step loop: it runs rarely, and inlined it cost the first run's
+    compile more than its call costs the runs: docs/performance.md round 9.)"""
+    rq, Q = S[4], P[1]
+    if QI[r, Q_NRUN] <= 1:
+        x = QI[r, Q_WHEAD]
+        if x < 0 or RI[x, R_COMP] == 0:
+            # retract_decode keeps one request; when even that one's next page does
+            # not fit SGLang aborts it (FINISH_ABORT, release_req: its KV freed, not
+            # inserted) and runs no batch this step; new_token_ratio becomes the
+            # estimate over no request, 0 (loop.py finishes it: Q_ABORT)
+            a = QI[r, Q_RHEAD]
+            run_remove(RI, QI, r, a)
+            sg_release(S, P, RI, keys, r, a, bs, False)
+            RI[a, R_COMP] = 0
+            RI[a, R_PEND] = 0
+            QI[r, Q_ABORT] = a
+            QI[r, Q_FULL] = 0
+            return _trace(trace, tn, 8, a, 0), False
+        # the one decode has no page: the chunked request holds them (it could not
+        # take its next chunk either). SGLang would fail the allocation; here the
+        # chunked request is retracted (its chunks stay in the tree: it matches them
+        # when admitted again) and the decode goes on
+        sg_release(S, P, RI, keys, r, x, bs, False)
+        RI[x, R_COMP] = 0
+        RI[x, R_PREEMPT] += 1
+        RI[x, R_NEWHIT] = 1
+        QI[r, Q_PREEMPTED] += 1
+        QI[r, Q_FULL] = 0
+        return _trace(trace, tn, 1, x, 0), True
+    # retract: sorted by (output tokens, -prompt) descending, the last one goes; the
+    # sort is stable, so of equal keys the last in the batch goes
+    # (ScheduleBatch._get_decode_retraction_order, retract_decode's pop())
+    # (overlap: by the outputs processed, R_PEND)
+    best = -1
+    gb = 0
+    i = QI[r, Q_RHEAD]
+    while i >= 0:
+        g = RI[i, R_GEN] - (RI[i, R_PEND] & 1)
+        if best < 0 or g < gb or (g == gb and RI[i, R_PROMPT] >= RI[best, R_PROMPT]):
+            best = i
+            gb = g
+        i = RI[i, R_RNEXT]
+    run_remove(RI, QI, r, best)
+    sg_release(S, P, RI, keys, r, best, bs, False)  # release_req: no insert
+    # overlap: its output in flight is dropped (is_retracted), and with it its
+    # prompt's checkpoint
+    RI[best, R_GEN] -= RI[best, R_PEND] & 1
+    RI[best, R_PEND] = 0
+    RI[best, R_COMP] = 0
+    RI[best, R_STATUS] = ST_WAIT
+    RI[best, R_PREEMPT] += 1
+    RI[best, R_NEWHIT] = 1
+    w_append(RI, QI, r, best)
+    QI[r, Q_PREEMPTED] += 1
+    QI[r, Q_FULL] = 0  # the batch shrank
+    tn = _trace(trace, tn, 1, best, 0)
+    # release_req then frees 20 tokens per request still running
+    sh = radix_short(rq, r, QI[r, Q_NRUN] * RETRACT_DECODE_STEPS, bs)
+    if sh > 0:  # evict_from_tree_cache
+        radix_evict(S, Q, keys, r, sh, bs)
+    return tn, True
 
 
 @njit(cache=True, inline="always")
@@ -853,67 +940,11 @@ def sglang_schedule(S, P, RI, QI, keys, r, pp, trace, tn, ratio, loads, pf, pfe,
             break
         if nfin > 0:
             return tokens, nsched, tn, nl, False
-        if QI[r, Q_NRUN] <= 1:
-            x = QI[r, Q_WHEAD]
-            if need == 0:
-                break
-            if x < 0 or RI[x, R_COMP] == 0:
-                # retract_decode keeps one request; when even that one's next page does
-                # not fit SGLang aborts it (FINISH_ABORT, release_req: its KV freed, not
-                # inserted) and runs no batch this step; new_token_ratio becomes the
-                # estimate over no request, 0 (loop.py finishes it: Q_ABORT)
-                a = QI[r, Q_RHEAD]
-                run_remove(RI, QI, r, a)
-                sg_release(S, P, RI, keys, r, a, bs, False)
-                RI[a, R_COMP] = 0
-                RI[a, R_PEND] = 0
-                QI[r, Q_ABORT] = a
-                QI[r, Q_FULL] = 0
-                tn = _trace(trace, tn, 8, a, 0)
-                return tokens, nsched, tn, nl, False
-            # the one decode has no page: the chunked request holds them (it could not
-            # take its next chunk either). SGLang would fail the allocation; here the
-            # chunked request is retracted (its chunks stay in the tree: it matches them
-            # when admitted again) and the decode goes on
-            sg_release(S, P, RI, keys, r, x, bs, False)
-            RI[x, R_COMP] = 0
-            RI[x, R_PREEMPT] += 1
-            RI[x, R_NEWHIT] = 1
-            QI[r, Q_PREEMPTED] += 1
-            QI[r, Q_FULL] = 0
-            tn = _trace(trace, tn, 1, x, 0)
-            continue
-        # retract: sorted by (output tokens, -prompt) descending, the last one goes; the
-        # sort is stable, so of equal keys the last in the batch goes
-        # (ScheduleBatch._get_decode_retraction_order, retract_decode's pop())
-        # (overlap: by the outputs processed, R_PEND)
-        best = -1
-        gb = 0
-        i = QI[r, Q_RHEAD]
-        while i >= 0:
-            g = RI[i, R_GEN] - (RI[i, R_PEND] & 1)
-            if best < 0 or g < gb or (g == gb and RI[i, R_PROMPT] >= RI[best, R_PROMPT]):
-                best = i
-                gb = g
-            i = RI[i, R_RNEXT]
-        run_remove(RI, QI, r, best)
-        sg_release(S, P, RI, keys, r, best, bs, False)  # release_req: no insert
-        # overlap: its output in flight is dropped (is_retracted), and with it its
-        # prompt's checkpoint
-        RI[best, R_GEN] -= RI[best, R_PEND] & 1
-        RI[best, R_PEND] = 0
-        RI[best, R_COMP] = 0
-        RI[best, R_STATUS] = ST_WAIT
-        RI[best, R_PREEMPT] += 1
-        RI[best, R_NEWHIT] = 1
-        w_append(RI, QI, r, best)
-        QI[r, Q_PREEMPTED] += 1
-        QI[r, Q_FULL] = 0  # the batch shrank
-        tn = _trace(trace, tn, 1, best, 0)
-        # release_req then frees 20 tokens per request still running
-        sh = radix_short(rq, r, QI[r, Q_NRUN] * RETRACT_DECODE_STEPS, bs)
-        if sh > 0:  # evict_from_tree_cache
-            radix_evict(S, Q, keys, r, sh, bs)
+        if QI[r, Q_NRUN] <= 1 and need == 0:
+            break
+        tn, go = sg_retract(S, P, RI, QI, keys, r, bs, trace, tn)
+        if not go:  # the last decode aborted: no batch this step
+            return tokens, nsched, tn, nl, False
     # alloc_for_decode: room for a page per running request (a token at page size 1)
     sh = radix_short(rq, r, (QI[r, Q_NRUN] - nfin) * (page if page > 0 else 1), bs)
     if sh > 0:  # evict_from_tree_cache

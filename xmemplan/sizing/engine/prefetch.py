@@ -57,6 +57,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from xmemplan.prefix.kernels import no_runtime
+
 PF_STATE, PF_START, PF_TOKENS, PF_DONE, PF_DEADLINE, PF_FLOW = range(6)
 N_PF = 6
 # states: no prefetch, reading, landed (not yet polled), ended (its tokens are the tier's)
@@ -117,11 +119,12 @@ def _event(pfe, i, kind):  # noqa: ANN001, ANN202
         pfe[0, 0] = k
 
 
-@njit(cache=True, inline="always")
+@no_runtime
 def pf_poll(pf, pfe, pfp, i, now):  # noqa: ANN001, ANN201
     """SGLang's check_prefetch_progress for waiting request i at `now` (module doc):
     (ready, the tier's prefix top once it ended now, -1 if it does not change). Records
-    the poll's events in pfe."""
+    the poll's events in pfe. (A kernel of its own, not inlined into the step loop: only
+    runs with a tier at L3 hold it; docs/performance.md round 9.)"""
     st = pf[i, PF_STATE]
     if st == PF_NONE or st == PF_ENDED:  # noqa: SIM109 (numba: scalars)
         return True, -1
