@@ -171,30 +171,22 @@ def calibrate(
 
 def _refuse_other_fits(ctx: typer.Context, loaded: bool) -> None:
     """A flag of the other kind of fit is an error naming it (exit 2)."""
-    from xmemplan.cli.invocation import given_flags
-    from xmemplan.errors import UsageError
+    from xmemplan.cli.invocation import refuse_given
 
     if loaded:
-        stray = given_flags(ctx, POINTS_ONLY)
-        if stray:
-            raise UsageError(
-                f"{stray[0]} does not apply with --loaded: it adds a constant to the "
-                "single-request TTFT fit, and --loaded fits the engine's step overheads",
-                f"drop {stray[0]} (--step-per-token fits the per-scheduled-token step "
-                "overhead), or run calibrate on measurement files for it")
+        refuse_given(ctx, POINTS_ONLY, "does not apply with --loaded: it adds a constant to "
+                     "the single-request TTFT fit, and --loaded fits the engine's step "
+                     "overheads", "drop {flag} (--step-per-token fits the per-scheduled-token "
+                     "step overhead), or run calibrate on measurement files for it")
         return
-    stray = given_flags(ctx, LOADED_ONLY)
-    if stray and stray[0] == "--step-per-token":
-        raise UsageError(
-            "--step-per-token applies with --loaded only: it adds the per-scheduled-token "
-            "step overhead to the loaded runs' fit",
-            "drop --step-per-token (--per-token ENGINE fits a per-prompt-token host "
-            "overhead from measurement files), or pass loaded runs with --loaded")
-    if stray:
-        raise UsageError(
-            f"{stray[0]} applies with --loaded only: it describes the loaded runs, and the "
-            "single-request fit reads each point's engine, model and GPU from its row",
-            f"drop {stray[0]}, or pass loaded runs with --loaded")
+    refuse_given(ctx, tuple(n for n in LOADED_ONLY if n != "step_per_token"),
+                 "applies with --loaded only: it describes the loaded runs, and the "
+                 "single-request fit reads each point's engine, model and GPU from its row",
+                 "drop {flag}, or pass loaded runs with --loaded")
+    refuse_given(ctx, ("step_per_token",), "applies with --loaded only: it adds the "
+                 "per-scheduled-token step overhead to the loaded runs' fit",
+                 "drop --step-per-token (--per-token ENGINE fits a per-prompt-token host "
+                 "overhead from measurement files), or pass loaded runs with --loaded")
 
 
 def _calibrate_loaded(paths: list[Path], extra: list[Path], out: Path, fmt: str, *,

@@ -101,14 +101,11 @@ def export(
     if not traces:
         raise UsageError("no traces given", "name trace files or directories, or write the "
                          "synthetic workload with --user-centric-rate")
-    from xmemplan.cli.invocation import given_flags
+    from xmemplan.cli.invocation import refuse_given
 
-    stray = given_flags(ctx, SYNTHETIC_ONLY)
-    if stray:
-        raise UsageError(f"{stray[0]} applies to the synthetic workload "
-                         "(--user-centric-rate), not to traces",
-                         f"drop {stray[0]}, or write the synthetic workload with "
-                         "--user-centric-rate and no traces")
+    refuse_given(ctx, SYNTHETIC_ONLY, "applies to the synthetic workload "
+                 "(--user-centric-rate), not to traces", "drop {flag}, or write the "
+                 "synthetic workload with --user-centric-rate and no traces")
     if spacing is not None and speedup != 1.0:
         raise UsageError("--spacing replaces the trace's timestamps, so --speedup would "
                          "change nothing", "give one of them")

@@ -100,11 +100,9 @@ def plan_cmd(
         raise UsageError(f"unknown output format '{fmt}'", "use table or json")
     if scope not in ("global", "session"):
         raise UsageError(f"unknown scope '{scope}'", "use global or session")
-    from xmemplan.cli.invocation import given_flags
+    from xmemplan.cli.invocation import refuse_think_without_users
 
-    if users is None and given_flags(ctx, ("think",)):
-        raise UsageError("--think is the think time of --users (closed-loop users)",
-                         "add --users N, or drop --think")
+    refuse_think_without_users(ctx, users)
     from xmemplan.cli import invocation
     from xmemplan.cli.firstrun import first_run_notice
 

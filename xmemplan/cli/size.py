@@ -167,24 +167,21 @@ def size(
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(f"unknown output format '{fmt}'", "use table, json or csv")
     from xmemplan.cli.firstrun import first_run_notice
-    from xmemplan.cli.invocation import given_flags
+    from xmemplan.cli.invocation import refuse_given, refuse_think_without_users
 
     first_run_notice()
     sweeping = gpus is not None and all(v is None for v in (workload, prompt_tokens,
                                                              hit_rate, rate))
-    stray = given_flags(ctx, NOT_IN_SWEEP if sweeping else SWEEP_ONLY)
-    if stray and sweeping:
-        raise UsageError(f"{stray[0]} does not apply to the --gpus load sweep (the synthetic "
-                         "multi-turn workload)", "drop it; or give --prompt-tokens, "
-                         "--hit-rate, --rate or --workload with --gpus to evaluate a "
-                         f"deployment, which takes {stray[0]}")
-    if stray:
-        raise UsageError(f"{stray[0]} applies only to the --gpus load sweep (the synthetic "
-                         "multi-turn workload)", "drop it, or run the sweep: --gpus N "
-                         "without --prompt-tokens, --hit-rate, --rate or --workload")
-    if users is None and given_flags(ctx, ("think",)):
-        raise UsageError("--think is the think time of --users (closed-loop users)",
-                         "add --users N, or drop --think")
+    if sweeping:
+        refuse_given(ctx, NOT_IN_SWEEP, "does not apply to the --gpus load sweep (the "
+                     "synthetic multi-turn workload)", "drop it; or give --prompt-tokens, "
+                     "--hit-rate, --rate or --workload with --gpus to evaluate a deployment, "
+                     "which takes {flag}")
+    else:
+        refuse_given(ctx, SWEEP_ONLY, "applies only to the --gpus load sweep (the synthetic "
+                     "multi-turn workload)", "drop it, or run the sweep: --gpus N without "
+                     "--prompt-tokens, --hit-rate, --rate or --workload")
+    refuse_think_without_users(ctx, users)
     if not sweeping:  # the --gpus sweep imports neither the planner nor the request builder
         from xmemplan.sizing.planner import FIXED_SLO_S, evaluate, plan
         from xmemplan.sizing.request import build_request
@@ -193,10 +190,10 @@ def size(
         if plot is not None:
             raise UsageError("--plot draws the SLO search or the --gpus load sweep",
                              "drop --plot, or drop --gpus to size for a TTFT SLO")
-        if given_flags(ctx, ("max_gpus",)):  # it used to be ignored (raised to --gpus)
-            raise UsageError(f"--max-gpus bounds the SLO search, and --gpus {gpus:,} "
-                             "evaluates that many GPUs", "drop --max-gpus, or drop --gpus "
-                             "to search up to --max-gpus")
+        # it used to be ignored (raised to --gpus)
+        refuse_given(ctx, ("max_gpus",), f"bounds the SLO search, and --gpus {gpus:,} "
+                     "evaluates that many GPUs", "drop --max-gpus, or drop --gpus to search "
+                     "up to --max-gpus")
         req, notes = build_request(
             ttft_slo=ttft_slo or f"{FIXED_SLO_S:g}s", workload=workload,
             prompt_tokens=prompt_tokens, hit_rate=hit_rate, model=model, gpu=gpu, rate=rate,

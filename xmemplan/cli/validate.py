@@ -121,14 +121,11 @@ def validate(
         )
     tol = units.parse_percent(tolerance, "--tolerance")
     if aiperf is not None:
-        from xmemplan.cli.invocation import given_flags
+        from xmemplan.cli.invocation import refuse_given
 
-        stray = given_flags(ctx, NOT_WITH_AIPERF)
-        if stray:
-            raise UsageError(f"{stray[0]} does not apply with --aiperf: it judges the AIPerf "
-                             "run's own TTFT records, and replays nothing",
-                             f"drop {stray[0]}, or drop --aiperf to replay KV pages through "
-                             "a backend")
+        refuse_given(ctx, NOT_WITH_AIPERF, "does not apply with --aiperf: it judges the "
+                     "AIPerf run's own TTFT records, and replays nothing", "drop {flag}, or "
+                     "drop --aiperf to replay KV pages through a backend")
         _aiperf(aiperf, traces, model, gpu, tier, tol, tuple(str(p) for p in catalog), fmt)
         return
     if show_requests and fmt == "json":
@@ -170,7 +167,7 @@ def _run(opts: Any, on_progress: Any) -> Any:
 def _options(flags: dict[str, Any], tol: float) -> Any:
     """ValidateOptions from the command's flags (workload files read here)."""
     from xmemplan import units
-    from xmemplan.cli.invocation import given_flags
+    from xmemplan.cli.invocation import refuse_given
     from xmemplan.errors import UsageError
     from xmemplan.validate.options import ValidateOptions
     from xmemplan.validate.workload import pairs_from_file, pairs_from_traces
@@ -182,16 +179,14 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
     if inputs:
         given = "--plan" if f["plan"] is not None else (
             "--workload" if f["workload"] is not None else "--traces")
-        stray = given_flags(f["ctx"], SEED_ONLY)
-        if stray:
-            raise UsageError(f"{stray[0]} shapes the seed scenario, and {given} gives the "
-                             "requests replayed instead",
-                             f"drop {stray[0]}, or drop {given} to replay the seed scenario")
-        if f["plan"] is not None and given_flags(f["ctx"], ("max_requests",)):
-            raise UsageError("--max-requests does not apply with --plan: a plan replays one "
-                             "request per reader (its p50 prompt at its hit ratio)",
-                             "drop --max-requests; --workload or --traces replay several "
-                             "requests")
+        refuse_given(f["ctx"], SEED_ONLY, f"shapes the seed scenario, and {given} gives "
+                     "the requests replayed instead", "drop {flag}, or drop " + given +
+                     " to replay the seed scenario")
+        if f["plan"] is not None:
+            refuse_given(f["ctx"], ("max_requests",), "does not apply with --plan: a plan "
+                         "replays one request per reader (its p50 prompt at its hit ratio)",
+                         "drop --max-requests; --workload or --traces replay several "
+                         "requests")
     _check_sizes(f)
     pairs: tuple[tuple[int, int], ...] = ()
     kv_dtype: str | None = None

@@ -282,11 +282,6 @@ def table(
             t.add_row(*row)
         return t
 
-    # rich can lay a table out one or two characters wider than the terminal when it
-    # shrinks columns, and the terminal then crops the right border: try narrower table
-    # widths until every row closes, else print it transposed. The check renders only
-    # the rows that set a column's width (its longest cell and its longest word): rich
-    # sizes columns from those, so the whole table lays out the same.
     # A table whose every cell and header fits at its natural width is laid out at that
     # width, nothing shrunk or wrapped: its rows close, so no check is needed.
     natural = [max([cell_len(r[i]) for r in cells if i < len(r)] + [cell_len(c)])
@@ -294,6 +289,11 @@ def table(
     if sum(natural) + 3 * len(columns) + 1 <= width:
         _print(build(None, cells))
         return
+    # rich can lay a table out one or two characters wider than the terminal when it
+    # shrinks columns, and the terminal then crops the right border: try narrower table
+    # widths until every row closes, else print it transposed. The check renders only
+    # the rows that set a column's width (its longest cell and its longest word): rich
+    # sizes columns from those, so the whole table lays out the same.
     probe = [cells[i] for i in _widest_rows(cells)]
     for table_width in (None, *range(width - 1, width - 8, -1)):
         if _closes(build(table_width, probe), width):
