@@ -47,3 +47,32 @@ def test_ttft_chart_marks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     figs.clear()
     sizeplots.ttft_vs_load(doc, tmp_path / "t2.png")
     assert figs[0].axes[0].get_yscale() == "linear"  # 300 to 600 ms
+
+
+def test_capacity_chart_names_the_engine_cache_model(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """--cache-model sglang --plot: the curve is SGLang's radix cache, not "exact LRU"."""
+    from types import SimpleNamespace
+
+    import matplotlib.pyplot as plt
+
+    from xmemplan.cli.views import plots
+
+    figs: list[object] = []
+    monkeypatch.setattr(plt, "close", lambda fig: figs.append(fig))
+    for model, title in (("sglang", "Hit ratio vs cache capacity (SGLang radix cache, one "
+                                    "replay per point)"),
+                         ("lru", "Hit ratio vs cache capacity (exact LRU)")):
+        cap = SimpleNamespace(
+            curve=[{"capacity_tokens": 1000, "token_hit_ratio": 0.1,
+                    "rounds_ge1_token_hit_ratio": None},
+                   {"capacity_tokens": 5000, "token_hit_ratio": 0.8,
+                    "rounds_ge1_token_hit_ratio": None}],
+            capacities=[], tiers=[], infinite_token_hit_ratio=0.8, per_session_cache=False,
+            cache_model=model, kv_bytes_per_token=None, model=None)
+        figs.clear()
+        plots._curve(plt, cap, tmp_path / f"{model}.png")  # type: ignore[arg-type]
+        ax = figs[0].axes[0]  # type: ignore[attr-defined]
+        assert ax.get_title() == title
+        assert ax.get_xlabel().startswith("SGLang radix cache capacity" if model == "sglang"
+                                          else "LRU capacity")

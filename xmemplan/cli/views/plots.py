@@ -151,9 +151,15 @@ def _curve(plt: Any, cap: CapacityResult, path: Path) -> Path:
                     textcoords="offset points", fontsize=7, color="tab:purple")
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel("LRU capacity (tokens" + (", per session)" if cap.per_session_cache else ")"))
+    from xmemplan.hitrate.capacity import MODEL_TITLE
+
+    lru = cap.cache_model == "lru"  # --cache-model vllm|sglang: that engine's cache, not LRU
+    name = "LRU" if lru else MODEL_TITLE[cap.cache_model]
+    ax.set_xlabel(f"{name} capacity (tokens"
+                  + (", per session)" if cap.per_session_cache else ")"))
     ax.set_ylabel("token hit ratio")
-    ax.set_title("Hit ratio vs cache capacity (exact LRU)")
+    ax.set_title("Hit ratio vs cache capacity (" + ("exact LRU" if lru else
+                                                    f"{name}, one replay per point") + ")")
     ax.legend(loc="lower right")
     if cap.kv_bytes_per_token:
         bpt = cap.kv_bytes_per_token
