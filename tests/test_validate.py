@@ -562,3 +562,71 @@ def test_device_on_x_mem_hardware_without_emulate_is_refused(capsys, monkeypatch
     assert "Error: --device names the emulated X-Mem node, and this run uses real X-Mem " \
         "hardware" in err
     assert "add --emulate" in err
+
+
+# -- round 10: flags that changed nothing on this input or machine -----------------------
+
+def _runw(capsys, *args):
+    """(exit code, stdout, stderr with the wrapping undone)."""
+    from conftest import unwrap
+
+    capsys.readouterr()
+    code = run(list(args))
+    out = capsys.readouterr()
+    return code, out.out, unwrap(out.err)
+
+
+SMALL_RUN = ["validate", "--sessions", "1", "--rounds", "3", "--prompt-tokens", "1024",
+         "--growth-tokens", "512", "--repeats", "1", "--tolerance", "1000%"]
+
+
+def test_validate_max_requests_with_a_profile_without_sample_is_warned(capsys, tmp_path):
+    from xmemplan.profile import save_profile
+
+    p = tmp_path / "p.json"
+    save_profile(p, {
+        "source": {"paths": ["x"], "formats": {"tokens": 1}, "scope": "global"},
+        "requests": 4, "sessions": 2,
+        "prompt_tokens": {"mean": 2048, "p50": 2048, "p90": 3000, "p99": 3000, "max": 3000},
+        "hit_ratio": {"token_hit_ratio": 0.5}})
+    code, out, err = _runw(capsys, "validate", "--workload", str(p), "--max-requests", "5",
+                           "--repeats", "1", "--tolerance", "1000%", "-f", "json")
+    assert code == 0, err
+    said = (f"--max-requests 5 changed nothing: the profile {p} has no requests_sample, so "
+            "validate replays its p50 request (at its token hit ratio) alone")
+    assert f"Warning: {said}" in err
+    assert json.loads(out)["warnings"][0].startswith(said)
+
+
+def test_validate_max_requests_over_the_seed_scenario_is_warned(capsys):
+    code, _, err = _runw(capsys, *SMALL_RUN, "--max-requests", "50")
+    assert code == 0, err
+    assert ("Warning: --max-requests 50 is more than the 3 requests the seed scenario "
+            "(--sessions 1 x --rounds 3) holds: all 3 are replayed, as without the flag"
+            ) in err
+
+
+def test_validate_calibrate_on_dram_without_a_gpu_says_it_changed_nothing(capsys, monkeypatch):
+    import xmemplan.validate.harness as harness
+
+    monkeypatch.setattr(harness, "cuda_sink", lambda nbytes: None)  # no GPU, as here
+    code, _, err = _runw(capsys, *SMALL_RUN, "--backend", "dram", "--calibrate")
+    assert code == 0, err
+    assert ("Warning: --calibrate changed nothing: with no GPU on this machine, --backend "
+            "dram is predicted from this machine's copy bandwidth already") in err
+
+
+def test_validate_calibrate_with_device_is_refused(capsys):
+    code, out, err = _runw(capsys, *SMALL_RUN, "--calibrate", "--device", "xmem-node")
+    assert code == 2
+    assert ("Error: --device shapes the emulated X-Mem node, and --calibrate runs it "
+            "unshaped") in err
+    assert out == ""
+
+
+def test_validate_small_max_bytes_calibrates(capsys):
+    """5 calibration pages in 6 slots over 4 banks held 4: 'the tier did not take the 5
+    calibration pages' (exit 4) at --max-bytes 200MB; every bank now holds whole pages."""
+    code, _, err = _runw(capsys, *SMALL_RUN, "--max-bytes", "200MB")
+    assert code == 0, err
+    assert "did not take" not in err

@@ -123,13 +123,14 @@ def test_too_many_page_keys_is_refused():
     assert "--max-requests" in e.value.render()
 
 
-def test_arena_too_small_for_a_page_is_a_usage_error(capsys, monkeypatch):
-    """--max-bytes split over many readers can leave each bank no room for one page: the
-    message names the flags and the exit is 2 (it was 1, 'internal')."""
-    from xmemplan.cli.main import run
+def test_arena_too_small_for_a_page_is_a_usage_error():
+    """An arena with no room for one page in each bank: a usage error naming validate's
+    flags (it was 1, 'internal'). validate itself no longer builds one: `validate
+    --max-bytes 1GB --readers 64` reached it through the calibration backend (2 slots over 4
+    banks), which now holds whole pages in every bank and runs
+    (tests/test_cli_unused_flags.py::test_validate_small_max_bytes_calibrates)."""
+    from xmemplan.backends.media import ArenaMedium
 
-    monkeypatch.setattr("sys.argv", ["xmemplan"])
-    code = run(["validate", "--max-bytes", "1GB", "--readers", "64"])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert "holds no" in err and "--max-bytes" in err and "Traceback" not in err
+    with pytest.raises(UsageError) as e:
+        ArenaMedium("emulate", capacity_bytes=3 * 4096, slot_bytes=4096, banks=4)
+    assert "holds no" in e.value.render() and "--max-bytes" in e.value.render()

@@ -132,10 +132,23 @@ def validate(
         raise UsageError("--requests prints the table of requests, and --format json "
                          "carries every request already (its 'requests' list)",
                          "drop --requests, or drop --format json for the table")
-    opts = _options(locals(), tol)
+    if calibrate:
+        from xmemplan.cli.invocation import refuse_given
+
+        refuse_given(ctx, ("device",), "shapes the emulated X-Mem node, and --calibrate "
+                     "runs it unshaped (at this machine's own copy speed)", "drop --device, "
+                     "or drop --calibrate to replay through the shaped node")
+    said: list[str] = []
+    opts = _options({**locals(), "said": said}, tol)
     with render.progress(None, "Replaying") as bar:
         result = _run(opts, bar.update)
+    result.warnings[:0] = said
     _report(result, fmt, show_requests)
+    import sys
+
+    sys.stdout.flush()  # the answer first, then what changed nothing (stderr)
+    for w in result.warnings:
+        render.warn(w)
     if not result.passed:
         from xmemplan.validate.verdict import worst_figure
 
@@ -209,6 +222,7 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
             pairs, f["readers"], claims, claimed = _plan_claims(got, pairs, f)
     elif f["traces"] is not None:
         pairs, source = pairs_from_traces([f["traces"]], f["max_requests"])
+    f["said"].extend(_max_requests_unused(f, pairs, source))
     if f["readers"] is None:
         f["readers"] = 1
     opts = ValidateOptions(
@@ -230,6 +244,34 @@ def _options(flags: dict[str, Any], tol: float) -> Any:
 
 
 MAX_READERS = 64  # threads sharing one emulated node (--readers' range)
+
+
+def _max_requests_unused(f: dict[str, Any], pairs: tuple[tuple[int, int], ...],
+                         source: str) -> list[str]:
+    """--max-requests N where the input holds fewer requests to replay: all of them are,
+    so N changes nothing (or only up to what there is); a profile without requests_sample
+    replays its p50 request alone. A plan is refused before (one request per reader)."""
+    from xmemplan.cli.invocation import given_flags
+
+    n = f["max_requests"]
+    if f["plan"] is not None or not given_flags(f["ctx"], ("max_requests",)):
+        return []
+    if f["workload"] is not None and source.endswith("(p50 request)"):
+        return [f"--max-requests {n:,} changed nothing: the profile {f['workload']} has no "
+                "requests_sample, so validate replays its p50 request (at its token hit "
+                "ratio) alone; make the profile with hitrate --profile-out to sample its "
+                "requests"]
+    if pairs:
+        have, what = len(pairs), ("the profile's requests_sample" if f["workload"]
+                                  is not None else f"the traces {f['traces']}")
+    else:
+        have, what = f["sessions"] * f["rounds"], (
+            f"the seed scenario (--sessions {f['sessions']:,} x --rounds {f['rounds']:,})")
+    if have >= n:
+        return []
+    default = 12
+    return [f"--max-requests {n:,} is more than the {have:,} requests {what} holds: all "
+            f"{have:,} are replayed" + (", as without the flag" if have <= default else "")]
 
 
 def _plan_claims(got: Any, pairs: tuple[tuple[int, int], ...], f: dict[str, Any]

@@ -87,6 +87,8 @@ class ValidateResult:
     classes: list[ClassSummary]
     requests: list[RequestRow]
     notes: list[str] = field(default_factory=list)
+    # flags that changed nothing on this input or machine (stderr, and JSON 'warnings')
+    warnings: list[str] = field(default_factory=list)
     # validate --plan: each of the plan's claims, how it was replayed (or "not checked"),
     # and for the judged one the measured and claimed figures and the error
     plan_checks: list[dict[str, Any]] = field(default_factory=list)
@@ -325,6 +327,14 @@ def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResu
             notes.append(f"machine copy bandwidth: median of {len(s)} samples taken through "
                          f"the run, {min(s) / 1e9:.3g}-{max(s) / 1e9:.3g} GB/s")
     basis = prediction_basis(opts, mode, machine_bw, cat, tier)
+    warnings = []
+    if opts.calibrate and mode.mode == "dram" and not mode.gpu_sink:
+        warnings.append(
+            "--calibrate changed nothing: with no GPU on this machine, --backend dram is "
+            "predicted from this machine's copy bandwidth already (the probe); on a machine "
+            "with a GPU it replaces the catalog's host bandwidth with pinned host-to-GPU "
+            "copies. Here, validate --calibrate without --backend dram replays the X-Mem "
+            "backend unshaped and predicts with its measured copies")
     measure_compute = sink is not None
     rows = predict(opts, rep, model, gpu, tier, basis, calibration, measure_compute)
     transfer = Transfer(page_tokens=opts.page_tokens, layout=opts.layout,  # type: ignore[arg-type]
@@ -357,7 +367,7 @@ def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResu
         verdict_on="load p50, p90 of classes of 10 or more" + (
             " and TTFT p50" if measure_compute else ""),
         passed=error <= opts.tolerance and claim_error <= opts.tolerance, classes=classes,
-        requests=rows, notes=notes)
+        requests=rows, notes=notes, warnings=warnings)
 
 
 def plan_checks(opts: ValidateOptions, achieved: float, compute_measured: bool

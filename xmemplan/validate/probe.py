@@ -46,8 +46,12 @@ class Calibrator:
         self.pool = host_pool(model, pages, page_tokens, layout=layout,
                               pinned=sink is not None)
         self.pages = pages
+        # a page more than the calibration pages in every bank: the arena gives each bank
+        # capacity // banks whole pages (5 pages in 6 slots over 4 banks held only 4, and a
+        # small --max-bytes failed here with "did not take the calibration pages")
+        slots = banks * -(-(pages + 1) // banks)
         self.backend = create_backend(
-            "xmem", mode=mode, capacity_bytes=self.pool.page_bytes * (pages + 1), banks=banks,
+            "xmem", mode=mode, capacity_bytes=self.pool.page_bytes * slots, banks=banks,
             page_bytes=self.pool.page_bytes, shaping=False)
         self.backend.register_mem_pool_host(self.pool)
         self.keys = [f"cal{i}" for i in range(pages)]

@@ -55,6 +55,9 @@ def build_rig(opts: ValidateOptions, mode: ModeChoice, device: Any, model: Any,
             working_set = len({int(k) for r in reqs for k in r.keys}) * page_bytes
             capacity = opts.capacity_bytes or max(working_set * 1.25 + 2 * page_bytes,
                                                   8 * page_bytes)
+            if not opts.capacity_bytes:  # whole pages in every bank (capacity // banks each)
+                per_bank = -(-int(capacity) // (banks * page_bytes))
+                capacity = per_bank * banks * page_bytes
             backend = create_backend(
                 "xmem", mode=mode.mode, capacity_bytes=int(capacity), banks=banks,
                 page_bytes=page_bytes, shaping=mode.shaped, model_name=model.name,
