@@ -416,6 +416,10 @@ def test_tier_domains() -> None:
     assert tier_domains("rack", 4, 8, 8, 16).tolist() == [0, 0, 1, 1]
     assert tier_domains("rack", 4, 8, 8, None).tolist() == [0, 0, 0, 0]
     assert tier_domains("cluster", 3, 1, 8, None).tolist() == [0, 0, 0]
+    # a replica wider than a server (tp8 on GB200's 4-GPU trays) or a rack: one domain
+    # each, numbered without gaps (they were 0, 2, 4: the tier split over 5 domains)
+    assert tier_domains("server", 3, 8, 4, None).tolist() == [0, 1, 2]
+    assert tier_domains("rack", 3, 8, 8, 4).tolist() == [0, 1, 2]
 
 
 def test_cli_names_the_router_and_shows_the_mechanism(capsys: pytest.CaptureFixture[str],

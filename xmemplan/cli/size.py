@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from xmemplan import units
 from xmemplan.defaults import SEED_GPU
 
 if TYPE_CHECKING:
@@ -207,6 +208,16 @@ def size(
             prefetch_policy=prefetch_policy)
         if workload is not None:
             notes += profile_warnings(workload)
+        if gpus % req.shape.gpus:  # the rest would idle, counted in the cost, not the run
+            n = gpus // req.shape.gpus * req.shape.gpus
+            raise UsageError(
+                f"--gpus {gpus:,} is not a whole number of {req.shape.label} replicas "
+                f"({units.count(req.shape.gpus, 'GPU')} each)",
+                f"give a multiple of {req.shape.gpus:,}, like {max(n, req.shape.gpus):,} or "
+                f"{n + req.shape.gpus:,}" + ("" if tp is not None else
+                                             ", or --tp for another replica shape"))
+        notes += placement_warnings(ctx, req, tier_scope, catalog, host_tier, xmem_tier,
+                                    gpus=gpus)
         with render.spinner(f"Simulating each option on {gpus:,} GPUs"):
             opts = evaluate(req, gpus)
         _report_fixed(req, opts, gpus, ttft_slo is not None, fmt, notes)
@@ -249,7 +260,7 @@ def size(
             attention_dtype=attention_dtype, mem_fraction=mem_fraction, router=router,
             prefix_groups=prefix_groups, tier_scope=tier_scope, cost=cost,
             xmem_path=xmem_path, prefetch_policy=prefetch_policy)
-        _compare(gpu, engine, kw, fmt, workload)
+        _compare(gpu, engine, kw, fmt, workload, ctx)
         return
     req, notes = build_request(
         ttft_slo=ttft_slo, workload=workload, prompt_tokens=prompt_tokens, hit_rate=hit_rate,
@@ -264,6 +275,9 @@ def size(
     )
     if workload is not None:
         notes += profile_warnings(workload)
+    # the answer's reasons say when routing changes no hit; the tier scope is said here
+    notes += placement_warnings(ctx, req, tier_scope, catalog, host_tier, xmem_tier,
+                                router=False)
     with render.spinner("Sizing: simulating each option's serving"):
         result = plan(req, with_curve=plot is not None or fmt == "json")
     _report(result, fmt, notes)
@@ -273,7 +287,7 @@ def size(
 
 
 def _compare(gpus: str, engines: str, kw: dict[str, Any], fmt: str,
-             workload: Path | None) -> None:
+             workload: Path | None, ctx: Any = None) -> None:
     """`--gpu a,b,c` and/or `--engine sglang,vllm`: each combination sized on its own (the
     cheapest over its shapes and tiers), then one table, the cheapest first; by price
     with --cost (each GPU priced: --cost h100-sxm=2.5/h,h200=3.5/h,...), else by GPUs then
@@ -294,6 +308,9 @@ def _compare(gpus: str, engines: str, kw: dict[str, Any], fmt: str,
         for g in gl:
             for e in el:
                 req, n = build_request(gpu=g, engine=e, **kw)
+                if ctx is not None and not rows:  # the table carries no reasons: say it here
+                    n = n + placement_warnings(ctx, req, kw["tier_scope"], kw["catalog"],
+                                               kw["host_tier"], kw["xmem_tier"])
                 notes += [x for x in n if x not in notes]
                 r = plan(req, with_table=False, with_curve=fmt == "json", with_router=False)
                 g_best = None if r.cheapest == "none" else r.option(r.cheapest).gpus
@@ -375,6 +392,89 @@ def _sweep(*, gpus: int, plot: Path | None, fmt: str, workload: Path | None,
     if plot is not None:
         pareto.plot(res, plot, inputs=kw.get("catalog", []))
         render.info(f"Wrote {plot}")
+
+
+def placement_warnings(ctx: Any, req: Any, tier_scope: list[str], catalog: list[Path],
+                       host_tier: str, xmem_tier: str, *, gpus: int | None = None,
+                       router: bool = True) -> list[str]:
+    """--router and --tier-scope where the data make them change nothing (a warning, not a
+    refusal: whether they do depends on the workload and the shape). They act only on
+    per-replica caches (the planner's `placed`: a trace's sessions in their own order or
+    prefix groups, at an open-loop load), the router only with two replicas or more, the
+    scope only where it groups the replicas otherwise than the tier's catalog scope. With
+    `gpus` (a fixed deployment) at that count; `router` False where the answer's reasons
+    say it for the router and --prefix-groups already ("Routing does not change these
+    hits", the SLO search)."""
+    from xmemplan.cli.invocation import given_flags
+    from xmemplan.sizing.planner import Planner, tier_domains
+
+    routed = bool(given_flags(ctx, ("router",))) and router
+    items = list(tier_scope) if given_flags(ctx, ("tier_scope",)) else []
+    grouped = bool(given_flags(ctx, ("prefix_groups",))) and router
+    if not (routed or items or grouped):
+        return []
+    w = req.workload
+    placed = Planner(req).placed
+    if req.load.kind == "users" and (req.prefix_groups or w.group is not None
+                                     or w.session is not None):
+        why = ("closed-loop users (--users) are not placed on per-replica caches (their "
+               "arrival times come from the simulation itself): one LRU curve at the "
+               "deployment's capacity stands for every replica; --rate gives each replica "
+               "its own caches")
+    else:
+        why = ("the workload does not say which requests share a prefix (no sessions "
+               "replayed in their own order, no prefix groups): one LRU curve at the "
+               "deployment's capacity stands for every replica; a profile with sessions or "
+               "prefix groups, or --prefix-groups N, gives each replica its own caches")
+    sh = req.shape
+    replicas = max(1, (gpus or 0) // sh.gpus)
+    one = ("" if gpus is None else f"one replica (--gpus {gpus:,} as {sh.label} replicas "
+           f"of {units.count(sh.gpus, 'GPU')})")
+    out: list[str] = []
+    if routed and not placed:
+        out.append(f"--router {req.router} changes nothing here: {why}")
+    elif routed and gpus is not None and replicas == 1:
+        out.append(f"--router {req.router} changes nothing on {one}: every request goes to "
+                   f"it; routing decides from two replicas ({2 * sh.gpus:,} GPUs) up")
+    if grouped and not placed:
+        out.append(f"--prefix-groups changes nothing here: {why.split(': one LRU')[0]}")
+    if not items:
+        return out
+    from xmemplan.catalog import load_catalog
+    from xmemplan.sizing import model as M
+    from xmemplan.sizing.request import _tier_scopes
+
+    cat = load_catalog(catalog)
+    scopes = _tier_scopes(items)
+    for t, t0 in ((req.host, M.host_tier_for(cat, req.gpu, host_tier)),
+                  (req.xmem, cat.tier(xmem_tier))):
+        names = {t.name, *t.aliases, t.kind}
+        named = [f"{n}={sc}" for n, sc in scopes.items() if n in names]
+        if not named:
+            continue
+        flag = f"--tier-scope {named[-1]}"
+        same_always = t.share_scope == t0.share_scope or (
+            {t.share_scope, t0.share_scope} == {"rack", "cluster"} and not t.share_gpus)
+        if same_always:
+            out.append(f"{flag} changes nothing: {t.name}'s catalog share_scope is "
+                       f"{t0.share_scope}" + ("" if t.share_scope == t0.share_scope else
+                                              " with no share_gpus, one domain for the "
+                                              "whole deployment as cluster is"))
+        elif not placed:
+            out.append(f"{flag} changes nothing here: a tier's scope splits it over the "
+                       f"replicas' own caches, and {why.split(': one LRU')[0]}")
+        elif gpus is not None and replicas == 1:
+            out.append(f"{flag} changes nothing on {one}: at every scope that replica "
+                       f"reads the whole {t.name} tier")
+        elif gpus is not None:
+            args = (replicas, sh.gpus, req.gpu.gpus_per_server, t.share_gpus)
+            if (tier_domains(t.share_scope, *args).tolist()
+                    == tier_domains(t0.share_scope, *args).tolist()):
+                out.append(f"{flag} changes nothing on {units.count(replicas, 'replica')} "
+                           f"of {sh.label} ({req.gpu.name}: {req.gpu.gpus_per_server:,} "
+                           f"GPUs per server): {t.name} is read by the same replicas as at "
+                           f"its catalog scope {t0.share_scope}")
+    return out
 
 
 def profile_warnings(path: Path) -> list[str]:
@@ -512,9 +612,9 @@ def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, f
                   + (", ".join(meet) + (" meets" if len(meet) == 1 else " meet")
                      if meet else "no option meets")
                   + f" TTFT {slo_ms:,.0f} ms at {pq} of {cls} requests.")
-    else:
+    else:  # the --slo-at percentile it names (it printed the p99 under any --slo-at)
         answer = (f"On {on} at {load}, {cls} TTFT {pq}: " + ", ".join(
-            f"{o.option} {ttft(o).get('p99', math.nan):,.0f} ms" for o in opts) + ".")
+            f"{o.option} {ttft(o).get(pq, math.nan):,.0f} ms" for o in opts) + ".")
     rows: list[dict[str, Any]] = []
     for o in opts:
         p = o.point

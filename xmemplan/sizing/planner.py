@@ -1041,15 +1041,19 @@ class Planner:
 def tier_domains(scope: str, replicas: int, replica_gpus: int, gpus_per_server: int,
                  share_gpus: int | None) -> np.ndarray:
     """Per replica, the index of the tier cache it reads: its own (replica), its server's,
-    its rack's (`share_gpus` GPUs; unset: one for all) or the cluster's."""
+    its rack's (`share_gpus` GPUs; unset: one for all) or the cluster's. Numbered 0, 1, ...
+    without gaps (the tier's capacity is split over max + 1 domains): a replica wider than
+    a server (tp8 on GB200's 4-GPU trays) reads its own servers' share, not one server's."""
     r = np.arange(replicas, dtype=np.int64)
     if scope == "replica":
         return r
     if scope == "server":
-        return r * replica_gpus // max(1, gpus_per_server)
-    if scope == "rack" and share_gpus:
-        return r * replica_gpus // share_gpus
-    return np.zeros(replicas, np.int64)
+        first = r * replica_gpus // max(1, gpus_per_server)
+    elif scope == "rack" and share_gpus:
+        first = r * replica_gpus // share_gpus
+    else:
+        return np.zeros(replicas, np.int64)
+    return np.unique(first, return_inverse=True)[1].astype(np.int64)  # sorted: in order
 
 
 def ran_placement(r: Any, output: np.ndarray) -> tuple[RT.Placement, np.ndarray]:
@@ -1257,7 +1261,8 @@ def _routing(req: SizeRequest, res: SizeResult, *, compare: bool) -> None:
     res.answer = res.answer.rstrip() + f" Router: {name}{default}."
     placed = any(o.point is not None and o.point.split is not None for o in res.options)
     if not placed and req.load.kind == "users" and (
-            req.prefix_groups or req.workload.group is not None):
+            req.prefix_groups or req.workload.group is not None
+            or req.workload.session is not None):
         res.reasons.append(
             "Routing does not change these hits: closed-loop users are not placed on "
             "per-replica caches (their arrival times come from the simulation itself); "

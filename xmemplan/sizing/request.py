@@ -281,6 +281,12 @@ def build_request(
         said.append((f"{out} output tokens per request (decode steps interleaved)",
                      "flag" if output_tokens is not None else "default: " + BLOG))
     cal = M.calibration_for(cat, engine)
+    if tp is not None and not dp_attention and m.q_heads % tp:
+        # vLLM and SGLang split the attention heads over the TP ranks and refuse this
+        raise UsageError(f"--tp {tp} does not divide {m.name}'s {m.q_heads:,} attention "
+                         "heads: vLLM and SGLang refuse it (heads are split over the TP "
+                         "ranks)", "use a TP size that divides "
+                         f"{m.q_heads:,}, or add --dp-attention")
     shape = replica_shape(m, g, float(np.max(work.prompt_tokens)), tp=tp, ep=ep,
                           dp_attention=dp_attention, max_gpus=max_gpus, mem_fraction=frac)
     said.append((f"the engine takes {frac:.0%} of each GPU's HBM for weights + KV",
@@ -296,6 +302,10 @@ def build_request(
         notes.append("--dp-attention changes nothing at tp1 (the smallest shape that fits): "
                      "attention is data-parallel only over 2 or more ranks")
     host = M.host_tier_for(cat, g, host_tier)
+    if host.kind == "hbm":  # it was sized as an offload tier holding more HBM
+        raise UsageError(f"--host-tier {host_tier} is the GPU's own memory (HBM), which "
+                         "every option has", "name a tier the GPUs load from: "
+                         "host-dram-pcie5, rdma-cx7, nvme-gen5 (xmemplan catalog tiers)")
     said.append((f"engine {engine}: overlap {overlap or default_overlap}, "
                  f"{transfer.page_tokens}-token pages, {transfer.layout}, {transfer.io} copies, "
                  f"{'decodes ride in prefill batches' if mixed else 'prefill first'}",
@@ -377,7 +387,11 @@ def _tier_scopes(items: Sequence[str]) -> dict[str, str]:
         if not sep or not name or scope not in SCOPES:
             raise UsageError(f"--tier-scope '{it}' is not TIER=SCOPE",
                              "write it like host-dram=server; scopes: " + ", ".join(SCOPES))
-        out[name.strip().lower()] = scope
+        key = name.strip().lower()
+        if key in out:  # the last one would win, the first be ignored
+            raise UsageError(f"--tier-scope names tier {key} twice ({key}={out[key]}, {it})",
+                             "give each tier one scope")
+        out[key] = scope
     return out
 
 
@@ -385,6 +399,10 @@ def _scoped(t: TierSpec, scopes: dict[str, str], said: list[tuple[str, str]]) ->
     """`t` with its --tier-scope override, and the scope it is read at in the assumptions."""
     names = {t.name, *t.aliases, t.kind}
     hit = [s for n, s in scopes.items() if n in names]
+    if len(hit) > 1:  # two names (aliases) of one tier
+        both = ", ".join(f"{n}={s}" for n, s in scopes.items() if n in names)
+        raise UsageError(f"--tier-scope names tier {t.name} twice ({both})",
+                         "give each tier one scope")
     if hit:
         t = replace(t, share_scope=hit[-1])  # type: ignore[arg-type]
     src = ("flag (--tier-scope)" if hit else
