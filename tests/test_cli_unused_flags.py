@@ -202,3 +202,29 @@ def test_host_tier_hbm_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
     assert "Error: --host-tier hbm is the GPU's own memory (HBM), which every option has" in err
     assert out == ""
+
+
+def test_fixed_cost_is_in_the_table_and_csv(capsys: pytest.CaptureFixture[str]) -> None:
+    """--cost on a fixed deployment was carried in JSON only: the table and CSV were the
+    same as without it."""
+    args = [*FIXED, "--gpus", "2", "--cost", "gpu=2.5/h,xmem-node=40/h"]
+    code, out, err = _run(capsys, *args)
+    assert code == 0, err
+    assert "│ cost        │  $5.00/h │   $5.00/h │ $45.00/h │" in out
+    code, out, err = _run(capsys, *args, "-f", "csv")
+    assert code == 0, err
+    head, *rows = out.splitlines()
+    assert head.endswith(",cost") and [r.rsplit(",", 1)[1] for r in rows] == ["5.0", "5.0",
+                                                                              "45.0"]
+
+
+def test_plot_with_a_comparison_is_refused(capsys: pytest.CaptureFixture[str],
+                                           tmp_path: Path) -> None:
+    """--gpu a,b (or --engine sglang,vllm) with --plot sized each and drew nothing."""
+    png = tmp_path / "t.png"
+    code, out, err = _run(capsys, "size", "--ttft-slo", "1s", "--gpu", "h100-sxm,h200",
+                          "--plot", str(png))
+    assert code == 2
+    assert ("Error: --plot draws one sizing's TTFT against load, and --gpu/--engine with "
+            "commas compare several in one table") in err
+    assert out == "" and not png.exists()

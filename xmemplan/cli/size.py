@@ -240,6 +240,10 @@ def size(
     if ttft_slo is None:
         raise UsageError("--ttft-slo is needed", "give a TTFT target like --ttft-slo 500ms, "
                          "or --gpus N for a load sweep")
+    if plot is not None and ("," in gpu or "," in engine):  # it was drawn by neither path
+        raise UsageError("--plot draws one sizing's TTFT against load, and --gpu/--engine "
+                         "with commas compare several in one table",
+                         "drop --plot, or size one GPU and engine with --plot")
     if plot is not None and plot.suffix.lower() != ".png":
         raise UsageError(f"cannot tell the type of '{plot}'", "end --plot with .png")
     if plot is not None:
@@ -643,9 +647,10 @@ def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, f
                           "warnings": notes})
         _warn(notes)
         return
+    priced = req.prices is not None  # --cost: each option's price (it was in JSON only)
     cols = ["option", "gpus", "nodes", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
             "throughput_rps", "throughput_tok_s", "kv_full", "hbm_share_of_hits",
-            "preemptions_per_request", "overloaded"]
+            "preemptions_per_request", "overloaded", *(["cost"] if priced else [])]
     if fmt == "csv":
         render.emit_csv(cols, [[r[c] for c in cols] for r in rows])
         _warn(notes)
@@ -656,11 +661,12 @@ def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, f
                 f"{req.shape.label}; TTFT of {cls} requests, in ms.")
     render.table(
         ["option", "p50", "p90", "p99", "req/s", "tok/s", "KV full", "HBM hits",
-         "preempt/req"],
+         "preempt/req", *(["cost"] if priced else [])],
         [[r["option"] + (" *" if r["overloaded"] else ""), _n(r["ttft_p50_ms"]),
           _n(r["ttft_p90_ms"]), _n(r["ttft_p99_ms"]), f"{r['throughput_rps']:,.1f}",
           _n(r["throughput_tok_s"]), f"{r['kv_full']:.0%}",
-          f"{r['hbm_share_of_hits']:.0%}", f"{r['preemptions_per_request']:.2f}"]
+          f"{r['hbm_share_of_hits']:.0%}", f"{r['preemptions_per_request']:.2f}",
+          *([req.prices.money(r["cost"])] if priced else [])]
          for r in rows],
         title=f"A fixed deployment: {on}, no search",
     )
