@@ -59,3 +59,13 @@ def test_needs_two_and_existing(tmp_path: Path, capsys: pytest.CaptureFixture[st
     bad.write_text('{"schema": "other"}')
     assert run(["compare", str(a), str(bad)]) == 3
     assert "not an xmemplan plan" in unwrap(capsys.readouterr().err)
+
+
+def test_same_path_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """One plan named twice 'agreed' with itself (exit 0, nothing compared)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "one.json").write_text("{}")
+    assert run(["compare", "one.json", "./one.json"]) == 2
+    err = unwrap(capsys.readouterr().err)
+    assert "Error: one.json is named twice. Pass each run or plan once." in err

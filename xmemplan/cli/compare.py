@@ -41,6 +41,14 @@ def compare(
     if len(runs) < 2:
         raise UsageError("compare needs two or more runs or plans",
                          "pass two run folders, e.g. runs/h100 runs/b200")
+    seen: dict[Path, Path] = {}
+    for p in runs:  # the same run twice "agrees" with itself: nothing compared
+        key = p.resolve()
+        if key in seen:
+            raise UsageError(f"{p} is named twice" + ("" if p == seen[key] else
+                                                     f" (as {seen[key]})"),
+                             "pass each run or plan once")
+        seen[key] = p
     loaded = [load_run(p) for p in runs]
     names = _names(loaded)
     rows = comparison_rows(loaded)
