@@ -110,6 +110,11 @@ def test_bad_rows_name_file_line_and_field(tmp_path: Path, capsys) -> None:  # t
     f.write_text(",".join(calib.COLUMNS) + "\nh100-sxm,qwen3-30b-a3b,tgi,xmem,1000,900,1,9\n")
     assert run(["calibrate", str(f)]) == 3
     assert "engine" in capsys.readouterr().err
+    # concurrency 0 was read as 1 (round 10)
+    f.write_text(",".join(calib.COLUMNS) + "\nh100-sxm,qwen3-30b-a3b,vllm,xmem,1000,900,0,9\n")
+    assert run(["calibrate", str(f)]) == 3
+    assert (f"Error: {f}:2, field 'concurrency': concurrency 0 is not a request count"
+            in unwrap(capsys.readouterr().err))
 
 
 def test_validate_json_is_read(tmp_path: Path) -> None:

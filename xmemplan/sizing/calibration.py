@@ -158,7 +158,13 @@ def _row(d: dict[str, Any], path: Path, line: int | None, n: int) -> Measurement
     value = _num(d.get("ttft_ms", d.get("value")), "ttft_ms", path, line)
     if value <= 0:
         raise InputError("ttft_ms must be positive", path=path, line=line, field="ttft_ms")
-    conc = _num(d.get("concurrency") or 1, "concurrency", path, line, integer=True)
+    given = d.get("concurrency")
+    conc = _num(1 if given is None or given == "" else given, "concurrency", path, line,
+                integer=True)
+    if conc < 1:  # it was read as 1
+        raise InputError(f"concurrency {conc:g} is not a request count", path=path, line=line,
+                         field="concurrency", hint="write the prefills in flight as a whole "
+                         "number, at least 1 (blank: 1)")
     engine = str(d["engine"]).strip().lower()
     if engine.split("-")[0] not in ENGINE_RULES:
         raise InputError(f"unknown engine '{engine}'", path=path, line=line, field="engine",
