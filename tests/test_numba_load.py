@@ -37,6 +37,11 @@ def grown(a, n):  # allocates: needs numba's runtime
 
 
 @njit(cache=True)
+def summed(a):  # numba.np.arraymath's np.sum and np.max, linked into the kernel
+    return np.sum(a) + np.max(a)
+
+
+@njit(cache=True)
 def checked(k):
     if k < 0:
         raise ValueError("k must be >= 0")
@@ -54,7 +59,8 @@ if fast:
     assert numba_load.install()
 import kern
 out = {"total": kern.total(np.arange(5.0)), "grown": kern.grown(np.ones(2), 2).tolist(),
-       "hits": sum(d.stats.cache_hits.get(s, 0) for d in (kern.total, kern.grown)
+       "summed": kern.summed(np.arange(4.0)),
+       "hits": sum(d.stats.cache_hits.get(s, 0) for d in (kern.total, kern.grown, kern.summed)
                    for s in d.stats.cache_hits)}
 try:
     kern.checked(-1)
@@ -64,6 +70,9 @@ except ValueError as e:
 out["registries"] = [m for m in ("numba.np.linalg", "numba.typed.typeddict",
                                  "numba.np.polynomial.polynomial_functions")
                      if m in sys.modules]
+# what rebuilding the linked functions' Environments imports (numba's _rebuild_env)
+out["env_modules"] = [m for m in ("numba.np.arraymath", "numba.np.arrayobj")
+                      if m in sys.modules]
 from numba import njit  # a kernel compiled after the loads: the registries load then
 
 
@@ -92,11 +101,12 @@ def test_cached_kernels_load_and_run_without_the_registries(tmp_path):
     assert first["hits"] == 0
     slow = _run(tmp_path, fast=False)
     fast = _run(tmp_path, fast=True)
-    assert slow["hits"] == fast["hits"] == 2  # both loaded from the cache
-    for k in ("total", "grown", "error", "fresh"):
+    assert slow["hits"] == fast["hits"] == 3  # all three loaded from the cache
+    for k in ("total", "grown", "summed", "error", "fresh"):
         assert fast[k] == slow[k] == first[k]
     assert fast["error"] == "k must be >= 0"
     assert len(slow["registries"]) == 3 and not fast["registries"]
+    assert len(slow["env_modules"]) == 2 and not fast["env_modules"]
 
 
 def test_install_is_idempotent():

@@ -15,6 +15,17 @@ fails. A kernel that is compiled, not loaded, is untouched: numba's compiler ref
 registries itself (`CompilerBase.__init__`), so the registries are loaded exactly when
 something is compiled.
 
+Loading a kernel also rebuilds the Environment of every function linked into it
+(numba/core/environment.py `_rebuild_env`), and that imports the module each was written
+in: numba's own `numba.np.arraymath` for the array functions the kernels call, which
+imports `numba.np.arrayobj` and the string and character-sequence typing with it, 0.16-0.21 s
+of CPU here (a tenth of `size --gpus 1`). A nopython function reads its Environment's
+constants (`consts`, restored from the cache) and never its module's globals: those serve
+object mode and the interpreter fallback, which these kernels do not have. `install()` also
+replaces `_rebuild_env` with one that gives a function of a numba module not yet imported a
+globals dict holding only its `__name__`; every other module (ours, and numba's once
+imported) is imported and used as numba does.
+
 Installed only on numba versions this was checked on (`TESTED`); elsewhere numba keeps
 its own path, as it does with XMEMPLAN_NUMBA_FAST_LOAD=0 in the environment (to rule this
 out when a kernel misbehaves; benchmarks/bench_size.py measures with and without it).
@@ -79,8 +90,43 @@ def install() -> bool:
 
     load_overload.__doc__ = original.__doc__
     cache_cls.load_overload = load_overload  # type: ignore[method-assign]
+    _lazy_environments()
     _installed = True
     return True
+
+
+def _lazy_environments() -> None:
+    """Replace numba's `_rebuild_env` (module doc): unpickling a cached kernel looks the
+    function up by name on numba.core.environment, so the module attribute is what it
+    calls."""
+    import importlib
+    import sys
+
+    from numba.core import environment as env_mod
+
+    original = getattr(env_mod, "_rebuild_env", None)
+    env_cls = getattr(env_mod, "Environment", None)
+    lookup = getattr(env_mod, "lookup_environment", None)
+    if original is None or env_cls is None or lookup is None:
+        return
+
+    def _rebuild_env(modname: str, consts: Any, env_name: str) -> Any:
+        env = lookup(env_name)
+        if env is not None:
+            return env
+        mod = sys.modules.get(modname)
+        if mod is None and modname.startswith("numba."):
+            scope: dict[str, Any] = {"__name__": modname}  # nopython: globals unread
+        else:
+            scope = (mod if mod is not None else importlib.import_module(modname)).__dict__
+        env = env_cls(scope)
+        env.consts[:] = consts
+        env.env_name = env_name
+        env_cls._memo[env_name] = env
+        return env
+
+    _rebuild_env.__doc__ = original.__doc__
+    env_mod._rebuild_env = _rebuild_env
 
 
 def installed() -> bool:
