@@ -45,6 +45,7 @@ from xmemplan.sizing.engine import run as run_engine
 from xmemplan.sizing.sim import Traffic
 from xmemplan.sizing.simmodel import Setup, config_for, requests_for
 from xmemplan.sizing.synthetic import Schedule, SyntheticWorkload, schedule, tier_hits
+from xmemplan.threads import map_ordered
 
 OPTIONS = ("host-dram", "xmem")
 OPTION_NAMES = {"host-dram": "host DRAM", "xmem": "X-Mem", "hbm-only": "HBM only"}
@@ -324,23 +325,26 @@ def sweep(req: SweepRequest, assumptions: list[dict[str, str]] | None = None) ->
     if len(loads) > MAX_LOADS:
         raise UsageError(f"{len(loads)} loads, more than {MAX_LOADS}", "sweep fewer loads")
     points: list[SweepPoint] = []
-    sims = 0
     # a load listed twice (the post runs QPS 3.0 twice) is the same simulation at the same
     # seed: run it once and give the repeat its own row
-    done: dict[tuple[str, str, float], SweepPoint] = {}
+    first: dict[tuple[str, str, float], int] = {}  # (option, kind, load) -> its first run
+    scheds: dict[tuple[str, float], Schedule] = {}
     for run, (kind, load) in enumerate(loads):
-        sched = None
         for opt in req.options:
-            seen = done.get((opt, kind, load))
-            if seen is None:
-                if sched is None:
-                    sched = load_schedule(req, kind, load)
-                p, n = run_point(req, opt, kind, load, run, sched)
-                done[(opt, kind, load)] = p
-                sims += n
-            else:
-                p = replace(seen, run=run)
-            points.append(p)
+            if (opt, kind, load) not in first:
+                first[(opt, kind, load)] = run
+                if (kind, load) not in scheds:
+                    scheds[(kind, load)] = load_schedule(req, kind, load)
+    tasks = list(first.items())
+    # each point is its own simulation: they run on the machine's cores (threads.py)
+    ran = map_ordered(lambda t: run_point(req, t[0][0], t[0][1], t[0][2], t[1],
+                                          scheds[(t[0][1], t[0][2])]), tasks)
+    done = {key: p for (key, _), (p, _) in zip(tasks, ran, strict=True)}
+    sims = sum(n for _, n in ran)
+    for run, (kind, load) in enumerate(loads):
+        for opt in req.options:
+            seen = done[(opt, kind, load)]
+            points.append(seen if seen.run == run else replace(seen, run=run))
     mark_pareto(points)
     g = gains(points)
     uniq = sorted({ld for _, ld in loads})

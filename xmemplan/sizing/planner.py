@@ -38,6 +38,7 @@ answer is the cheapest compliant combination (`Prices`, else GPUs then nodes).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -71,6 +72,7 @@ from xmemplan.sizing.workload import (
     arrivals,
     session_copies,
 )
+from xmemplan.threads import map_ordered
 
 TABLE_SLOS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 LOAD_SCALES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
@@ -413,6 +415,7 @@ class Planner:
         self.trace_order = w.session is not None and w.timestamp_s is not None \
             and req.load.kind == "trace"
         self._draws: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        self._orders: dict[tuple[float, int], np.ndarray] = {}  # _traffic's, per (scale, k)
         self.cache: dict[tuple[str, int, int, float], list[_Rep]] = {}
         self._agg: dict[tuple[str, int, int, float], tuple[int, Point]] = {}
         self._alone: dict[tuple[str, str, bool], float] = {}
@@ -545,6 +548,7 @@ class Planner:
             order=order)
         idx = idx[order]
         self._order_idx = idx  # the samples in arrival order (the engine's prefixes)
+        self._orders[(scale, k)] = idx  # the same, per replication (threads read these)
         prompt = w.prompt_tokens[idx]
         warm = np.minimum(prompt, w.hit_tokens[idx]) * 2 >= prompt
         if self.placed:
@@ -670,27 +674,57 @@ class Planner:
         req = self.req
         slo = req.slo_s * 1e3 if slo_ms is None else slo_ms
         want = req.reps_min if reps_min is None else max(1, reps_min)
+
+        def rep(k: int) -> _Rep:
+            return self._rep(option, gpus, nodes, scale, instant_loads, k)
+
+        def screened(r: _Rep) -> bool:
+            return r.value > FAIL_SCREEN * slo
+
         if not reps:
-            reps.append(self._rep(option, gpus, nodes, scale, instant_loads, 0))
+            # replications 0 and 1 side by side (threads.py); the second is dropped when the
+            # first screens the configuration out, so the answer is the sequential one's
+            got = self._reps([0, 1] if want > 1 else [0], rep)
+            reps.append(got[0])
+            if len(got) > 1 and not screened(got[0]):
+                reps.append(got[1])
+            elif len(got) > 1:
+                self.sims -= 1  # computed beside the first, not used
         first = reps[0]
-        if first.value > FAIL_SCREEN * slo:
+        if screened(first):
             want = 1
         while len(reps) < want:
-            reps.append(self._rep(option, gpus, nodes, scale, instant_loads, len(reps)))
-        got = self._agg.get(key)
-        pt = got[1] if got is not None and got[0] == len(reps) else \
+            reps.extend(self._reps(list(range(len(reps), want)), rep))
+        got_agg = self._agg.get(key)
+        pt = got_agg[1] if got_agg is not None and got_agg[0] == len(reps) else \
             self._aggregate(option, gpus, nodes, scale, reps)
         self._agg[key] = (len(reps), pt)
-        if len(reps) == 1 and first.value > FAIL_SCREEN * slo:
+        if len(reps) == 1 and screened(first):
             # screened: one replication this far over fails at any spread
             return replace(pt, ci_ms=(FAIL_SCREEN * slo, math.inf))
-        while (extend and len(reps) < req.reps_max and pt.verdict(slo) == "marginal"
-               and self.budget.left() and want > 1):
+
+        def more() -> bool:
+            return (extend and len(reps) < req.reps_max and pt.verdict(slo) == "marginal"
+                    and self.budget.left() and want > 1)
+
+        ahead: list[_Rep] = []  # computed beside the last one, taken only if still wanted
+        while more():
+            if not ahead:
+                k = len(reps)
+                ks = [k, k + 1] if k + 1 < req.reps_max and self.budget.runs > 1 else [k]
+                ahead = self._reps(ks, rep)
             self.budget.spend()
-            reps.append(self._rep(option, gpus, nodes, scale, instant_loads, len(reps)))
+            reps.append(ahead.pop(0))
             pt = self._aggregate(option, gpus, nodes, scale, reps)
+        self.sims -= len(ahead)  # computed ahead, not used
         self._agg[key] = (len(reps), pt)
         return pt
+
+    def _reps(self, ks: list[int], rep: Callable[[int], _Rep]) -> list[_Rep]:
+        """Replications `ks`, side by side on the machine's cores (threads.py), counted."""
+        out = map_ordered(rep, ks)
+        self.sims += len(out)
+        return out
 
     def _rep(self, option: str, gpus: int, nodes: int, scale: float, instant_loads: bool,
              k: int) -> _Rep:
@@ -698,7 +732,6 @@ class Planner:
         replicas = max(1, gpus // req.shape.gpus)
         tr, warm_all = self._traffic(option, gpus, nodes, scale, k)
         r = self.simulate(option, gpus, nodes, tr, instant_loads, scale=scale, k=k)
-        self.sims += 1
         keep = np.argsort(r.arrival, kind="stable")[int(len(r.arrival) * WARMUP_SHARE):]
         ttft = r.ttft[keep] * 1e3
         warm = warm_all[keep]
@@ -763,7 +796,8 @@ class Planner:
                                     prev=tr.prev, think=tr.think)
             res, *_ = run_engine(er, cfg)
             return res
-        shared = np.minimum(tr.prompt, req.workload.hit_tokens[self._order_idx])
+        order_idx = self._orders.get((scale, k), self._order_idx)
+        shared = np.minimum(tr.prompt, req.workload.hit_tokens[order_idx])
         fixed = np.where(tr.prev < 0, tr.hit_hbm, 0.0)
         er = requests_for(tr, shared=shared, block_tokens=cfg.block_tokens,
                           tier_tokens=kept if option != "hbm-only" else np.zeros(len(kept)),

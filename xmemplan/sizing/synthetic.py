@@ -218,7 +218,7 @@ def tier_hits(w: SyntheticWorkload, s: Schedule, capacity_tokens: float,
                        float(sys_pages), float(capacity_tokens), float(page_tokens))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _lru_kernel(order: np.ndarray, turn: np.ndarray, sess: np.ndarray, prev: np.ndarray,
                 prompt: np.ndarray, output: np.ndarray, sys_pages: float, capacity: float,
                 page: float) -> np.ndarray:  # pragma: no cover - numba

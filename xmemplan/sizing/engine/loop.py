@@ -311,7 +311,7 @@ def _sg_process(S, P, RI, QI, RO, keys, r, bs, caching, now, stats):  # noqa: AN
     QI[r, Q_FIN] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # threads.py: sweep points in parallel
 def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff, kn, keys,  # noqa: ANN001, ANN201, C901
                fixhit, cacheable, pp, tp, lp, ep, cons, trace, steps_out, sgp):
     """The loop (module doc). tier[i]: 0 host DRAM, 1 X-Mem, -1 none. Returns per-request
