@@ -95,12 +95,9 @@ def test_pareto_marks_only_undominated_points_per_option():
     assert [p.pareto for p in pts] == [True, True, False, True, True]
 
 
-def test_post_setup_answer_first_table_and_speed(capsys, monkeypatch):
-    run(POST_ARGS + ["--format", "json"])  # warm: numba kernels loaded
-    capsys.readouterr()
-    t0 = time.process_time()  # CPU time: the machine is shared, wall time counts the others
+def test_post_setup_answer_first_and_table(capsys, monkeypatch):
+    # its speed is benchmarks/bench_size.py's (`size --gpus 1`), not a test's
     code, out, err = cli(POST_ARGS, capsys, monkeypatch)
-    elapsed = time.process_time() - t0
     assert code == ExitCode.OK, err
     lines = out.splitlines()
     assert lines[0].startswith("X-Mem: ")
@@ -112,7 +109,6 @@ def test_post_setup_answer_first_table_and_speed(capsys, monkeypatch):
     assert all(len(ln) <= 80 for ln in lines if ln[:1] in "┏┃┡│└")
     assert "assumptions behind this answer: -v lists them" in err
     assert out.count(lines[0]) == 2  # the answer again, last: the table has scrolled it
-    assert elapsed < 5.0, f"the sweep of six loads for two options took {elapsed:.1f} s CPU"
 
 
 def test_verbose_lists_the_assumptions(capsys, monkeypatch):

@@ -35,6 +35,7 @@ placement's LRU objects: `follow` changes the hits, not the routes.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,6 +125,10 @@ class Follower:
     model: CacheModel
     stream: Stream
     memo: dict[tuple[bytes, int], np.ndarray] = field(default_factory=dict, init=False)
+    # the picker keeps its tables between replays: one replay at a time (the planner's
+    # load curve asks from threads, threads.py)
+    lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
+                                 compare=False)
 
     def __post_init__(self) -> None:
         from xmemplan.prefix.engine_cache import Picker, kv_tokens
@@ -141,9 +146,10 @@ class Follower:
         idx = np.asarray(idx, np.int64)
         cap = int(capacity)
         key = (idx.tobytes(), cap)
-        got = self.memo.get(key)
-        if got is None:
-            got = self.memo[key] = self.picker.hits(idx, cap)
+        with self.lock:
+            got = self.memo.get(key)
+            if got is None:
+                got = self.memo[key] = self.picker.hits(idx, cap)
         return got
 
     def follow(self, dep: Deployment, placement: Placement) -> Placement:

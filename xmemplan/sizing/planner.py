@@ -38,6 +38,7 @@ answer is the cheapest compliant combination (`Prices`, else GPUs then nodes).
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -72,7 +73,7 @@ from xmemplan.sizing.workload import (
     arrivals,
     session_copies,
 )
-from xmemplan.threads import map_ordered
+from xmemplan.threads import map_ordered, workers
 
 TABLE_SLOS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 LOAD_SCALES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
@@ -420,6 +421,7 @@ class Planner:
         self._agg: dict[tuple[str, int, int, float], tuple[int, Point]] = {}
         self._alone: dict[tuple[str, str, bool], float] = {}
         self.sims = 0
+        self._lock = threading.Lock()
         self.budget = budget or Budget(req.extend_runs)
         self.searches: dict[tuple[str, int, float, bool], tuple[str, Point | None]] = {}
         # the deployment's load over the trace's: scales the trace's working set and curve
@@ -653,10 +655,11 @@ class Planner:
             dep = self.deployment(option, gpus, nodes)
             pl = RT.place(stream, dep, self.router, self.req.router_params)
             if self.cache_model is not None:  # the profile's vllm / sglang cache decides
-                f = self._followers.get(CM.digest(stream))  # scales share their pages
-                if f is None:
-                    f = self._followers[CM.digest(stream)] = CM.Follower(self.cache_model,
-                                                                         stream)
+                d = CM.digest(stream)
+                with self._lock:  # one Follower per digest, also from threads
+                    f = self._followers.get(d)  # scales share their pages
+                    if f is None:
+                        f = self._followers[d] = CM.Follower(self.cache_model, stream)
                 pl = f.follow(dep, pl)
             self.placements[key] = pl
         return self.placements[key]
@@ -684,12 +687,14 @@ class Planner:
         if not reps:
             # replications 0 and 1 side by side (threads.py); the second is dropped when the
             # first screens the configuration out, so the answer is the sequential one's
-            got = self._reps([0, 1] if want > 1 else [0], rep)
+            side = want > 1 and workers() > 1  # one thread: no replication ahead
+            got = self._reps([0, 1] if side else [0], rep)
             reps.append(got[0])
             if len(got) > 1 and not screened(got[0]):
                 reps.append(got[1])
             elif len(got) > 1:
-                self.sims -= 1  # computed beside the first, not used
+                with self._lock:
+                    self.sims -= 1  # computed beside the first, not used
         first = reps[0]
         if screened(first):
             want = 1
@@ -711,19 +716,22 @@ class Planner:
         while more():
             if not ahead:
                 k = len(reps)
-                ks = [k, k + 1] if k + 1 < req.reps_max and self.budget.runs > 1 else [k]
+                ks = ([k, k + 1] if k + 1 < req.reps_max and self.budget.runs > 1
+                      and workers() > 1 else [k])
                 ahead = self._reps(ks, rep)
             self.budget.spend()
             reps.append(ahead.pop(0))
             pt = self._aggregate(option, gpus, nodes, scale, reps)
-        self.sims -= len(ahead)  # computed ahead, not used
+        with self._lock:
+            self.sims -= len(ahead)  # computed ahead, not used
         self._agg[key] = (len(reps), pt)
         return pt
 
     def _reps(self, ks: list[int], rep: Callable[[int], _Rep]) -> list[_Rep]:
         """Replications `ks`, side by side on the machine's cores (threads.py), counted."""
         out = map_ordered(rep, ks)
-        self.sims += len(out)
+        with self._lock:  # _load_curve calls run from threads
+            self.sims += len(out)
         return out
 
     def _rep(self, option: str, gpus: int, nodes: int, scale: float, instant_loads: bool,
@@ -1704,9 +1712,12 @@ def _load_curve(p: Planner, options: list[OptionResult]) -> dict[str, Any]:
     base = p.req.load.load_rps() or 0.0
     out: dict[str, Any] = {"gpus": g, "load_rps": [s * base for s in LOAD_SCALES]}
     nodes = next((o.nodes for o in options if o.option == "xmem"), None) or 1
+    # one replication per point, none extended: the points run side by side (threads.py)
+    tasks = [(o, s) for o in OPTIONS for s in LOAD_SCALES]
+    got = map_ordered(lambda t: p.run(t[0], g, nodes if t[0] == "xmem" else 0, scale=t[1],
+                                      extend=False, reps_min=1), tasks)
     for o in OPTIONS:
-        pts = [p.run(o, g, nodes if o == "xmem" else 0, scale=s, extend=False, reps_min=1)
-               for s in LOAD_SCALES]
+        pts = [pt for (oo, _), pt in zip(tasks, got, strict=True) if oo == o]
         out[o] = [pt.slo_value_ms for pt in pts]
         out[o + "_overloaded"] = [pt.overloaded for pt in pts]
         out[o + "_achieved_rps"] = [pt.achieved_rps for pt in pts]
