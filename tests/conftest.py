@@ -51,6 +51,14 @@ class CliResult:
         self.err = err
 
 
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run `xmemplan ARGS...` in-process: (exit code, stdout, stderr unwrapped)."""
+    capsys.readouterr()
+    code = run(list(args))
+    out = capsys.readouterr()
+    return code, out.out, unwrap(out.err)
+
+
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     """Run `xmemplan ARGS...` in-process; returns exit code, stdout and stderr."""

@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import unwrap
+from conftest import run_cli
 
-from xmemplan.cli.main import run
 from xmemplan.profile import save_profile
 
 
@@ -23,11 +22,7 @@ def _fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
 
 
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = run(list(args))
-    out = capsys.readouterr()
-    return code, out.out, unwrap(out.err)
+_run = run_cli
 
 
 def _whole_at_80(out: str) -> None:

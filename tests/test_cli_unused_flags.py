@@ -11,9 +11,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import unwrap
+from conftest import run_cli
 
-from xmemplan.cli.main import run
 from xmemplan.profile import save_profile
 
 FIXED = ["size", "--prompt-tokens", "8k", "--hit-rate", "0.8", "--rate", "2",
@@ -26,11 +25,7 @@ def _fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
 
 
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = run(list(args))
-    out = capsys.readouterr()
-    return code, out.out, unwrap(out.err)
+_run = run_cli
 
 
 # -- size: --router, --tier-scope, --prefix-groups on a fixed deployment ------------------
