@@ -22,8 +22,24 @@ def median_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> t
     return statistics.median(times), times
 
 
+def loop_ns() -> float:
+    """The machine's speed on plain Python: ns per iteration of a fixed 1M-iteration
+    `s += i` loop, the median of 5. These VMs differ from day to day (the same commit's
+    `size` took 1.4 s one day and 2.9 s the next, docs/performance.md round 11), so every
+    benchmark prints it: compare figures across days by it, and side by side in one run."""
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        s = 0
+        for i in range(1_000_000):
+            s += i
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
 def machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"a Python loop {loop_ns():.0f} ns an iteration")
 
 
 def add_async_flag(ap: argparse.ArgumentParser) -> None:

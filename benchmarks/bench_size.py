@@ -53,6 +53,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the in-process sweep imports this checkout's xmemplan too
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _util import machine  # noqa: E402
 
 
 def bench_sweep(runs: int, per_axis: int = 10) -> list[float]:
@@ -130,6 +132,7 @@ TREE_COMMANDS = (
 def compare_trees(trees: list[str], runs: int, check: bool) -> int:
     """Alternating runs of each tree (see the module doc); returns 1 when --check found
     outputs that differ."""
+    print(f"machine: {machine()}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     outs: dict[tuple[str, str], bytes] = {}
     for name, args in TREE_COMMANDS:
@@ -178,6 +181,8 @@ def main() -> None:
                     "PATH@VAR=VALUE (module doc)")
     ap.add_argument("--check", action="store_true", help="with --trees: outputs must agree")
     args = ap.parse_args()
+    if not args.trees:
+        print(f"machine: {machine()}")
     if args.trees:
         sys.exit(compare_trees([t for t in args.trees.split(",") if t], args.runs, args.check))
     _show("sweep of 10,000 configurations", bench_sweep(args.runs))

@@ -87,7 +87,8 @@ class Calibration:
     MoE kernels' fixed time per MoE layer and pass, added to the rooflines (shipped 0;
     docs/model.md section 6 gives what each did on the loaded checks);
     allreduce_latency_s, allreduce_bus_share: the tensor-parallel all-reduces of a pass
-    (`allreduce_seconds`; shipped 0, not priced).
+    (`allreduce_seconds`; shipped since round 11: 5 us and 370 / 450 of NVLink, sources
+    at DEFAULT_CALIBRATION; 0 leaves them unpriced).
     """
 
     eta_linear: float
@@ -171,7 +172,15 @@ DEFAULT_CALIBRATION = Calibration(
     # per token is not fitted (decode-heavy runs cannot tell it from per request; the
     # single-request per-token overhead above is the host's per-token work). Fitted with
     # the engines' async scheduling as each run's version had it (loaded.csv).
-    step_overheads_by_engine={"vllm": (0.0, 0.0, 8.75e-5), "sglang": (2.1875e-4, 0.0, 1.0e-4)},
+    # With the all-reduces below priced, as the step overheads were refit on them.
+    step_overheads_by_engine={"vllm": (0.0, 0.0, 6.4375e-5), "sglang": (1.5625e-4, 0.0, 8.0e-5)},
+    # Tensor parallelism's two all-reduces a layer (not fitted): 5 us each, the custom
+    # all-reduce's latency on H100 at TP 2-4 for 0.5-32 KB (3.7-4.8 us; 5.7-7.8 at TP 8:
+    # sgl-project/sglang PR #2904), and the activations at 370 of NVLink's 450 GB/s per
+    # direction ("With the protocol overhead (~20%) NCCL can get an effective NVLink
+    # bandwidth of 370GB/s": NVIDIA/nccl-tests issue #212). TP 1 pays nothing.
+    allreduce_latency_s=5e-6,
+    allreduce_bus_share=370 / 450,
 )
 
 
