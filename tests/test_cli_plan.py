@@ -43,6 +43,13 @@ def test_first_line_is_the_answer(made: tuple[Path, str]) -> None:
     plan = json.loads((out / "plan.json").read_text())
     assert " ".join(stdout.split()).startswith(" ".join(plan["answer"].split()))
     assert (out / "summary.md").read_text().startswith("# run: " + plan["answer"])
+    # the options' percentiles pool the replications; the answer's is their mean: both
+    # pages say which is which where there were several replications
+    several = any(o["replications"] > 1 for o in plan["options"])
+    for page in ("summary.md", "report.html"):
+        text = (out / page).read_text().replace("&#39;", "'")
+        said = "percentiles: every replication's requests pooled; line 1's p99" in text
+        assert said == several, (page, several)
 
 
 def test_command_txt_reproduces_and_hashes_inputs(made: tuple[Path, str]) -> None:

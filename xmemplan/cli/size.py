@@ -565,6 +565,12 @@ def _report(r: SizeResult, fmt: str, notes: list[str] | None = None) -> None:
     render.line("(max r/s: the load those GPUs sustain within the SLO"
                 + (f"; >=: still within it at {GOODPUT_CEILING}x this load, where the search "
                    "stops" if capped else "") + ")")
+    if any(o.point is not None and o.point.replications > 1 for o in r.options):
+        # the table pools the replications' requests; line 1 judges the SLO on the mean
+        # of each replication's percentile (with its interval), so the two differ a little
+        from xmemplan.cli.views.report import pooled_note
+
+        render.line(f"({pooled_note(r.slo_percentile)})")
     if r.table and not render.verbose():  # one line; -v prints the table
         render.line(_by_slo_line(r))
     elif r.table:

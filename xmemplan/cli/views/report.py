@@ -228,6 +228,9 @@ def context(run: Run) -> dict[str, Any]:
         "plan": plan,
         "answer": plan.get("answer", ""),
         "options": options_rows(plan),
+        "pooled_note": (pooled_note(plan.get("slo_percentile", 99))
+                        if any((o.get("replications") or 1) > 1
+                               for o in plan.get("options", [])) else ""),
         "by_slo": [[_n(t["ttft_slo_ms"]), _n(t["gpus_host_dram"]), _n(t["gpus_xmem"]),
                     _n(t["xmem_nodes"]), _n(t["gpus_saved"])] for t in plan.get("table", [])],
         "assumptions": plan.get("assumptions", []),
@@ -302,6 +305,14 @@ def _md_table(cols: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(cell(x) for x in r) + " |" for r in rows)]
 
 
+def pooled_note(percentile: float) -> str:
+    """Under a table of options: its percentiles pool every replication's requests, while
+    the answer's figure (the SLO's statistic) is the mean of each replication's own."""
+    return (f"warm and cold percentiles: every replication's requests pooled; line 1's "
+            f"p{percentile:g} is the mean of the replications' own, the figure the SLO is "
+            "judged on")
+
+
 def summary_markdown(run: Run) -> str:
     """summary.md: the answer, the options, GPUs by SLO and the command, as Markdown."""
     c = context(run)
@@ -318,6 +329,8 @@ def summary_markdown(run: Run) -> str:
         *_md_table(["option", "GPUs", "nodes", "hit", "warm p50", "warm p99", "cold p99",
                     "max r/s"], c["options"]), "",
     ]
+    if c["pooled_note"]:
+        lines += [f"({c['pooled_note']}.)", ""]
     if c["by_slo"]:
         lines += ["## GPUs and X-Mem nodes by SLO", "",
                   *_md_table(["SLO ms", "GPUs, host DRAM", "GPUs, X-Mem", "nodes, X-Mem",
