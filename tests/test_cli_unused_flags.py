@@ -1,7 +1,8 @@
 """`size` flags whose effect depends on the workload or the shape (round 10): where they
 change nothing the command says so on stderr (a warning naming the flag and why, JSON
 `warnings`), not a refusal; and what the hostile probe found (a TP size no engine runs,
---gpus not a whole number of replicas, --host-tier hbm, the fixed answer's percentile).
+--gpus not a whole number of replicas, --host-tier hbm or any tier of the wrong kind for
+its flag, the fixed answer's percentile).
 validate's are in tests/test_validate.py, the capacity chart's in test_plots_marks.py."""
 
 from __future__ import annotations
@@ -197,6 +198,57 @@ def test_host_tier_hbm_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
     assert "Error: --host-tier hbm is the GPU's own memory (HBM), which every option has" in err
     assert out == ""
+
+
+HOST_TIERS = "host-dram-pcie5, host-dram-c2c, rdma-cx7 or nvme-gen5"
+
+
+@pytest.mark.parametrize("flag,name,said,hint", [
+    ("--host-tier", "xmem", "--host-tier xmem is an X-Mem tier (xmem, kind xmem), which the "
+     "xmem option loads from: host DRAM would be compared with X-Mem itself",
+     f"Name a host tier: {HOST_TIERS} (xmemplan catalog tiers); an X-Mem tier goes to "
+     "--xmem-tier."),
+    ("--host-tier", "mpu", "--host-tier mpu is an X-Mem tier (xmem, kind xmem)", None),
+    ("--host-tier", "hbm", "--host-tier hbm is the GPU's own memory (HBM), which every option "
+     "has", f"Name a tier the GPUs load from: {HOST_TIERS} (xmemplan catalog tiers)."),
+    ("--xmem-tier", "host-dram", "--xmem-tier host-dram is host-dram-pcie5, a tier of kind "
+     "host, not an X-Mem memory node", "Name an X-Mem tier: xmem (xmemplan catalog tiers); a host "
+     "tier goes to --host-tier."),
+    ("--xmem-tier", "nvme-gen5", "--xmem-tier nvme-gen5 is nvme-gen5, a tier of kind nvme, "
+     "not an X-Mem memory node", None),
+    ("--xmem-tier", "hbm", "--xmem-tier hbm is the GPU's own memory (HBM), which every "
+     "option has", "Name an X-Mem tier: xmem (xmemplan catalog tiers)."),
+])
+@pytest.mark.parametrize("mode", ["search", "fixed", "sweep"])
+def test_a_tier_of_the_wrong_kind_is_refused(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch, stubbed: None,
+                                             flag: str, name: str, said: str,
+                                             hint: str | None, mode: str) -> None:
+    """An X-Mem tier as --host-tier compared X-Mem with itself, and a host tier as
+    --xmem-tier sized host DRAM as X-Mem nodes: both ran (exit 0), in the SLO search, on a
+    fixed deployment and in the --gpus sweep. The simulations are stubbed: a refusal
+    comes before them, an accepted run stops at them with exit 0."""
+    from conftest import _accept
+
+    monkeypatch.setattr("xmemplan.sizing.planner.evaluate", _accept)
+    monkeypatch.setattr("xmemplan.sizing.pareto.sweep", _accept)
+    args = {"search": ["size", "--ttft-slo", "500ms", "--prompt-tokens", "8k",
+                       "--hit-rate", "0.8", "--rate", "2"],
+            "fixed": [*FIXED, "--gpus", "2"], "sweep": ["size", "--gpus", "2"]}[mode]
+    code, out, err = _run(capsys, *args, flag, name)
+    assert code == 2, err
+    assert f"Error: {said}" in err
+    if hint is not None:
+        assert hint in err
+    assert out == ""
+
+
+@pytest.mark.parametrize("flags", [[], ["--host-tier", "rdma-cx7", "--xmem-tier", "x-mem"],
+                                   ["--host-tier", "nvme"]])
+def test_tiers_of_their_kind_are_accepted(capsys: pytest.CaptureFixture[str], stubbed: None,
+                                          flags: list[str]) -> None:
+    code, _, err = _run(capsys, "size", "--ttft-slo", "500ms", *flags)
+    assert code == 0 and err.strip() == "Error: accepted.", err  # the stub: flags taken
 
 
 def test_fixed_cost_is_in_the_table_and_csv(capsys: pytest.CaptureFixture[str]) -> None:

@@ -54,7 +54,12 @@ def build(*, gpus: int, workload: SyntheticWorkload, rates: str | None,
     from xmemplan.defaults import SEED_MODEL
     from xmemplan.errors import UsageError
     from xmemplan.sizing import model as M
-    from xmemplan.sizing.deployment import ENGINES, hicache_said, replica_shape
+    from xmemplan.sizing.deployment import (
+        ENGINES,
+        hicache_said,
+        replica_shape,
+        resolve_tiers,
+    )
     from xmemplan.sizing.pareto import SweepRequest
     from xmemplan.sizing.simmodel import PREFETCH_DEFAULT, Setup
     from xmemplan.sizing.synthetic import POST
@@ -99,8 +104,7 @@ def build(*, gpus: int, workload: SyntheticWorkload, rates: str | None,
             f"{workload.osl:,} output tokens exceeds {m.name}'s {m.max_context:,}-token "
             "context", "fewer --session-turns-mean or shorter prompts")
     shape = replica_shape(m, g, float(workload.longest_prompt), max_gpus=gpus)
-    host = M.host_tier_for(cat, g, host_tier)
-    xmem = cat.tier(xmem_tier)
+    host, xmem = resolve_tiers(cat, g, host_tier, xmem_tier)
     cal = M.calibration_for(cat, engine)
     setup = Setup(model=m, gpu=g, host=host, xmem=xmem, calibration=cal, transfer=transfer,
                   overlap=overlap, shape=shape, mixed=mixed, xmem_path=xmem_path,

@@ -95,8 +95,11 @@ def size(
     slo_at: str = typer.Option("p99", "--slo-at", help="Percentile of the SLO: p50/p90/p99."),
     slo_on: str = typer.Option("warm", "--slo-on", help="warm (hit >= half the prompt) or "
                                "all requests."),
-    host_tier: str = typer.Option("host-dram-pcie5", "--host-tier", help="Host tier name."),
-    xmem_tier: str = typer.Option("xmem", "--xmem-tier", help="X-Mem tier name."),
+    host_tier: str = typer.Option(
+        "host-dram-pcie5", "--host-tier", help="The host-DRAM option's tier: a catalog tier "
+        "of kind host, rdma or nvme (host-dram-pcie5, rdma-cx7, nvme-gen5, ...)."),
+    xmem_tier: str = typer.Option("xmem", "--xmem-tier", help="The X-Mem option's tier: a "
+                                  "catalog tier of kind xmem."),
     xmem_path: str = typer.Option(
         "direct", "--xmem-path", help="X-Mem under SGLang: direct (the Netpreme fork's "
         "GPU <-> X-Mem copy, loaded with the batch) or hicache-storage (our HiCache storage "

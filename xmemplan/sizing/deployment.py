@@ -5,7 +5,9 @@ that the sweep does not import the planner, routing and workload modules it neve
 
 from __future__ import annotations
 
-from xmemplan.catalog.specs import GpuSpec, ModelSpec
+from typing import TYPE_CHECKING
+
+from xmemplan.catalog.specs import GpuSpec, ModelSpec, TierSpec
 from xmemplan.errors import UsageError
 from xmemplan.sizing import model as M
 from xmemplan.sizing.engine.prefetch import POLICY_NAMES
@@ -15,6 +17,9 @@ from xmemplan.sizing.simmodel import (
     XMEM_PATH_STORAGE,
     XMEM_PATHS,
 )
+
+if TYPE_CHECKING:
+    from xmemplan.catalog.loader import Catalog
 
 ENGINES = {
     # SGLang HiCache: per-layer load events, page 64 layer_first, kernel IO (the Netpreme fork).
@@ -70,6 +75,49 @@ def replica_shape(m: ModelSpec, g: GpuSpec, kv_tokens: float, *, tp: int | None 
         raise UsageError(f"{flags}{' --dp-attention' if dp_attention else ''}: "
                          f"{e_.message}", e_.hint) from None
     return shape
+
+
+# The kinds of tier each option loads from (data/hardware/tiers.toml `kind`): the host-DRAM
+# option's tier sits behind the GPU's host side (host DRAM, a remote DRAM store, a local
+# drive); the X-Mem option's is a memory node with a node bandwidth shared by its GPUs.
+HOST_KINDS = ("host", "rdma", "nvme")
+XMEM_KINDS = ("xmem",)
+
+
+def _names(cat: Catalog, kinds: tuple[str, ...]) -> str:
+    """The catalog's tiers of these kinds, in catalog order: 'a, b or c'."""
+    names = [t.name for t in cat.tiers.values() if t.kind in kinds]
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else \
+        (names[0] if names else "none")
+
+
+def resolve_tiers(cat: Catalog, g: GpuSpec, host_tier: str, xmem_tier: str
+                  ) -> tuple[TierSpec, TierSpec]:
+    """The tiers of the host-DRAM and the X-Mem options from --host-tier and --xmem-tier,
+    each refused (UsageError, exit 2) when the catalog gives it another kind: an X-Mem tier
+    as --host-tier compared X-Mem with itself, a host tier as --xmem-tier sized host DRAM
+    as X-Mem nodes; both used to run. A PCIe host tier on a Grace GPU becomes its C2C one
+    (`model.host_tier_for`)."""
+    host = M.host_tier_for(cat, g, host_tier)
+    xmem = cat.tier(xmem_tier)
+    what = f"{host.name}, kind {host.kind}"
+    if host.kind == "hbm":  # it was sized as an offload tier holding more HBM
+        raise UsageError(f"--host-tier {host_tier} is the GPU's own memory (HBM), which "
+                         "every option has", "name a tier the GPUs load from: "
+                         f"{_names(cat, HOST_KINDS)} (xmemplan catalog tiers)")
+    if host.kind not in HOST_KINDS:
+        raise UsageError(f"--host-tier {host_tier} is an X-Mem tier ({what}), which the "
+                         "xmem option loads from: host DRAM would be compared with X-Mem "
+                         "itself", f"name a host tier: {_names(cat, HOST_KINDS)} (xmemplan "
+                         "catalog tiers); an X-Mem tier goes to --xmem-tier")
+    if xmem.kind not in XMEM_KINDS:
+        kind = ("the GPU's own memory (HBM), which every option has" if xmem.kind == "hbm"
+                else f"{xmem.name}, a tier of kind {xmem.kind}, not an X-Mem memory node")
+        raise UsageError(f"--xmem-tier {xmem_tier} is {kind}",
+                         f"name an X-Mem tier: {_names(cat, XMEM_KINDS)} (xmemplan catalog "
+                         "tiers)" + ("; a host tier goes to --host-tier"
+                                     if xmem.kind in HOST_KINDS else ""))
+    return host, xmem
 
 
 def hicache_said(engine: str, xmem_path: str, prefetch_policy: str | None

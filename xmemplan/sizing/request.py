@@ -24,6 +24,7 @@ from xmemplan.sizing import workload as wl
 from xmemplan.sizing.deployment import ENGINES as ENGINES  # re-exported (home: deployment)
 from xmemplan.sizing.deployment import hicache_said as hicache_said
 from xmemplan.sizing.deployment import replica_shape as replica_shape
+from xmemplan.sizing.deployment import resolve_tiers
 from xmemplan.sizing.planner import Prices, SizeRequest, describe_load
 from xmemplan.sizing.simmodel import (
     HBM_USABLE,
@@ -301,11 +302,7 @@ def build_request(
     if dp_attention and shape.tp == 1:
         notes.append("--dp-attention changes nothing at tp1 (the smallest shape that fits): "
                      "attention is data-parallel only over 2 or more ranks")
-    host = M.host_tier_for(cat, g, host_tier)
-    if host.kind == "hbm":  # it was sized as an offload tier holding more HBM
-        raise UsageError(f"--host-tier {host_tier} is the GPU's own memory (HBM), which "
-                         "every option has", "name a tier the GPUs load from: "
-                         "host-dram-pcie5, rdma-cx7, nvme-gen5 (xmemplan catalog tiers)")
+    host, xmem_t = resolve_tiers(cat, g, host_tier, xmem_tier)
     said.append((f"engine {engine}: overlap {overlap or default_overlap}, "
                  f"{transfer.page_tokens}-token pages, {transfer.layout}, {transfer.io} copies, "
                  f"{'decodes ride in prefill batches' if mixed else 'prefill first'}",
@@ -320,7 +317,6 @@ def build_request(
     if attention_dtype not in g.flops:
         notes.append(f"{g.name} has no {attention_dtype} peak in the catalog: attention is "
                      "priced at its BF16 peak")
-    xmem_t = cat.tier(xmem_tier)
     host, xmem_t = (_scoped(t, scopes, said) for t in (host, xmem_t))
     known = {n for t in (host, xmem_t) for n in (t.name, *t.aliases, t.kind)}
     for name in scopes:
