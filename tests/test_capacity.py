@@ -203,6 +203,11 @@ def test_parse_capacity_units():
         ({"idle": "5"}, "no time unit"),
         ({"idle": "0s"}, "not positive"),
         ({"capacity": "80GB", "model": "no-such-model"}, "unknown model"),
+        ({"capacity": "1k,3M,1k"}, "--capacity 1k is given twice"),
+        ({"capacity": "1k,1000"}, "--capacity 1k and 1000 are the same size (1,000 tokens)"),
+        ({"capacity": "1GB,1000MB", "kv_bytes": 1000},
+         "--capacity 1GB and 1000MB are the same size (1,000,000 tokens at 1,000 KV bytes"),
+        ({"curve": "1M,3M,1000k"}, "--capacity-curve 1M and 1000k are the same size"),
     ],
 )
 def test_bad_values_say_what_to_write(kwargs, needle):
@@ -233,6 +238,33 @@ def test_cli_bad_input_exit_2(cli, tmp_path: Path, sessions, args, needle):
     assert r.code == 2, r.err
     assert needle in " ".join(r.err.split())
     assert "Traceback" not in r.err
+
+
+@pytest.mark.parametrize("args,said,hint", [
+    (["--capacity", "1k,1k"], "--capacity 1k is given twice", "--capacity 1k."),
+    (["--capacity", "2k", "--capacity", "1k", "--capacity", "2k"],
+     "--capacity 2k is given twice", "--capacity 2k,1k."),
+    (["--capacity", "1k,1000,5k"], "--capacity 1k and 1000 are the same size (1,000 tokens)",
+     "--capacity 1k,5k."),
+])
+def test_cli_same_size_twice_is_refused(cli, tmp_path: Path, sessions, args, said, hint):
+    """`--capacity 1k,1k` (or 1k,1000) printed the same column twice, exit 0."""
+    synth.write_mooncake(tmp_path / "m.jsonl", sessions)
+    r = cli("hitrate", tmp_path / "m.jsonl", *args)
+    assert r.code == 2, r.err
+    assert f"Error: {said}: the same cache would be replayed and shown twice. Give each size " \
+           f"once: {hint}" in r.err
+    assert r.out == ""
+
+
+def test_cli_gb_and_gib_are_two_sizes(cli, tmp_path: Path, sessions):
+    synth.write_mooncake(tmp_path / "m.jsonl", sessions)
+    r = cli("hitrate", tmp_path / "m.jsonl", "--capacity", "1GB,1GiB", "--model",
+            "qwen3-30b-a3b", "-f", "json")
+    assert r.code == 0, r.err
+    caps = json.loads(r.out)["capacity"]["capacities"]
+    assert [c["capacity"] for c in caps] == ["1GB", "1GiB"]
+    assert caps[0]["capacity_tokens"] < caps[1]["capacity_tokens"]
 
 
 def test_cli_json_and_csv(cli, tmp_path: Path, sessions):

@@ -79,12 +79,13 @@ def hitrate(
     capacity: list[str] = typer.Option(
         [], "--capacity",
         help="Also replay LRU caches of these sizes: tokens (3M) or bytes with --model "
-        "(80GB,1TB). Comma-separated, or the flag repeated.",
+        "(80GB,1TB). Comma-separated, or the flag repeated; each size once (1k and 1000 "
+        "are one size and refused together; 1GB and 1GiB are two).",
     ),
     capacity_curve: str | None = typer.Option(
         None, "--capacity-curve",
         help="Hit ratio vs capacity, exact, in one pass: LOW:HIGH:POINTS (1M:100M:20), a "
-        "list (1M,3M,10M) or auto.",
+        "list (1M,3M,10M; each size once) or auto.",
     ),
     tiers: str | None = typer.Option(
         None, "--tiers",

@@ -232,8 +232,11 @@ def build_spec(
                         cache_model=cache_model, with_outputs=with_outputs)
     if capacity is not None:
         spec.capacities = [parse_capacity(p, bpt, "--capacity") for p in capacity.split(",")]
+        _each_once(spec.capacities, "--capacity", bpt)
     if curve is not None:
         spec.curve, spec.curve_auto = _curve(curve, bpt)
+        if not spec.curve_auto and ":" not in curve:  # a list (LOW:HIGH:POINTS is unique)
+            _each_once(spec.curve, "--capacity-curve", bpt)
     elif want_curve:
         spec.curve, spec.curve_auto = _curve("auto", bpt)
     if tiers is not None:
@@ -243,6 +246,26 @@ def build_spec(
     for c in spec.capacities + [t.capacity for t in spec.tiers]:
         _check_page(c, page_size)
     return spec
+
+
+def _each_once(caps: list[Capacity], flag: str, bpt: int | None) -> None:
+    """UsageError when two sizes of one list are the same cache (the same tokens: 1k and
+    1000, or 1GB and 1000MB; 1GB and 1GiB are two): each would get its own column (or
+    curve row) of the same figures, as `--tiers` and `--gpu` refuse a name given twice."""
+    first: dict[int, Capacity] = {}
+    for c in caps:
+        first.setdefault(c.tokens, c)
+    for c in caps:
+        was = first[c.tokens]
+        if was is c:
+            continue
+        per = "" if c.bytes is None or bpt is None else f" at {bpt:,} KV bytes per token"
+        what = (f"{flag} {c.label} is given twice" if was.label == c.label else
+                f"{flag} {was.label} and {c.label} are the same size "
+                f"({c.tokens:,} tokens{per})")
+        raise UsageError(f"{what}: the same cache would be replayed and shown twice",
+                         f"give each size once: {flag} "
+                         + ",".join(x.label for x in first.values()))
 
 
 def _check_page(c: Capacity, page_tokens: int) -> None:
