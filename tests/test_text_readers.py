@@ -53,6 +53,47 @@ def _read(reader, path: Path, options: ReadOptions | None = None, enc=None):
     return batches, skips
 
 
+def test_litter_in_a_folder_of_traces_is_skipped_and_counted(tmp_path):
+    """__pycache__ folders, .DS_Store and hidden folders beside the traces: the same files
+    are read as in a clean folder, nothing more is 'in no known format' (a .pyc was, and
+    failed --strict; this test's sniffing twin failed whenever the fixtures had a
+    __pycache__), and the skips are counted in notes."""
+    import shutil
+
+    clean = tmp_path / "clean"
+    shutil.copytree(FIXTURES, clean, ignore=_ignore_stray)
+    littered = tmp_path / "littered"
+    shutil.copytree(FIXTURES, littered, ignore=_ignore_stray)
+    _litter(littered)
+
+    def read(root: Path):
+        found = discover([root], strict=True)
+        return ({p.relative_to(root).as_posix(): r.NAME for p, r in found.files},
+                sorted(p.relative_to(root).as_posix() for p in found.unrecognized),
+                found)
+
+    files, unknown, _ = read(clean)
+    l_files, l_unknown, found = read(littered)
+    assert l_files == files and l_unknown == unknown == ["generate.py"]
+    assert found.skips.total == 0 and not found.empty
+    assert "2 hidden files or folders (names starting with '.') were not read" in found.notes
+    assert "2 __pycache__ folders (Python's bytecode cache) were not read" in found.notes
+
+
+def test_strict_hitrate_reads_past_a_pycache(cli, tmp_path):
+    """--strict stops at a file in no known format: a __pycache__ beside the traces was
+    one (exit 3)."""
+    import shutil
+
+    shutil.copytree(CLAUDE, tmp_path / "claude", ignore=_ignore_stray)
+    (tmp_path / "claude" / "__pycache__").mkdir()
+    (tmp_path / "claude" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\xa7\r\r\n" * 9)
+    r = cli("hitrate", tmp_path / "claude", "--strict", "-f", "json")
+    assert r.code == ExitCode.OK, r.err
+    assert "1 __pycache__ folder (Python's bytecode cache) was not read" in r.err
+    assert json.loads(r.out)["unrecognized_files"] == []
+
+
 def test_fixtures_are_what_the_generator_writes(tmp_path):
     """The committed fixtures equal a fresh run of generate.py (they cannot drift)."""
     gen = FIXTURES / "generate.py"
@@ -63,11 +104,33 @@ def test_fixtures_are_what_the_generator_writes(tmp_path):
     made.remove(Path("generate.py"))
     kept = sorted(
         p.relative_to(FIXTURES) for p in FIXTURES.rglob("*")
-        if p.is_file() and p.name != "generate.py" and "__pycache__" not in p.parts
+        if p.is_file() and p.name != "generate.py" and not _stray(p.relative_to(FIXTURES))
     )
     assert made == kept
     for rel in made:
         assert (tmp_path / rel).read_bytes() == (FIXTURES / rel).read_bytes(), rel
+
+
+def _stray(rel: Path) -> bool:
+    """What a checkout or a run may leave among the fixtures that the generator does not
+    write: Python's bytecode cache, and hidden files and folders (.DS_Store, .~lock...)."""
+    return any(part == "__pycache__" or part.startswith(".") for part in rel.parts)
+
+
+def _ignore_stray(_folder: str, names: list[str]) -> list[str]:
+    """shutil.copytree's ignore: a copy of the fixtures without what `_stray` names."""
+    return [n for n in names if _stray(Path(n))]
+
+
+def _litter(folder: Path) -> None:
+    """What an import, Finder or an editor leaves in a folder of traces."""
+    (folder / "__pycache__").mkdir(exist_ok=True)
+    (folder / "__pycache__" / "generate.cpython-311.pyc").write_bytes(b"\xa7\r\r\n" + bytes(64))
+    (folder / "claude" / "__pycache__").mkdir(exist_ok=True)
+    (folder / "claude" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\x00\x01junk")
+    (folder / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(32))
+    (folder / ".hidden").mkdir(exist_ok=True)
+    (folder / ".hidden" / "old.jsonl").write_text('{"not": "a trace"}\n')
 
 
 def test_sniffing_picks_each_text_format():

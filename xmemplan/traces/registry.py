@@ -126,7 +126,8 @@ class Discovery:
     """Which reader takes which file, and the files no reader takes (reported, not hidden).
 
     `skips` counts entries of folders that could not be read (one skip per path, no line);
-    `notes` says what was read differently from how it was named (duplicates, hidden files).
+    `notes` says what was read differently from how it was named (duplicates, hidden files,
+    __pycache__ folders).
     """
 
     files: list[tuple[Path, ModuleType]] = field(default_factory=list)
@@ -137,6 +138,7 @@ class Discovery:
     duplicates: list[Path] = field(default_factory=list)
     linked_dirs: list[Path] = field(default_factory=list)
     hidden: int = 0
+    caches: int = 0  # __pycache__ folders met inside a folder (not read)
 
     def by_format(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -197,9 +199,16 @@ def _named(path: Path) -> os.stat_result:
     return st
 
 
+# Folders that hold no trace by construction: Python's bytecode cache (a folder of traces
+# next to a script, or a test's fixtures, gets one as soon as the script is imported). Its
+# .pyc files would each be a "file in no known format", and fail a --strict run.
+NOT_TRACE_DIRS = ("__pycache__",)
+
+
 def _walk(root: Path, found: Discovery) -> list[tuple[Path, os.stat_result]]:
     """Regular files under `root` (links followed, loops cut), sorted by path; anything else
-    met on the way is a counted skip. Names starting with '.' are not read (counted)."""
+    met on the way is a counted skip. Names starting with '.' and `NOT_TRACE_DIRS` folders
+    are not read (counted, in a note)."""
     out: list[tuple[Path, os.stat_result]] = []
     seen_dirs: set[tuple[int, int]] = set()
 
@@ -221,8 +230,11 @@ def _walk(root: Path, found: Discovery) -> list[tuple[Path, os.stat_result]]:
             continue
         seen_dirs.add(key)
         hidden = [d for d in dirnames if d.startswith(".")]
+        caches = [d for d in dirnames if d in NOT_TRACE_DIRS]
         found.hidden += len(hidden)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        found.caches += len(caches)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")
+                             and d not in NOT_TRACE_DIRS)
         for name in filenames:
             if name.startswith("."):
                 found.hidden += 1
@@ -306,6 +318,10 @@ def discover(
     if found.hidden:
         found.notes.append(
             f"{found.hidden} hidden files or folders (names starting with '.') were not read")
+    if found.caches:
+        found.notes.append(
+            f"{found.caches} __pycache__ folder{'s' if found.caches > 1 else ''} (Python's "
+            f"bytecode cache) {'were' if found.caches > 1 else 'was'} not read")
     return found
 
 
