@@ -12,6 +12,12 @@
 #    5.5 with `export --to aiperf --user-centric-rate`, replayed on its own schedule against
 #    the same server and judged with `validate --aiperf`.
 #
+# The live checks (2 and 3) judge at validate's 15% tolerance, widened only while the
+# machine is oversubscribed (1-minute load average per core above 1, sampled before each
+# replay): 15% x load per core, at most 30% (.ci/load_tolerance.py says why; the step
+# prints the load and the tolerance). The 1.5x slower server is judged at the same
+# tolerance and must still fail, so a widened check can still fail on a real regression.
+#
 # AIPerf pulls transformers and friends (~1.2 GB) and pins its own versions, so it gets its
 # OWN venv (as the SGLang step does); the venv is reused while it holds the pinned version
 # (XMEMPLAN_AIPERF_FRESH=1 rebuilds it). xmemplan runs from the CI venv (`python3` on PATH
@@ -83,8 +89,17 @@ echo "aiperf step: analyze-trace done ($(elapsed))"
 "$PY" -m xmemplan export examples/traces --to aiperf -o "$WORK/live.jsonl" --block-tokens 64 \
   --spacing 120ms --limit 48
 
+TOL=0.15
+tolerance() {  # TOL for the next judgement: 15%, widened while the machine is oversubscribed
+  local said
+  said="$("$PY" .ci/load_tolerance.py)"
+  TOL="${said%% *}"
+  echo "aiperf step: ${said#* }"
+}
+
 profile() {  # $1: artifact dir, $2: server slowdown, $3: trace (default live.jsonl)
   local trace="${3:-$WORK/live.jsonl}"
+  tolerance  # the load before this replay, not the replay's own
   rm -f "$WORK/port"
   "$PY" tests/live_server.py --trace "$trace" --port-file "$WORK/port" \
     --slowdown "$2" --max-seconds 90 >"$WORK/server.log" 2>&1 &
@@ -103,18 +118,19 @@ profile() {  # $1: artifact dir, $2: server slowdown, $3: trace (default live.js
 }
 
 profile "$WORK/run1" 1.0
-COLUMNS=80 "$PY" -m xmemplan validate --aiperf "$WORK/run1" --traces "$WORK/live.jsonl"
+COLUMNS=80 "$PY" -m xmemplan validate --aiperf "$WORK/run1" --traces "$WORK/live.jsonl" \
+  --tolerance "$TOL"
 echo "aiperf step: live replay judged ($(elapsed))"
 
 profile "$WORK/run2" 1.5
 set +e
 COLUMNS=80 "$PY" -m xmemplan validate --aiperf "$WORK/run2" --traces "$WORK/live.jsonl" \
-  >"$WORK/v2.log" 2>&1
+  --tolerance "$TOL" >"$WORK/v2.log" 2>&1
 rc=$?
 set -e
 if [ "$rc" -ne 5 ]; then
   cat "$WORK/v2.log" >&2
-  echo "validate --aiperf should fail (exit 5) on a server 1.5x slower than the model; got $rc" >&2
+  echo "validate --aiperf should fail (exit 5, tolerance $TOL) on a server 1.5x slower than the model; got $rc" >&2
   exit 1
 fi
 grep '^FAIL' "$WORK/v2.log"
@@ -124,6 +140,7 @@ echo "aiperf step: slow server failed as it should ($(elapsed))"
 "$PY" -m xmemplan export --to aiperf -o "$WORK/synthetic.jsonl" --user-centric-rate 5.5 \
   --block-tokens 64 --limit 48
 profile "$WORK/run3" 1.0 "$WORK/synthetic.jsonl"
-COLUMNS=80 "$PY" -m xmemplan validate --aiperf "$WORK/run3" --traces "$WORK/synthetic.jsonl"
+COLUMNS=80 "$PY" -m xmemplan validate --aiperf "$WORK/run3" --traces "$WORK/synthetic.jsonl" \
+  --tolerance "$TOL"
 echo "aiperf step: synthetic workload replayed and judged ($(elapsed))"
 echo "aiperf step: $(elapsed) wall (aiperf $AIPERF_VERSION)"
