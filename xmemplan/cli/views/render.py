@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 _quiet = False
 _verbose = False
 _lines = [0]  # lines of results written to stdout by line() and table()
+_live: list[Any] = []  # the progress displays on stderr now (innermost last)
 
 
 def set_quiet(quiet: bool) -> None:
@@ -142,8 +143,11 @@ def wrapped(text: str) -> str:
 
 
 def info(message: str) -> None:
+    """A note on stderr (not with -q); above the progress display when one is live, from
+    any thread (numba's compile note comes from the thread that compiles)."""
     if not _quiet:
-        err_console().print(wrapped(printable(message)), markup=False)
+        console = _live[-1].console if _live else err_console()
+        console.print(wrapped(printable(message)), markup=False)
 
 
 def warn(message: str) -> None:
@@ -210,7 +214,7 @@ def progress(
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     ]
-    with Progress(*columns, console=console, transient=True) as prog:
+    with Progress(*columns, console=console, transient=True) as prog, _showing(prog):
         task = prog.add_task(description, total=total)
         yield _Progress(prog, task)
 
@@ -388,9 +392,18 @@ def spinner(description: str) -> Iterator[None]:
     from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
     columns = [TextColumn("{task.description}"), TimeElapsedColumn()]
-    with Progress(*columns, console=console, transient=True) as prog:
+    with Progress(*columns, console=console, transient=True) as prog, _showing(prog):
         prog.add_task(description, total=None)
         yield
+
+
+@contextmanager
+def _showing(prog: Any) -> Iterator[None]:
+    _live.append(prog)
+    try:
+        yield
+    finally:
+        _live.remove(prog)
 
 
 def to_json(obj: Any) -> str:
