@@ -185,3 +185,62 @@ def test_a_ctrl_c_while_the_cli_imports_is_an_interruption(cli, monkeypatch):
     monkeypatch.setattr(M, "_run_with_signals", _boom(RuntimeError("a real bug")))
     with pytest.raises(RuntimeError):
         cli("hitrate", "x")
+
+
+def test_a_signal_inside_llvmlites_bindings_lands_after_they_return():
+    """The kill test's -11 (SIGSEGV; glibc's abort, -6, on other heaps): a SIGTERM while
+    numba linked its runtime or a cached kernel landed between LLVMPY_LinkModules (which
+    destroys the source module) and llvmlite's detaching its wrapper, and the wrapper
+    disposed of the freed module when collected. Sent here at exactly that moment: the
+    interrupt now comes once link_in has returned, the wrapper detached. Without the
+    change it is raised inside link_modules, the wrapper left attached (detached here by
+    hand, so that this process does not crash)."""
+    import os
+    import signal
+    import sys
+    import time
+
+    import llvmlite.binding as llvm
+
+    from xmemplan.jsonio import cleanup_on_signals, terminated
+
+    def profile(frame, event, _arg):
+        if event == "return" and frame.f_code.co_name == "__call__" and \
+                frame.f_back is not None and frame.f_back.f_code.co_name == "link_modules":
+            sys.setprofile(None)  # LLVMPY_LinkModules returned: the source is gone
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    dst = llvm.parse_assembly("define i32 @f() {\n  ret i32 1\n}")
+    src = llvm.parse_assembly("define i32 @g() {\n  ret i32 2\n}")
+    where = "in link_in"
+    with cleanup_on_signals():
+        try:
+            sys.setprofile(profile)
+            dst.link_in(src)
+            where = "after link_in"
+            t = time.monotonic()
+            while time.monotonic() < t + 5:  # the signal comes again a moment later
+                time.sleep(0.001)
+            where = "never"
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.setprofile(None)
+        detached = src.closed
+        if not detached:
+            src.detach()
+    assert (where, detached) == ("after link_in", True)
+    assert terminated()
+
+
+def test_a_signal_elsewhere_still_lands_at_once():
+    import os
+    import signal
+
+    from xmemplan.jsonio import cleanup_on_signals
+
+    with cleanup_on_signals(), pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # bytecodes: the handler runs at the first of them
+            pass
+        raise AssertionError("the interrupt did not come at once")

@@ -280,7 +280,8 @@ def check_not_input(path: Path | str, flag: str, inputs: Iterable[Path | str]) -
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    """SIGINT/SIGTERM: remove this process's live temporary files, then unwind."""
+    """SIGINT/SIGTERM: remove this process's live temporary files, then unwind; inside
+    llvmlite's bindings, a moment later (`_in_llvm_handoff`)."""
     if _LIVE_OWNER[0] != os.getpid():  # a forked worker: not ours to clean, default action
         if signum == signal.SIGINT:
             return  # workers leave Ctrl-C to the parent (traces/registry.py)
@@ -291,7 +292,45 @@ def _on_signal(signum: int, frame: Any) -> None:
     _SIGNALLED[0] = True
     if signum == signal.SIGTERM:
         _TERMINATED[0] = True
+    if _in_llvm_handoff(frame) and _deferred[0] < DEFER_MAX:
+        _deferred[0] += 1
+        _redeliver(signum)
+        return
+    _deferred[0] = 0
     raise KeyboardInterrupt
+
+
+# The interrupt is an exception raised wherever the interpreter is, and llvmlite's bindings
+# are not safe against one: `link_modules` calls LLVMPY_LinkModules, which destroys the
+# source module, and only then detaches its Python wrapper; raised between the two, the
+# interrupt leaves a wrapper that disposes of the freed module when it is collected: SIGSEGV
+# or glibc's abort on the double free (the kill test's -11 and -6: numba links its runtime
+# and the cached kernels there, in the first 0.1-0.2 s of a command; tests/fuzz/test_kill.py,
+# docs/reliability.md). So while a frame of llvmlite.binding is on the stack the handler
+# only cleans up, and the signal is sent again DEFER_S later, until the bindings have
+# returned (a few ms: their Python code is glue around C calls; a compile spends its minutes
+# in numba's own passes, where the interrupt is safe). At most DEFER_MAX times.
+DEFER_S = 0.005
+DEFER_MAX = 400  # 2 s: past it the interrupt goes in anyway
+_deferred = [0]
+_LLVM_BINDING = os.sep + os.path.join("llvmlite", "binding") + os.sep
+
+
+def _in_llvm_handoff(frame: Any, depth: int = 64) -> bool:
+    """Whether llvmlite.binding code is on the stack of `frame` (within `depth` frames)."""
+    while frame is not None and depth > 0:
+        if _LLVM_BINDING in frame.f_code.co_filename:
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
+def _redeliver(signum: int) -> None:
+    import threading
+
+    t = threading.Timer(DEFER_S, os.kill, (os.getpid(), signum))
+    t.daemon = True
+    t.start()
 
 
 _LIVE_OWNER = [0]
@@ -330,6 +369,7 @@ def cleanup_on_signals() -> Iterator[None]:
     _LIVE_OWNER[0] = os.getpid()
     _TERMINATED[0] = False
     _SIGNALLED[0] = False
+    _deferred[0] = 0
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in old:
         signal.signal(s, _on_signal)

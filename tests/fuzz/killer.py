@@ -2,7 +2,9 @@
 
     python killer.py SPEC.json RESULT.json
 
-SPEC: {"argv": [...], "cwd": DIR, "output": PATH, "versions": DIR, "runs": 50, "seed": 1}. This process imports
+SPEC: {"argv": [...], "cwd": DIR, "output": PATH, "versions": DIR, "runs": 50, "seed": 1}.
+KILLER_FAULTS=DIR keeps each child's stderr, with faulthandler's stacks of a crash, in
+DIR/fault.PID. This process imports
 the CLI and everything the command uses once, then forks a child per run (a fork costs
 milliseconds, a fresh interpreter about a second). Each child runs the command with its
 output to /dev/null; the parent sends SIGTERM or SIGINT (alternately) after a random delay
@@ -31,11 +33,12 @@ def _child(argv: list[str], cwd: str) -> None:
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     os.dup2(null, 2)
-    if os.environ.get("KILLER_FAULTS"):  # a folder: where a crashing child's stack goes
+    if os.environ.get("KILLER_FAULTS"):  # a folder: a crashing child's stack and stderr
         import faulthandler
 
         log = open(f"{os.environ['KILLER_FAULTS']}/fault.{os.getpid()}", "w")  # noqa: SIM115
-        faulthandler.enable(log)
+        os.dup2(log.fileno(), 2)  # what native code says too (glibc's "double free ...")
+        faulthandler.enable(log, all_threads=True)
     from xmemplan.cli.main import run
 
     try:
