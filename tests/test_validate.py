@@ -90,6 +90,32 @@ def test_zero_bandwidth_is_refused(capsys, monkeypatch):
         run_validate(ValidateOptions(predict_bandwidth_bytes_per_s=0.0))
 
 
+@pytest.mark.parametrize("args,said,hint", [
+    (["--backend", "xmem", "--emulate", "--tier", "host-dram-pcie5"],
+     "--tier host-dram-pcie5 is a tier of kind host, and --backend xmem replays pages "
+     "through an X-Mem node", "Name an X-Mem tier: xmem (xmemplan catalog tiers), or drop "
+     "--tier; --backend dram checks a host DRAM tier."),
+    (["--backend", "dram", "--tier", "mpu"],
+     "--tier mpu (xmem) is a tier of kind xmem, and --backend dram replays pages through "
+     "host DRAM", "Name a host DRAM tier: host-dram-pcie5 or host-dram-c2c"),
+    (["--backend", "dram", "--tier", "nvme-gen5"],
+     "--tier nvme-gen5 is a tier of kind nvme", None),
+])
+def test_a_tier_of_the_wrong_kind_for_the_backend_is_refused(capsys, monkeypatch, args, said,
+                                                             hint):
+    """--backend xmem with a host tier predicted host-DRAM loads for pages replayed through
+    the X-Mem node and failed by 87 % on the flag (exit 5); --backend dram with an X-Mem
+    tier ignored it and passed (exit 0). Both are the user's flag, refused before any
+    replay."""
+    code, out, err = cli([*SMALL, *args], capsys, monkeypatch, columns=400)
+    assert code == ExitCode.USAGE, err
+    assert out == ""
+    flat = " ".join(err.split())
+    assert f"Error: {said}" in flat
+    if hint is not None:
+        assert hint in flat
+
+
 @pytest.mark.parametrize("planner_right", [False, True])
 def test_contention_of_eight_readers(capsys, monkeypatch, planner_right):
     """A node of 1 TB/s shared by 8 readers: each gets ~125 GB/s, not the ~366 GB/s that a

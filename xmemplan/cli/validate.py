@@ -70,8 +70,10 @@ def validate(
         f"{SEED_GPU})."
     ),
     tier: str | None = typer.Option(
-        None, "--tier", help="Catalog tier (default: xmem, or host-dram-pcie5 for dram and "
-        "--aiperf)."
+        None, "--tier", help="Catalog tier the prediction loads from: an X-Mem tier with "
+        "--backend xmem (default xmem), a host DRAM tier with --backend dram (default "
+        "host-dram-pcie5; another kind is refused, exit 2), the server's tier with --aiperf "
+        "(default host-dram-pcie5)."
     ),
     tolerance: str = typer.Option(
         "15%", "--tolerance", help="Largest p50/p90 error that passes (15% or 0.15)."

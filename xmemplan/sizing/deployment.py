@@ -84,6 +84,11 @@ HOST_KINDS = ("host", "rdma", "nvme")
 XMEM_KINDS = ("xmem",)
 
 
+def tier_names(cat: Catalog, kinds: tuple[str, ...]) -> str:
+    """The catalog's tiers of these kinds, in catalog order: 'a, b or c'."""
+    return _names(cat, kinds)
+
+
 def _names(cat: Catalog, kinds: tuple[str, ...]) -> str:
     """The catalog's tiers of these kinds, in catalog order: 'a, b or c'."""
     names = [t.name for t in cat.tiers.values() if t.kind in kinds]

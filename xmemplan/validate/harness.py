@@ -268,6 +268,28 @@ def _kib(n: float) -> str:
 
 
 # -- the run --------------------------------------------------------------------------------
+def check_tier_kind(cat: Any, backend: str, named: str | None, tier: Any) -> None:
+    """--tier names what the prediction loads from: an X-Mem tier for --backend xmem, a host
+    tier for --backend dram (UsageError, exit 2, otherwise). A host tier with --backend
+    xmem predicted host-DRAM loads for pages replayed through the X-Mem node and failed by
+    87 % on the user's flag; an X-Mem tier with --backend dram was ignored and passed."""
+    from xmemplan.sizing.deployment import XMEM_KINDS, tier_names
+
+    if named is None:
+        return
+    kinds, what, medium = ((XMEM_KINDS, "an X-Mem tier", "an X-Mem node") if backend == "xmem"
+                           else (("host",), "a host DRAM tier", "host DRAM"))
+    if tier.kind not in kinds:
+        alias = "" if named == tier.name else f" ({tier.name})"
+        other = ("; --backend dram checks a host DRAM tier" if tier.kind == "host" else
+                 "; --backend xmem checks an X-Mem tier" if tier.kind in XMEM_KINDS else "")
+        raise UsageError(
+            f"--tier {named}{alias} is a tier of kind {tier.kind}, and --backend {backend} "
+            f"replays pages through {medium}",
+            f"name {what}: {tier_names(cat, kinds)} (xmemplan catalog tiers), or drop --tier"
+            + other)
+
+
 def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResult:
     from xmemplan.backends.device import load_device
     from xmemplan.catalog import load_catalog
@@ -285,6 +307,7 @@ def run_validate(opts: ValidateOptions, on_progress: Any = None) -> ValidateResu
     if opts.kv_dtype:  # a plan sized with --kv-dtype: its pages are that size
         model = with_kv_dtype(model, opts.kv_dtype)
     tier = cat.tier(opts.tier or ("xmem" if opts.backend == "xmem" else "host-dram-pcie5"))
+    check_tier_kind(cat, opts.backend, opts.tier, tier)
     calibration = calibration_for(cat, "sglang")
     page_bytes = model.kv_bytes_per_token * opts.page_tokens
     mode = choose_mode(opts)
