@@ -77,16 +77,3 @@ def test_a_loaded_kernel_says_nothing(monkeypatch: pytest.MonkeyPatch, fresh: No
     F.first_run_notice()
     assert k(2) == 4
     assert err.getvalue() == ""
-
-
-def test_kernels_cached_reads_the_engines_cache(tmp_path, monkeypatch: pytest.MonkeyPatch
-                                               ) -> None:
-    """engine.kernels_cached (no longer what the note is decided from: a cache file can be
-    there and hold nothing this run can use) still reads the cache folder."""
-    import xmemplan.sizing.engine as E
-
-    monkeypatch.setattr(E, "_HERE", tmp_path)
-    assert not E.kernels_cached()
-    (tmp_path / "__pycache__").mkdir()
-    (tmp_path / "__pycache__" / "loop.run_kernel-270.py311.nbi").write_bytes(b"")
-    assert E.kernels_cached()

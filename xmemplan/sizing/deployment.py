@@ -86,11 +86,6 @@ XMEM_KINDS = ("xmem",)
 
 def tier_names(cat: Catalog, kinds: tuple[str, ...]) -> str:
     """The catalog's tiers of these kinds, in catalog order: 'a, b or c'."""
-    return _names(cat, kinds)
-
-
-def _names(cat: Catalog, kinds: tuple[str, ...]) -> str:
-    """The catalog's tiers of these kinds, in catalog order: 'a, b or c'."""
     names = [t.name for t in cat.tiers.values() if t.kind in kinds]
     return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else \
         (names[0] if names else "none")
@@ -109,17 +104,17 @@ def resolve_tiers(cat: Catalog, g: GpuSpec, host_tier: str, xmem_tier: str
     if host.kind == "hbm":  # it was sized as an offload tier holding more HBM
         raise UsageError(f"--host-tier {host_tier} is the GPU's own memory (HBM), which "
                          "every option has", "name a tier the GPUs load from: "
-                         f"{_names(cat, HOST_KINDS)} (xmemplan catalog tiers)")
+                         f"{tier_names(cat, HOST_KINDS)} (xmemplan catalog tiers)")
     if host.kind not in HOST_KINDS:
         raise UsageError(f"--host-tier {host_tier} is an X-Mem tier ({what}), which the "
                          "xmem option loads from: host DRAM would be compared with X-Mem "
-                         "itself", f"name a host tier: {_names(cat, HOST_KINDS)} (xmemplan "
+                         "itself", f"name a host tier: {tier_names(cat, HOST_KINDS)} (xmemplan "
                          "catalog tiers); an X-Mem tier goes to --xmem-tier")
     if xmem.kind not in XMEM_KINDS:
         kind = ("the GPU's own memory (HBM), which every option has" if xmem.kind == "hbm"
                 else f"{xmem.name}, a tier of kind {xmem.kind}, not an X-Mem memory node")
         raise UsageError(f"--xmem-tier {xmem_tier} is {kind}",
-                         f"name an X-Mem tier: {_names(cat, XMEM_KINDS)} (xmemplan catalog "
+                         f"name an X-Mem tier: {tier_names(cat, XMEM_KINDS)} (xmemplan catalog "
                          "tiers)" + ("; a host tier goes to --host-tier"
                                      if xmem.kind in HOST_KINDS else ""))
     return host, xmem

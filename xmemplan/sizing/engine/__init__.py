@@ -30,14 +30,6 @@ drop_stale_cache(_HERE, [_HERE.parent / "sim.py", _PREFIX / "engine_kernels.py",
                          _PREFIX / "kernels.py"])
 
 
-def kernels_cached() -> bool:
-    """Whether numba's on-disk cache holds the engine's step loop: False on the first run
-    after an install or an upgrade, which compiles it (1-2 minutes of CPU on 2 cores)."""
-    try:
-        return any((_HERE / "__pycache__").glob("loop.run_kernel-*.nbi"))
-    except OSError:
-        return True  # unreadable: say nothing
-
 from xmemplan.sizing.engine.loop import (
     E_ASYNC,
     E_DEFER,
