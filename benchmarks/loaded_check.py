@@ -158,6 +158,30 @@ SWEEP = tuple(
         (24, 1.001, 228.42, 11_468.4, 34_192.9, 10_258.6, 49_341.2, 92_156.5, 85.5, 95.1, 3.9,
          87.8, 97_571.7, 163_740.0),
     ))
+# The same combined run's X-Mem ("hybrid-mtier") sweep, 4 to 24 agents: the same runner,
+# agents and tasks, KV offloaded to the X-Mem bank (bench_combined_20260418_040848 holds
+# both sweeps' plots). No fit or input of `size` uses it; only its published hit shares and
+# lengths build the workload, as for the DRAM sweep. `--sweep` checks it and the DRAM /
+# X-Mem TTFT ratio against concurrency (the buyer's question) beside the DRAM sweep.
+_SX = _B + "hybrid-mtier_p8000_20260418_040848/c0"
+SWEEP_XMEM = tuple(
+    (n, Run(f"X-Mem 04-18 {n:2} agents", "xmem", isl50, isl90, gpu / 100, ext / 100,
+            t50, t90, o50, tok / rps, f"{_SX}{n:02}.json", queue_p50_ms=q, rps=rps,
+            tok_s=tok, kv_usage=kv / 100, isl_p95=isl95, isl_p99=isl99))
+    for n, rps, tok, t50, t90, q, isl50, isl90, o50, kv, gpu, ext, isl95, isl99 in (
+        (4, 1.273, 280.459, 216.1, 1_382.9, 181.3, 48_653.0, 89_820.8, 86.7, 26.3, 96.7,
+         29.8, 95_094.2, 99_313.0),
+        (8, 1.203, 306.995, 257.6, 624.5, 154.6, 53_910.8, 125_699.7, 106.3, 67.1, 97.5,
+         3.1, 162_849.8, 192_570.0),
+        (12, 1.082, 316.576, 382.9, 2_102.4, 199.0, 49_240.3, 92_065.3, 87.0, 91.7, 49.4,
+         80.5, 97_500.0, 162_962.3),
+        (16, 1.308, 346.668, 2_793.6, 6_093.1, 2_337.1, 51_559.8, 92_426.3, 90.6, 95.9, 5.3,
+         96.3, 97_534.7, 161_344.3),
+        (20, 1.077, 316.252, 9_456.7, 22_093.0, 9_136.4, 48_888.3, 89_908.2, 83.5, 96.1,
+         5.1, 93.5, 95_143.1, 99_331.0),
+        (24, 1.551, 345.447, 8_498.1, 16_895.2, 8_139.4, 48_445.4, 90_524.1, 90.2, 96.3,
+         5.8, 96.2, 95_941.4, 120_257.1),
+    ))
 Z90 = 1.2815515655446004  # standard normal 90th percentile
 # Every turn of the tasks the six 04-19 runs completed (984 turns of 50 tasks), transcribed
 # from their summary.json (data/measurements/README.md)
@@ -551,7 +575,10 @@ SWEEP_MEM_FRACTION = 0.9
 def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float,
            seeds: int, weights_pool: bool = False, workload: str = "tasks",
            deployment: str = "script", histogram_lengths: bool = True,
-           shared_start: bool = False, host_overheads: str = "vllm") -> None:
+           shared_start: bool = False, host_overheads: str = "vllm",
+           sweep: tuple[tuple[int, Run], ...] = SWEEP, label: str = "the unseen 04-18 DRAM sweep"
+           ) -> list[tuple[int, Run, Prediction]]:
+    """One sweep, measured against predicted per level (printed); returns its rows."""
     def flags(n: int) -> tuple[int | None, int | None]:
         return (None, None) if deployment == "defaults" else (MAX_BATCHED, n)
 
@@ -568,11 +595,11 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
                                  histogram_lengths=histogram_lengths,
                                  shared_start=shared_start, host_overheads=host_overheads,
                                  flags=flags(n))[0])
-            for n, r in SWEEP]
+            for n, r in sweep]
     ok50 = sum(abs(p.ttft_p50_ms / r.ttft_p50_ms - 1) <= TTFT_TOL for _, r, p in rows)
     ok90 = sum(abs(p.ttft_p90_ms / r.ttft_p90_ms - 1) <= TTFT_TOL for _, r, p in rows)
     print(f"TTFT within {TTFT_TOL:.0%} at {ok50} of {len(rows)} levels (p50), {ok90} (p90): "
-          "the unseen 04-18 DRAM sweep")
+          f"{label}")
     print(f"({how};\n think {think_s:.2f} s, pool x {pool_scale}, medians of {seeds} seeds; "
           "measured / predicted)")
     print(f"{'agents':>6} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
@@ -588,6 +615,29 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
     for n, r, p in rows:
         print(f"{n:6} {r.rps or 0:5.2f} {p.rps:5.2f} {r.kv_usage or 0:4.0%} {p.kv_usage:4.0%} "
               f"{r.gpu_share:9.0%} {p.gpu_share:4.0%} {p.admit_share:5.0%} {p.steps_s:7.1f}")
+    return rows
+
+
+def sweep_ratios(dram: list[tuple[int, Run, Prediction]],
+                 xmem: list[tuple[int, Run, Prediction]]) -> None:
+    """DRAM / X-Mem TTFT at each level of the two 04-18 sweeps, measured and predicted: how
+    much X-Mem's link buys against concurrency (the two sweeps ran in one combined run)."""
+    pairs = [(n, rd, pd, rx, px) for (n, rd, pd), (m, rx, px) in zip(dram, xmem, strict=True)
+             if n == m]
+    ok = sum(abs((pd.ttft_p50_ms / px.ttft_p50_ms) / (rd.ttft_p50_ms / rx.ttft_p50_ms) - 1)
+             <= TTFT_TOL for _, rd, pd, rx, px in pairs)
+    print(f"DRAM / X-Mem TTFT p50 ratio within {TTFT_TOL:.0%} at {ok} of {len(pairs)} levels "
+          "(the 04-18 sweeps)")
+    print(f"{'agents':>6} {'p50 ratio':>9} {'pred':>5} {'p90 ratio':>9} {'pred':>5} "
+          f"{'tok/s ratio':>11} {'pred':>5}")
+    for n, rd, pd, rx, px in pairs:
+        print(f"{n:6} {rd.ttft_p50_ms / rx.ttft_p50_ms:8.2f}x "
+              f"{pd.ttft_p50_ms / px.ttft_p50_ms:4.2f}x "
+              f"{rd.ttft_p90_ms / rx.ttft_p90_ms:8.2f}x "
+              f"{pd.ttft_p90_ms / px.ttft_p90_ms:4.2f}x "
+              f"{(rx.tok_s or 0) / (rd.tok_s or 1):10.2f}x {px.tok_s / pd.tok_s:4.2f}x")
+    print("(tok/s ratio: X-Mem / DRAM output tokens/s; each sweep is one run per level,\n"
+          " no repeats, so the published spread between runs is not known here)")
 
 
 def predict_seeds(run: Run, seeds: int, **kw: object) -> tuple[Prediction, float, float]:
@@ -636,7 +686,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5,
                     help="simulations per run (medians reported, TTFT p50 range shown)")
     ap.add_argument("--sweep", action="store_true",
-                    help="TTFT against concurrency: the 04-18 DRAM sweep, 4 to 24 agents")
+                    help="TTFT against concurrency: the 04-18 DRAM and X-Mem sweeps, 4 to "
+                         "24 agents, and their DRAM / X-Mem ratio")
     ap.add_argument("--pool-scale", type=float, default=1.0,
                     help="sensitivity: scale the simulated KV pool (not a fitted value)")
     ap.add_argument("--weights-pool", action="store_true",
@@ -684,7 +735,7 @@ def main() -> None:
                   histogram_lengths=not a.lognormal_lengths, shared_start=a.shared_start,
                   host_overheads=a.host_overheads)
         if a.sweep:
-            for n, r in SWEEP:
+            for n, r in SWEEP + SWEEP_XMEM:
                 if n == a.explain:
                     explain(r, n, mem_fraction=SWEEP_MEM_FRACTION, flags=(MAX_BATCHED, n),
                             **kw)
@@ -693,9 +744,17 @@ def main() -> None:
                 explain(r, AGENTS, mem_fraction=a.mem_fraction, **kw)
         return
     if a.sweep:
-        _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds, a.weights_pool,
-               workload, a.sweep_deployment, not a.lognormal_lengths, a.shared_start,
-               a.host_overheads)
+        kw = dict(weights_pool=a.weights_pool, workload=workload,
+                  deployment=a.sweep_deployment, histogram_lengths=not a.lognormal_lengths,
+                  shared_start=a.shared_start, host_overheads=a.host_overheads)
+        dram = _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds,
+                      **kw)  # type: ignore[arg-type]
+        print()
+        xmem = _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds,
+                      sweep=SWEEP_XMEM, label="the unseen 04-18 X-Mem sweep",
+                      **kw)  # type: ignore[arg-type]
+        print()
+        sweep_ratios(dram, xmem)
         return
     preds = [predict_seeds(r, a.seeds, think_s=think_s, mem_fraction=a.mem_fraction,
                            requests=a.requests, pool_scale=a.pool_scale,

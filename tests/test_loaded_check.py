@@ -19,7 +19,7 @@ def _module() -> ModuleType:
 
 
 def _runs(lc: ModuleType) -> list:  # noqa: ANN401
-    return [*lc.RUNS, *(r for _, r in lc.SWEEP)]
+    return [*lc.RUNS, *(r for _, r in lc.SWEEP), *(r for _, r in lc.SWEEP_XMEM)]
 
 
 def test_prompt_buckets_are_vllms_1_2_5_series_up_to_the_model_length() -> None:
@@ -28,7 +28,7 @@ def test_prompt_buckets_are_vllms_1_2_5_series_up_to_the_model_length() -> None:
     assert lc.PROMPT_BUCKETS[-2:] == (100_000.0, 200_000.0)
 
 
-@pytest.mark.parametrize("i", range(12))
+@pytest.mark.parametrize("i", range(18))
 def test_drawn_prompts_give_back_every_published_percentile(i: int) -> None:
     """The lengths drawn from a run's four published prompt_tok_len percentiles, read as
     Prometheus reads vLLM's histogram, give those four percentiles back (the lognormal
@@ -41,6 +41,18 @@ def test_drawn_prompts_give_back_every_published_percentile(i: int) -> None:
         got = lc.histogram_quantile(x, lc.PROMPT_BUCKETS, q)
         assert got == pytest.approx(want, rel=0.03), (run.name, q)
     assert x.max() <= 200_000  # every published p99 leaves the 200K-and-over bucket empty
+
+
+def test_the_two_sweeps_pair_level_for_level_with_their_own_tier() -> None:
+    """The DRAM / X-Mem ratio is taken level by level: both 04-18 sweeps have the same six
+    levels, each run is of its own option, and a level's name carries its agents."""
+    lc = _module()
+    assert [n for n, _ in lc.SWEEP] == [n for n, _ in lc.SWEEP_XMEM] == [4, 8, 12, 16, 20, 24]
+    for (n, d), (_, x) in zip(lc.SWEEP, lc.SWEEP_XMEM, strict=True):
+        assert (d.option, x.option) == ("host-dram", "xmem")
+        assert f"{n:2} agents" in d.name and f"{n:2} agents" in x.name
+        assert "hybrid-mtier_p8000_20260418_040848" in x.source
+        assert 0 < x.gpu_share <= 1 and x.kv_usage is not None and 0 < x.kv_usage < 1
 
 
 def test_the_lognormal_tail_contradicts_the_published_p99() -> None:
