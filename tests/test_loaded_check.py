@@ -19,7 +19,8 @@ def _module() -> ModuleType:
 
 
 def _runs(lc: ModuleType) -> list:  # noqa: ANN401
-    return [*lc.RUNS, *(r for _, r in lc.SWEEP), *(r for _, r in lc.SWEEP_XMEM)]
+    return [*lc.RUNS, *(r for _, r in lc.SWEEP), *(r for _, r in lc.SWEEP_XMEM),
+            *(r for _, r in lc.SWEEP_REPEATS)]
 
 
 def test_prompt_buckets_are_vllms_1_2_5_series_up_to_the_model_length() -> None:
@@ -28,7 +29,7 @@ def test_prompt_buckets_are_vllms_1_2_5_series_up_to_the_model_length() -> None:
     assert lc.PROMPT_BUCKETS[-2:] == (100_000.0, 200_000.0)
 
 
-@pytest.mark.parametrize("i", range(18))
+@pytest.mark.parametrize("i", range(25))
 def test_drawn_prompts_give_back_every_published_percentile(i: int) -> None:
     """The lengths drawn from a run's four published prompt_tok_len percentiles, read as
     Prometheus reads vLLM's histogram, give those four percentiles back (the lognormal
@@ -53,6 +54,20 @@ def test_the_two_sweeps_pair_level_for_level_with_their_own_tier() -> None:
         assert f"{n:2} agents" in d.name and f"{n:2} agents" in x.name
         assert "hybrid-mtier_p8000_20260418_040848" in x.source
         assert 0 < x.gpu_share <= 1 and x.kv_usage is not None and 0 < x.kv_usage < 1
+
+
+def test_a_levels_spread_spans_its_repeats_and_the_bound_takes_either() -> None:
+    """Each 04-18 repeat re-runs a sweep level of its own option; the level's spread is the
+    range of every run there, and issue 19's bound passes a prediction inside it even when
+    it is over 30 % off the run it is compared with."""
+    lc = _module()
+    levels = {(r.option, n) for sw in (lc.SWEEP, lc.SWEEP_XMEM) for n, r in sw}
+    assert all((r.option, n) in levels for n, r in lc.SWEEP_REPEATS)
+    assert lc.level_spread("host-dram", 16, "ttft_p50_ms") == (1_822.3, 10_373.0)
+    assert lc.level_spread("host-dram", 4, "ttft_p50_ms") is None  # ran once
+    assert lc._within(5_000.0, 10_373.0, (1_822.3, 10_373.0))  # -52 %, inside the spread
+    assert not lc._within(5_000.0, 10_373.0, None)
+    assert lc._within(8_000.0, 10_373.0, None)  # -23 %
 
 
 def test_the_lognormal_tail_contradicts_the_published_p99() -> None:
