@@ -105,7 +105,10 @@ def test_post_setup_answer_first_and_table(capsys, monkeypatch):
     rows = [ln for ln in lines if ln.startswith("│")]
     host = [ln for ln in rows if ln.startswith("│ host DRAM")]
     xmem = [ln for ln in rows if ln.startswith("│ X-Mem")]
-    assert len(host) == 6 and len(xmem) == 6  # the six loads, two options
+    # the six listed loads, QPS 3 twice (the post's list): one row per load and option
+    assert len(host) == 5 and len(xmem) == 5
+    assert [ln.split("│")[2].strip() for ln in host] == ["3", "3.5", "4", "4.5", "5.5"]
+    assert "(QPS 3 listed more than once: the same simulation, one row here;" in out
     assert all(len(ln) <= 80 for ln in lines if ln[:1] in "┏┃┡│└")
     assert "assumptions behind this answer: -v lists them" in err
     assert out.count(lines[0]) == 2  # the answer again, last: the table has scrolled it

@@ -8,6 +8,7 @@ assumptions with their sources go to stderr. `--format json|csv` carry the same 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -156,6 +157,18 @@ def _ms(d: dict[str, float], key: str) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
+def _first_of_each(items: list[Any], key: Callable[[Any], Any]) -> list[Any]:
+    """`items` in order, each key's first only."""
+    seen: set[Any] = set()
+    out = []
+    for x in items:
+        k = key(x)
+        if k not in seen:
+            seen.add(k)
+            out.append(x)
+    return out
+
+
 def report(r: SweepResult, fmt: str) -> None:
     from xmemplan.cli.views import render
     from xmemplan.sizing.pareto import LATE_SHARE, OPTION_NAMES, pct
@@ -177,13 +190,16 @@ def report(r: SweepResult, fmt: str) -> None:
     kind = r.points[0].load_kind if r.points else "qps"
     render.line(f"Workload: {r.workload}.")
     render.line(f"{r.model} on {r.gpus} x {r.gpu}, engine {r.engine}.")
+    # a load listed again (the post runs QPS 3.0 twice) is the same simulation: one row of
+    # each in the tables (JSON and CSV keep every listing, with its run index)
+    shown = _first_of_each(r.points, lambda p: (p.option, p.load_kind, p.load))
     render.table(
         ["option", "QPS" if kind == "qps" else "users", "tok/s per user", "tok/s per GPU",
          "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "Pareto"],
         [[OPTION_NAMES.get(p.option, p.option), f"{p.load:g}", f"{p.interactivity:,.1f}",
           f"{p.throughput_per_gpu:,.0f}", _ms(p.ttft_ms, "p50"), _ms(p.ttft_ms, "p99"),
           _ms(p.itl_ms, "p50"), _ms(p.itl_ms, "p99"), "yes" if p.pareto else "-"]
-         for p in r.points],
+         for p in shown],
         title="Interactivity and throughput per load; TTFT and ITL in ms",
     )
     if r.gains:
@@ -191,9 +207,18 @@ def report(r: SweepResult, fmt: str) -> None:
             ["QPS" if kind == "qps" else "users", "interactivity", "throughput",
              "TTFT p50", "ITL p50"],
             [[f"{g['load']:g}", pct(g["interactivity"]), pct(g["throughput"]),
-              pct(g["ttft_p50"]), pct(g["itl_p50"])] for g in r.gains],
+              pct(g["ttft_p50"]), pct(g["itl_p50"])]
+             for g in _first_of_each(r.gains, lambda g: g["load"])],
             title="X-Mem against host DRAM, same load",
         )
+    again = sorted({p.load for p in r.points} if len(shown) < len(r.points) else set())
+    again = [ld for ld in again
+             if sum(1 for p in r.points if p.load == ld and p.option == shown[0].option) > 1]
+    if again:
+        unit = "QPS " if kind == "qps" else ""
+        listed = ", ".join(f"{unit}{ld:g}" + ("" if kind == "qps" else " users") for ld in again)
+        render.line(f"({listed} listed more than once: the same simulation, one row here; "
+                    "--format json keeps each listing)")
     render.line("(Pareto: no other load of that option has both more tok/s/user and more "
                 "tok/s/GPU)")
     if r.keeps_schedule_up_to:
