@@ -537,6 +537,15 @@ def test_a_nearly_full_kv_cache_is_called_optimistic(capsys) -> None:
     assert fulls and all(0.0 <= f <= 1.0 for f in fulls) and max(fulls) >= 0.8
     code, out, err = _run(capsys, "size", "--ttft-slo", "500ms")
     assert "full on average" not in " ".join(out.split())
+    # a fixed deployment says it too, and JSON carries it among the warnings
+    code, out, err = _run(capsys, *loaded, "--gpus", "1")
+    text = " ".join(out.split())
+    assert code == 0 and "full on average" in text and "median -39%" in text, text
+    code, out, err = _run(capsys, *loaded, "--gpus", "1", "-f", "json")
+    assert any("read these figures as optimistic" in w for w in json.loads(out)["warnings"])
+    light = [("2" if a == "12" else a) for a in loaded]  # 2 users: the KV far from full
+    code, out, err = _run(capsys, *light, "--gpus", "1")
+    assert code == 0 and "full on average" not in " ".join(out.split()), err
 
 
 def test_lengths_p50_p90_and_engine_fields(capsys: pytest.CaptureFixture[str]) -> None:

@@ -127,3 +127,25 @@ def test_each_turn_extends_the_agents_last_by_its_new_tokens(shared_start: bool)
     assert 0.03 < len(starts) / len(later) < 0.07  # a task of 20 turns: 5 % start one
     first = np.arange(1, agents)
     assert (src[first] == 0).all() == shared_start and (src[0] == -1)
+
+
+def test_the_answers_kv_full_caveat_is_what_the_loaded_check_measures() -> None:
+    """`size` says, where its engine runs the KV cache 80 % full or more, how its TTFT p50
+    did on the published agent runs it ran that full (planner.KV_FULL_EVIDENCE). Those
+    figures are recomputed here from the loaded check's own runs, settings and seeds, so a
+    change to the engine that moves them fails until the caveat says what it now does."""
+    lc = _module()
+    from xmemplan.sizing.planner import KV_FULL_EVIDENCE, KV_FULL_WARN
+
+    errs = []
+    for runs, mf in (([*lc.SWEEP, *lc.SWEEP_XMEM, *lc.SWEEP_REPEATS], lc.SWEEP_MEM_FRACTION),
+                     ([(lc.AGENTS, r) for r in lc.RUNS], 0.75)):
+        for n, r in runs:
+            p = lc.predict_seeds(r, 5, think_s=lc.THINK_S, mem_fraction=mf, requests=2000,
+                                 agents=n, flags=(lc.MAX_BATCHED, n))[0]
+            if p.kv_usage >= KV_FULL_WARN:
+                errs.append(p.ttft_p50_ms / r.ttft_p50_ms - 1)
+    n, under, med, lo, hi = KV_FULL_EVIDENCE
+    assert len(errs) == n and sum(e < 0 for e in errs) == under
+    assert (float(np.median(errs)), min(errs), max(errs)) == pytest.approx((med, lo, hi),
+                                                                          abs=0.005)
