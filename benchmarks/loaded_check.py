@@ -13,7 +13,11 @@ percentile is an interpolation inside one of vLLM's buckets (TTFT 2.5-5 s, 5-7.5
 the simulated requests go through the same buckets and the same interpolation before
 they are compared. vLLM's queue time is from arrival to the request's first SCHEDULED
 event, which an async OffloadingConnector load records only once its KV has arrived:
-waiting for blocks and the tier load both count in it.
+waiting for blocks and the tier load both count in it. The window: from the end of the
+warm-up to the level's stop, with every agent busy throughout (sustained mode); the
+simulated figures cover the same span (steady_window: cut where the first agent has sent
+its last request, so the drain of a fixed number of requests is left out; --with-drain
+measures to the last request's end, as before round 12).
 
 Workload inputs, each derived from the published runs (docs/validation.md "Loaded check"):
 - the engine flags of netpreme/coding_agents/start_server.sh as benchmark/run_concurrent.py
@@ -456,20 +460,68 @@ def _request(run: Run, mem_fraction: float):  # noqa: ANN202
     return req
 
 
+@dataclass
+class Window:
+    """The span the published figures cover in a simulated run: after the warm-up and
+    while every agent is still working (`steady_window`), with the engine's KV use over
+    it and the requests it completed."""
+    t0: float
+    t1: float
+    kv_usage: float
+    done: np.ndarray  # indices of the requests that finished inside the span
+
+
 def predict(run: Run, **kw: object) -> Prediction:
-    """The published figures of one simulated run (simulate)."""
-    r, keep = simulate(run, **kw)  # type: ignore[arg-type]
+    """The published figures of one simulated run (simulate), over its window."""
+    r, keep, w = simulate(run, **kw)  # type: ignore[arg-type]
     ttft = r.ttft[keep]
     queue = (r.start - r.arrival)[keep]  # vLLM: QUEUED to first SCHEDULED
-    span = float(r.done[keep].max() - r.arrival[keep].min())
+    span = w.t1 - w.t0
     g, e = published_hit_rates(r, keep)
     return Prediction(
         histogram_quantile(ttft, TTFT_BUCKETS, 0.5) * 1e3,
         histogram_quantile(ttft, TTFT_BUCKETS, 0.9) * 1e3,
         histogram_quantile(queue, LATENCY_BUCKETS, 0.5) * 1e3,
-        len(keep) / span, float(r.requests.output[keep].sum()) / span, r.kv_usage(),
+        len(w.done) / span, float(r.requests.output[w.done].sum()) / span, w.kv_usage,
         gpu_share(g, e), r.preemptions_per_request(), g, e, r.hbm_share_of_hits(),
         r.steps / r.span if r.span > 0 else 0.0)
+
+
+# Measure over the span in which every agent still works (round 12); False: from the
+# warm-up to the last request's end, the drain included (before round 12; --with-drain)
+STEADY = True
+
+
+def steady_window(r: Any, steps: np.ndarray, agents: int, warm: int) -> tuple[np.ndarray,
+                                                                              Window]:
+    """The requests and the span the published figures cover. run_concurrent.py keeps
+    every agent busy until its time cap and then stops (sustained mode: a finished task's
+    slot takes the next task; at the cap the queued tasks are cancelled and the level
+    ends), and its Prometheus window runs from the end of the warm-up to that stop. A
+    simulated run of a fixed number of requests instead drains: the agents that drew
+    short turns finish their share first, and the last ones run alone (at 16 agents the
+    last 20 % of the run, at 28-77 % KV use with nobody waiting). So the span is cut where
+    the first agent has sent its last request: the requests that arrived in it are kept
+    (their TTFT, queue and hits), KV use is the engine's time average over it (its step
+    records: blocks held from each step to the next), and throughput counts the requests
+    that finished inside it. `warm`: requests left out first, by arrival (the warm-up)."""
+    order = np.argsort(r.arrival, kind="stable")
+    t0 = float(r.arrival[order[warm]])
+    n = len(r.arrival)
+    last = np.full(agents, -np.inf)
+    np.maximum.at(last, np.arange(n) % agents, r.arrival)  # each agent's last send
+    keep = order[warm:]
+    if not STEADY:  # before round 12: whole-run KV use, the kept requests' span
+        return keep, Window(t0, float(r.done[keep].max()), r.kv_usage(), keep)
+    t1 = float(last.min())
+    keep = keep[r.arrival[keep] <= t1]
+    t, held = steps[:, 0], steps[:, 3]
+    ends = np.append(t[1:], max(float(r.done.max()), t1))
+    overlap = np.clip(np.minimum(ends, t1) - np.maximum(t, t0), 0.0, None)
+    kv = float((held * overlap).sum() / (overlap.sum() * r.config.blocks)) if overlap.sum() > 0 \
+        else r.kv_usage()
+    done = np.nonzero((r.done >= t0) & (r.done <= t1))[0]
+    return keep, Window(t0, t1, kv, done)
 
 
 def simulate(run: Run, *, think_s: float, mem_fraction: float, requests: int,
@@ -478,11 +530,11 @@ def simulate(run: Run, *, think_s: float, mem_fraction: float, requests: int,
              histogram_lengths: bool = True, shared_start: bool = False,
              host_overheads: str = "vllm",
              flags: tuple[int | None, int | None] = (MAX_BATCHED, MAX_SEQS)
-             ) -> tuple[Any, np.ndarray]:
+             ) -> tuple[Any, np.ndarray, Window]:
     """The published deployment on the simulator's engine (vLLM policy, one replica), 12
-    closed-loop agents, lengths drawn per request. Returns the engine's Result and the
-    requests kept: the first tenth left out (the published window starts after a
-    warm-up). `workload`: "turns" (each turn extends the last by its recorded new
+    closed-loop agents, lengths drawn per request. Returns the engine's Result, the
+    requests kept and the window they span (steady_window: the first tenth left out, the
+    published window starting after a warm-up, and cut where the first agent runs out). `workload`: "turns" (each turn extends the last by its recorded new
     tokens: turn_prompts), "tasks" (round 6: task-structured lengths, each request
     sharing the published hit share of its prompt with the agent's last) or
     "independent" (each length drawn alone, the same hit share)."""
@@ -544,15 +596,21 @@ def simulate(run: Run, *, think_s: float, mem_fraction: float, requests: int,
         cacheable = np.zeros(requests, np.int64)
         cacheable[src[src >= 0]] = 1
         er = dataclasses.replace(er, keys=keys, koff=koff, kn=kn, cacheable=cacheable)
-    r, *_ = run_engine(er, cfg)
-    return r, np.argsort(r.arrival, kind="stable")[requests // 10:]
+    rows = 1 << 16
+    while True:  # the step records, for the KV use over the window (steady_window)
+        r, _, steps, _, sn = run_engine(er, cfg, step_rows=rows)
+        if sn <= rows:
+            break
+        rows = 2 * sn
+    keep, w = steady_window(r, steps[:sn], agents, requests // 10)
+    return r, keep, w
 
 
 def explain(run: Run, agents: int, **kw: object) -> None:
     """What the simulated TTFTs of one run (seed 0) are made of: by prompt length, the
     requests at or past the p90, and the tier loads the agent's own last turn cannot
     have stored (tokens past its prompt and output that the tier is said to hold)."""
-    r, keep = simulate(run, agents=agents, **kw)  # type: ignore[arg-type]
+    r, keep, _ = simulate(run, agents=agents, **kw)  # type: ignore[arg-type]
     req, bs = r.requests, r.config.block_tokens
     p, o = req.prompt.astype(float), req.output.astype(float)
     keep = np.sort(keep)
@@ -818,9 +876,16 @@ def main() -> None:
                     help="prompt lengths from the lognormal through the published p50 and "
                          "p90 alone (before round 9), not the distribution their p50, p90, "
                          "p95 and p99 describe")
+    ap.add_argument("--with-drain", action="store_true",
+                    help="measure from the warm-up to the run's last request, the drain of "
+                         "the last agents included (the window before round 12), not over "
+                         "the span every agent still works (steady_window)")
     add_async_flag(ap)
     a = ap.parse_args()
     apply_async_flag(a)
+    if a.with_drain:
+        global STEADY
+        STEADY = False
     from xmemplan import units
 
     think_s = units.parse_duration(a.think, "--think")

@@ -149,3 +149,32 @@ def test_the_answers_kv_full_caveat_is_what_the_loaded_check_measures() -> None:
     assert len(errs) == n and sum(e < 0 for e in errs) == under
     assert (float(np.median(errs)), min(errs), max(errs)) == pytest.approx((med, lo, hi),
                                                                           abs=0.005)
+
+
+def test_the_window_ends_where_the_first_agent_runs_out() -> None:
+    """The published figures cover a span in which every agent is busy (run_concurrent.py
+    stops the level at its cap); a simulated run of a fixed number of requests drains
+    instead. steady_window keeps the requests sent after the warm-up and before the first
+    agent sent its last, averages the blocks held over that span only, and counts the
+    requests that finished in it."""
+    from types import SimpleNamespace
+
+    lc = _module()
+    # two agents (request i is agent i % 2's): agent 0 sends at 0, 2, 4; agent 1 at 1, 3, 9
+    arrival = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 9.0])
+    done = np.array([0.5, 1.5, 2.5, 3.5, 10.0, 11.0])
+    r = SimpleNamespace(arrival=arrival, done=done, config=SimpleNamespace(blocks=10),
+                        kv_usage=lambda: 0.123)
+    # step records (clock, -, -, blocks held): 2 held from 0, 8 from 2, 1 from 5 on
+    steps = np.array([[0.0, 0, 0, 2.0], [2.0, 0, 0, 8.0], [5.0, 0, 0, 1.0]])
+    keep, w = lc.steady_window(r, steps, agents=2, warm=1)
+    assert (w.t0, w.t1) == (1.0, 4.0)  # after the first request; agent 0's last send
+    assert sorted(keep.tolist()) == [1, 2, 3, 4]  # the drain's send at 9 is not kept
+    assert w.kv_usage == pytest.approx((2 * 1 + 8 * 2) / (3 * 10))  # over [1, 4] only
+    assert sorted(w.done.tolist()) == [1, 2, 3]
+    lc.STEADY = False  # the window before round 12: whole-run KV use, the drain kept
+    try:
+        keep, w = lc.steady_window(r, steps, agents=2, warm=1)
+        assert sorted(keep.tolist()) == [1, 2, 3, 4, 5] and w.kv_usage == 0.123
+    finally:
+        lc.STEADY = True

@@ -1135,7 +1135,7 @@ KV_FULL_WARN = 0.8  # a simulated KV cache this full on average: say the answer 
 # (runs, of them predicted under, median error, lowest, highest). From benchmarks/
 # loaded_check.py --sweep and its 04-19 check (docs/validation.md "Loaded check", round
 # 12: Netpreme's 12-24 agents on one H100); tests/test_loaded_check.py recomputes it.
-KV_FULL_EVIDENCE = (19, 16, -0.39, -0.81, 4.43)
+KV_FULL_EVIDENCE = (20, 16, -0.24, -0.72, 4.80)
 
 
 def kv_full_note(option: str, where: str, kv_full: float) -> str:
