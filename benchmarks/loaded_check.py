@@ -513,8 +513,12 @@ def steady_window(r: Any, steps: np.ndarray, agents: int, warm: int) -> tuple[np
     keep = order[warm:]
     if not STEADY:  # before round 12: whole-run KV use, the kept requests' span
         return keep, Window(t0, float(r.done[keep].max()), r.kv_usage(), keep)
-    t1 = float(last.min())
+    t1 = float(last[np.isfinite(last)].min())  # agents with no request have no last send
     keep = keep[r.arrival[keep] <= t1]
+    if len(keep) == 0 or t1 <= t0:
+        raise SystemExit(f"loaded_check: {n:,} requests leave no steady window for "
+                         f"{agents} agents (the first agent sends its last request before "
+                         "the warm-up ends): give more --requests")
     t, held = steps[:, 0], steps[:, 3]
     ends = np.append(t[1:], max(float(r.done.max()), t1))
     overlap = np.clip(np.minimum(ends, t1) - np.maximum(t, t0), 0.0, None)
