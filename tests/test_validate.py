@@ -516,8 +516,10 @@ def test_plan_without_claims_says_not_checked(capsys, monkeypatch, tmp_path):
            "gpu": "h100-sxm", "prompt_tokens_p50": 2048, "hit_ratio": 0.9}
     plan = tmp_path / "old.json"
     plan.write_text(json.dumps(doc))
-    code, out, err = cli(["--plan", str(plan), "--repeats", "1", *TOL], capsys, monkeypatch,
-                         columns=200)
+    # what is under test is the claims line, not the timing: a wide tolerance keeps one
+    # slow copy on a shared machine from failing it (CI 2026-12-03: warm load p50 +325 %)
+    code, out, err = cli(["--plan", str(plan), "--repeats", "1", "--tolerance", "1000%"],
+                         capsys, monkeypatch, columns=200)
     assert code == ExitCode.OK, err
     assert "not checked: the plan carries no claims" in out
     bad = dict(doc, claims={"option": "xmem", "gpus": 0, "nodes": 1, "tp": 1})
