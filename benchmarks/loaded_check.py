@@ -143,12 +143,19 @@ RUNS = (
 # TTFT against concurrency: the 2026-04-18 04:08 DRAM sweep, 4 to 24 agents (one c<N>.json
 # per level). Its mem fraction is not recorded beside it (its ITL is 38 ms at 12 agents
 # where the 04-19 runs show 19-23 ms): see SWEEP_MEM_FRACTION.
-_S = _B + "hybrid-cpu_p8000_20260418_040848/c0"
+def _level(name: str, option: str, folder: str, n: int, rps: float, tok: float, t50: float,
+           t90: float, q: float, isl50: float, isl90: float, o50: float, kv: float,
+           gpu: float, ext: float, isl95: float, isl99: float) -> tuple[int, Run]:
+    """One level (c0NN.json) of a 04-18 run of run_concurrent.py, as its header publishes
+    it: requests/s, output tokens/s, TTFT p50 / p90, queue p50 (ms), prompt p50 / p90,
+    output p50, KV use, GPU and external hit rates (%), prompt p95 / p99."""
+    return n, Run(f"{name} {n:2} agents", option, isl50, isl90, gpu / 100, ext / 100, t50,
+                  t90, o50, tok / rps, f"{_B}{folder}/c0{n:02}.json", queue_p50_ms=q,
+                  rps=rps, tok_s=tok, kv_usage=kv / 100, isl_p95=isl95, isl_p99=isl99)
+
+
 SWEEP = tuple(
-    (n, Run(f"DRAM 04-18 {n:2} agents", "host-dram", isl50, isl90, gpu / 100, ext / 100,
-            t50, t90, o50, tok / rps, f"{_S}{n:02}.json", queue_p50_ms=q, rps=rps,
-            tok_s=tok, kv_usage=kv / 100, isl_p95=isl95, isl_p99=isl99))
-    for n, rps, tok, t50, t90, q, isl50, isl90, o50, kv, gpu, ext, isl95, isl99 in (
+    _level("DRAM 04-18", "host-dram", "hybrid-cpu_p8000_20260418_040848", *row) for row in (
         (4, 1.289, 268.776, 225.9, 471.6, 150.2, 62_686.9, 136_720.9, 120.7, 31.9, 97.9, 22.9,
          168_360.4, 193_672.1),
         (8, 1.255, 305.009, 256.9, 499.4, 150.1, 61_401.6, 119_204.2, 129.2, 67.8, 98.0, 1.0,
@@ -167,12 +174,8 @@ SWEEP = tuple(
 # both sweeps' plots). No fit or input of `size` uses it; only its published hit shares and
 # lengths build the workload, as for the DRAM sweep. `--sweep` checks it and the DRAM /
 # X-Mem TTFT ratio against concurrency (the buyer's question) beside the DRAM sweep.
-_SX = _B + "hybrid-mtier_p8000_20260418_040848/c0"
 SWEEP_XMEM = tuple(
-    (n, Run(f"X-Mem 04-18 {n:2} agents", "xmem", isl50, isl90, gpu / 100, ext / 100,
-            t50, t90, o50, tok / rps, f"{_SX}{n:02}.json", queue_p50_ms=q, rps=rps,
-            tok_s=tok, kv_usage=kv / 100, isl_p95=isl95, isl_p99=isl99))
-    for n, rps, tok, t50, t90, q, isl50, isl90, o50, kv, gpu, ext, isl95, isl99 in (
+    _level("X-Mem 04-18", "xmem", "hybrid-mtier_p8000_20260418_040848", *row) for row in (
         (4, 1.273, 280.459, 216.1, 1_382.9, 181.3, 48_653.0, 89_820.8, 86.7, 26.3, 96.7,
          29.8, 95_094.2, 99_313.0),
         (8, 1.203, 306.995, 257.6, 624.5, 154.6, 53_910.8, 125_699.7, 106.3, 67.1, 97.5,
@@ -193,11 +196,7 @@ SWEEP_XMEM = tuple(
 # checked alone with its own published lengths and hits. (Three 04-19 12-agent runs of
 # the folder, 10:31, 10:45 and 11:18, publish no latency figures: every field is null.)
 SWEEP_REPEATS = tuple(
-    (n, Run(f"{name} {n:2} agents", option, isl50, isl90, gpu / 100, ext / 100, t50, t90,
-            o50, tok / rps, f"{_B}{folder}/c0{n:02}.json", queue_p50_ms=q, rps=rps,
-            tok_s=tok, kv_usage=kv / 100, isl_p95=isl95, isl_p99=isl99))
-    for (name, option, folder, n, rps, tok, t50, t90, q, isl50, isl90, o50, kv, gpu, ext,
-         isl95, isl99) in (
+    _level(*row) for row in (
         ("DRAM 04-18 14:15", "host-dram", "hybrid-cpu_p8000_20260418_141549", 16, 1.524,
          319.703, 1_822.3, 4_324.4, 1_392.6, 48_932.4, 91_474.3, 87.3, 95.4, 9.8, 95.7,
          96_903.2, 153_440.7),
@@ -222,11 +221,18 @@ SWEEP_REPEATS = tuple(
     ))
 
 
+LEVELS_0418 = (*SWEEP, *SWEEP_XMEM, *SWEEP_REPEATS)  # every 04-18 level, (agents, Run)
+
+
+def level_runs(option: str, n: int) -> list[Run]:
+    """The 04-18 runs of `option` at `n` agents (the sweep's and its repeats)."""
+    return [r for m, r in LEVELS_0418 if m == n and r.option == option]
+
+
 def level_spread(option: str, n: int, field: str) -> tuple[float, float] | None:
-    """The lowest and highest `field` the 04-18 runs of `option` at `n` agents measured
-    (the sweep's run and its repeats), or None where the level ran once."""
-    vals = [getattr(r, field) for m, r in (*SWEEP, *SWEEP_XMEM, *SWEEP_REPEATS)
-            if m == n and r.option == option]
+    """The lowest and highest `field` the 04-18 runs of `option` at `n` agents measured,
+    or None where the level ran once."""
+    vals = [getattr(r, field) for r in level_runs(option, n)]
     return (min(vals), max(vals)) if len(vals) > 1 else None
 
 
@@ -507,12 +513,12 @@ def steady_window(r: Any, steps: np.ndarray, agents: int, warm: int) -> tuple[np
     that finished inside it. `warm`: requests left out first, by arrival (the warm-up)."""
     order = np.argsort(r.arrival, kind="stable")
     t0 = float(r.arrival[order[warm]])
-    n = len(r.arrival)
-    last = np.full(agents, -np.inf)
-    np.maximum.at(last, np.arange(n) % agents, r.arrival)  # each agent's last send
     keep = order[warm:]
     if not STEADY:  # before round 12: whole-run KV use, the kept requests' span
         return keep, Window(t0, float(r.done[keep].max()), r.kv_usage(), keep)
+    n = len(r.arrival)
+    last = np.full(agents, -np.inf)
+    np.maximum.at(last, np.arange(n) % agents, r.arrival)  # each agent's last send
     t1 = float(last[np.isfinite(last)].min())  # agents with no request have no last send
     keep = keep[r.arrival[keep] <= t1]
     if len(keep) == 0 or t1 <= t0:
@@ -522,8 +528,7 @@ def steady_window(r: Any, steps: np.ndarray, agents: int, warm: int) -> tuple[np
     t, held = steps[:, 0], steps[:, 3]
     ends = np.append(t[1:], max(float(r.done.max()), t1))
     overlap = np.clip(np.minimum(ends, t1) - np.maximum(t, t0), 0.0, None)
-    kv = float((held * overlap).sum() / (overlap.sum() * r.config.blocks)) if overlap.sum() > 0 \
-        else r.kv_usage()
+    kv = float((held * overlap).sum() / (overlap.sum() * r.config.blocks))
     done = np.nonzero((r.done >= t0) & (r.done <= t1))[0]
     return keep, Window(t0, t1, kv, done)
 
@@ -704,10 +709,7 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
             for n, r in sweep]
     ok50 = sum(abs(p.ttft_p50_ms / r.ttft_p50_ms - 1) <= TTFT_TOL for _, r, p in rows)
     ok90 = sum(abs(p.ttft_p90_ms / r.ttft_p90_ms - 1) <= TTFT_TOL for _, r, p in rows)
-    sp50 = sum(_within(p.ttft_p50_ms, r.ttft_p50_ms, level_spread(r.option, n, "ttft_p50_ms"))
-               for n, r, p in rows)
-    sp90 = sum(_within(p.ttft_p90_ms, r.ttft_p90_ms, level_spread(r.option, n, "ttft_p90_ms"))
-               for n, r, p in rows)
+    sp50, sp90 = (sum(b) for b in zip(*(_bound(p, r, n) for n, r, p in rows), strict=True))
     print(f"TTFT within {TTFT_TOL:.0%} at {ok50} of {len(rows)} levels (p50), {ok90} (p90); "
           f"or within the repeats' spread {sp50}, {sp90}: {label}")
     print(f"({how};\n think {think_s:.2f} s, pool x {pool_scale}, medians of {seeds} seeds; "
@@ -734,6 +736,13 @@ def _within(pred: float, meas: float, spread: tuple[float, float] | None) -> boo
             or (spread is not None and spread[0] <= pred <= spread[1]))
 
 
+def _bound(p: Prediction, r: Run, n: int) -> tuple[bool, bool]:
+    """Whether the TTFT p50 and p90 of `p` meet issue 19's bound against run `r` at `n`
+    agents (within 30 %, or inside the level's spread)."""
+    return (_within(p.ttft_p50_ms, r.ttft_p50_ms, level_spread(r.option, n, "ttft_p50_ms")),
+            _within(p.ttft_p90_ms, r.ttft_p90_ms, level_spread(r.option, n, "ttft_p90_ms")))
+
+
 def _in_spread(p: Prediction, r: Run, n: int) -> str:
     """y / n per percentile for a prediction inside the level's repeats, - where none."""
     out = []
@@ -750,9 +759,7 @@ def repeats_check(think_s: float, requests: int, pool_scale: float, seeds: int,
                                  requests=requests, pool_scale=pool_scale, agents=n,
                                  flags=(MAX_BATCHED, n), **kw)[0])
             for n, r in SWEEP_REPEATS]
-    ok = sum(_within(p.ttft_p50_ms, r.ttft_p50_ms, level_spread(r.option, n, "ttft_p50_ms"))
-             + _within(p.ttft_p90_ms, r.ttft_p90_ms, level_spread(r.option, n, "ttft_p90_ms"))
-             for n, r, p in rows)
+    ok = sum(sum(_bound(p, r, n)) for n, r, p in rows)
     tput = sum(abs(p.rps / (r.rps or 1) - 1) <= THROUGHPUT_TOL for _, r, p in rows)
     print(f"TTFT within {TTFT_TOL:.0%} or the level's spread: {ok} of {2 * len(rows)} "
           f"(p50 and p90); req/s within {THROUGHPUT_TOL:.0%}: {tput} of {len(rows)}: "
@@ -770,8 +777,7 @@ def repeats_check(think_s: float, requests: int, pool_scale: float, seeds: int,
     for opt in ("host-dram", "xmem"):
         for n in sorted({m for m, r in SWEEP_REPEATS if r.option == opt}):
             lo, hi = level_spread(opt, n, "ttft_p50_ms") or (0.0, 0.0)
-            k = sum(1 for m, r in (*SWEEP, *SWEEP_XMEM, *SWEEP_REPEATS)
-                    if m == n and r.option == opt)
+            k = len(level_runs(opt, n))
             print(f"  {'DRAM' if opt == 'host-dram' else 'X-Mem'} at {n} agents: TTFT p50 "
                   f"{lo:,.0f}-{hi:,.0f} ms over {k} runs ({hi / lo:.1f}x)")
 
@@ -910,19 +916,16 @@ def main() -> None:
         return
     if a.sweep:
         kw = dict(weights_pool=a.weights_pool, workload=workload,
-                  deployment=a.sweep_deployment, histogram_lengths=not a.lognormal_lengths,
-                  shared_start=a.shared_start, host_overheads=a.host_overheads)
+                  histogram_lengths=not a.lognormal_lengths, shared_start=a.shared_start,
+                  host_overheads=a.host_overheads)
         dram = _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds,
-                      **kw)
+                      deployment=a.sweep_deployment, **kw)
         print()
         xmem = _sweep(think_s, a.mem_fraction, a.requests, a.pool_scale, a.seeds,
-                      sweep=SWEEP_XMEM, label="the unseen 04-18 X-Mem sweep",
-                      **kw)
+                      deployment=a.sweep_deployment, sweep=SWEEP_XMEM,
+                      label="the unseen 04-18 X-Mem sweep", **kw)
         print()
-        repeats_check(think_s, a.requests, a.pool_scale, a.seeds,
-                      weights_pool=a.weights_pool, workload=workload,
-                      histogram_lengths=not a.lognormal_lengths, shared_start=a.shared_start,
-                      host_overheads=a.host_overheads)
+        repeats_check(think_s, a.requests, a.pool_scale, a.seeds, **kw)
         print()
         sweep_ratios(dram, xmem)
         return

@@ -19,8 +19,7 @@ def _module() -> ModuleType:
 
 
 def _runs(lc: ModuleType) -> list:  # noqa: ANN401
-    return [*lc.RUNS, *(r for _, r in lc.SWEEP), *(r for _, r in lc.SWEEP_XMEM),
-            *(r for _, r in lc.SWEEP_REPEATS)]
+    return [*lc.RUNS, *(r for _, r in lc.LEVELS_0418)]
 
 
 def test_prompt_buckets_are_vllms_1_2_5_series_up_to_the_model_length() -> None:
@@ -138,7 +137,7 @@ def test_the_answers_kv_full_caveat_is_what_the_loaded_check_measures() -> None:
     from xmemplan.sizing.planner import KV_FULL_EVIDENCE, KV_FULL_WARN
 
     errs = []
-    for runs, mf in (([*lc.SWEEP, *lc.SWEEP_XMEM, *lc.SWEEP_REPEATS], lc.SWEEP_MEM_FRACTION),
+    for runs, mf in ((lc.LEVELS_0418, lc.SWEEP_MEM_FRACTION),
                      ([(lc.AGENTS, r) for r in lc.RUNS], 0.75)):
         for n, r in runs:
             p = lc.predict_seeds(r, 5, think_s=lc.THINK_S, mem_fraction=mf, requests=2000,

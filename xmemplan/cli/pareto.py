@@ -8,6 +8,7 @@ assumptions with their sources go to stderr. `--format json|csv` carry the same 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -211,9 +212,8 @@ def report(r: SweepResult, fmt: str) -> None:
              for g in _first_of_each(r.gains, lambda g: g["load"])],
             title="X-Mem against host DRAM, same load",
         )
-    again = sorted({p.load for p in r.points} if len(shown) < len(r.points) else set())
-    again = [ld for ld in again
-             if sum(1 for p in r.points if p.load == ld and p.option == shown[0].option) > 1]
+    listings = Counter(p.load for p in r.points if p.option == r.points[0].option)
+    again = sorted(ld for ld, k in listings.items() if k > 1)
     if again:
         unit = "QPS " if kind == "qps" else ""
         listed = ", ".join(f"{unit}{ld:g}" + ("" if kind == "qps" else " users") for ld in again)

@@ -646,11 +646,9 @@ def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, f
             "utilisation": p.utilisation, "replications": p.replications, "cost": o.cost,
             **({} if p.l3_recomputed is None else
                {"l3_prefetch_recomputed": p.l3_recomputed})})
-    from xmemplan.sizing.planner import KV_FULL_WARN, kv_full_note
+    from xmemplan.sizing.planner import kv_full_note
 
-    full = [r for r in rows if r["kv_full"] >= KV_FULL_WARN]
-    worst = max(full, key=lambda r: r["kv_full"]) if full else None
-    kv_note = None if worst is None else kv_full_note(worst["option"], on, worst["kv_full"])
+    kv_note = kv_full_note((r["option"], on, r["kv_full"]) for r in rows)
     if fmt == "json":
         hicache = hicache_json(req)
         render.emit_json({**header(), "answer": answer, "gpus": gpus, "load": load,

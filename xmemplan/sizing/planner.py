@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -1138,8 +1138,13 @@ KV_FULL_WARN = 0.8  # a simulated KV cache this full on average: say the answer 
 KV_FULL_EVIDENCE = (20, 16, -0.24, -0.72, 4.80)
 
 
-def kv_full_note(option: str, where: str, kv_full: float) -> str:
-    """The caveat an answer carries where the engine ran its KV cache `kv_full` full."""
+def kv_full_note(options: Iterable[tuple[str, str, float]]) -> str | None:
+    """The caveat an answer carries where the engine ran its KV cache KV_FULL_WARN full or
+    more: of (option, where, kv_full) per option, the fullest; None where none is."""
+    full = [o for o in options if o[2] >= KV_FULL_WARN]
+    if not full:
+        return None
+    option, where, kv_full = max(full, key=lambda o: o[2])
     n, under, med, lo, hi = KV_FULL_EVIDENCE
     return (f"The KV cache is {kv_full:.0%} full on average ({option}, {where}): on {n} "
             f"published agent runs the engine ran {KV_FULL_WARN:.0%} full or more (12-24 "
@@ -1613,11 +1618,10 @@ def _result(sr: _ShapeRun, *, with_table: bool, with_curve: bool) -> SizeResult:
     if g_instant is not None:
         reasons.append(f"With instant KV loads {_gpus(g_instant)} would do: the rest of the "
                        "GPU count is compute (prefill, decode) and queueing.")
-    full = [o for o in options if o.point is not None and o.point.kv_full >= KV_FULL_WARN]
-    if full:
-        worst = max(full, key=lambda o: o.point.kv_full if o.point else 0.0)
-        assert worst.point is not None
-        reasons.append(kv_full_note(worst.option, _gpus(worst.gpus), worst.point.kv_full))
+    kv_note = kv_full_note((o.option, _gpus(o.gpus), o.point.kv_full) for o in options
+                           if o.point is not None)
+    if kv_note:
+        reasons.append(kv_note)
     thin = [o for o in options if o.point is not None
             and o.point.requests_per_replica < MIN_REQUESTS_PER_REPLICA]
     if thin:
