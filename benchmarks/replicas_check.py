@@ -87,6 +87,22 @@ tokens of Qwen3-32B's 262,144-byte KV (the README's 1,312,000 tokens assume 160 
 token; the later native/cpu overlay's 100 GiB would be 409,600). Compared: TTFT p90 and total (prompt +
 output) tokens/s per stage, and the ceiling; reported beside them, the time per output
 token from the README's mean E2E latency and mean TTFT.
+
+The unseen runs (rows `unseen`, added in round 13 and replayed as they landed: no
+constant, flag or mapping was chosen after seeing their results; docs/validation.md,
+"Unseen runs"), llm-d-kv-cache-manager reports of the same harness and report script as
+37-capacity, Llama-3.1-70B on 4 vLLM pods, each with its own EndpointPickerConfig (the
+queue scorer where 37-capacity has the active-request scorer, every scorer at weight 1:
+PICKERS), their GPU not published (taken as 37-capacity's H100, an assumption):
+- `llm-d-64p-headroom` (benchmarking/load-with-headroom/standard-scale-64p-cache-load):
+  TP4, 141,056 KV tokens a pod, 100 groups x 2 prompts of a 3,500-token prefix and a
+  512-token question, 192 output tokens, a 20 s warm-up at 10 QPS, then constant stages
+  of 3 to 20 QPS. Its token counts are where RETOKENIZED comes from. (The folder's
+  standard-scale-75p-cache-load README prints the same tables number for number: one
+  run, checked once.)
+- `llm-d-80u-overload` (benchmarking/cache-overload/80-users-3k-tokens): TP2, the 40k KV
+  tokens a pod cache-overload/README.md states, 80 groups x 1 prompt of a 2,500-token
+  prefix and a 256-token question, 20 output tokens, constant 50 s stages of 2 to 20 QPS.
 """
 
 from __future__ import annotations
@@ -118,9 +134,15 @@ STAGES = {
                           (6.0, 120.0), (8.0, 90.0), (10.0, 70.0), (12.0, 60.0),
                           (15.0, 50.0), (20.0, 50.0)],
     "llm-d-tiered-prefix-cache": [(5.0 * k, 60.0) for k in range(1, 9)],
+    "llm-d-64p-headroom": [(10.0, 20.0), (3.0, 120.0), (4.0, 100.0), (5.0, 90.0),
+                           (6.0, 60.0), (8.0, 60.0), (10.0, 50.0), (12.0, 50.0),
+                           (14.0, 35.0), (16.0, 30.0), (18.0, 30.0), (20.0, 30.0)],
+    "llm-d-80u-overload": [(r, 50.0) for r in (2.0, 5.0, 8.0, 10.0, 12.0, 15.0, 20.0)],
 }
-WARMUP = {"llm-d-37-capacity": True, "llm-d-tiered-prefix-cache": False}
-LOAD = {"llm-d-37-capacity": "constant", "llm-d-tiered-prefix-cache": "poisson"}
+WARMUP = {"llm-d-37-capacity": True, "llm-d-tiered-prefix-cache": False,
+          "llm-d-64p-headroom": True, "llm-d-80u-overload": False}
+LOAD = {"llm-d-37-capacity": "constant", "llm-d-tiered-prefix-cache": "poisson",
+        "llm-d-64p-headroom": "constant", "llm-d-80u-overload": "constant"}
 TIERED_GPU_BLOCK = 16  # vLLM's block; the router's CPU index: 82,000 of them
 # timestamps the run's client records per streamed token (module docstring): the
 # measured time per output token is STAMPS_PER_TOKEN x the published ITL mean
@@ -138,8 +160,10 @@ STAMPS_PER_TOKEN = 2
 # the client counts 1,029,882 / 5,451 / 192 = 0.984 of the tokens generated (it
 # re-tokenises the streamed text; run 1's output tokens/s are that count). The tiered run
 # uses Qwen3-32B's tokenizer, for which no such count is published: 1 there.
-RETOKENIZED = {"llm-d-37-capacity": 1.0435}
-OUTPUT_COUNTED = {"llm-d-37-capacity": 0.984}
+RETOKENIZED = {"llm-d-37-capacity": 1.0435, "llm-d-64p-headroom": 1.0435,
+               "llm-d-80u-overload": 1.0435}
+OUTPUT_COUNTED = {"llm-d-37-capacity": 0.984, "llm-d-64p-headroom": 0.984,
+                  "llm-d-80u-overload": 0.984}
 
 
 def served_lengths(row: dict[str, str]) -> tuple[float, float]:
@@ -153,9 +177,28 @@ def served_lengths(row: dict[str, str]) -> tuple[float, float]:
 TPOT_BOUND = 0.30  # reported, not a done-when bound
 
 
-def scheduler(measured: str, hbm_tokens: float = 0.0) -> tuple[str, RT.RouterParams]:
+# The llm-d-kv-cache-manager runs' EndpointPickerConfigs (module docstring), per run:
+# the prefix, queue and active-request scorers' weights (the kv-cache scorer is at 1 in
+# all), and the approximate index's hashBlockSize (characters) and lruCapacityPerServer
+# (blocks). 37-capacity weighs the active-request scorer; the unseen runs weigh the queue
+# scorer instead, every scorer at 1.
+HEADROOM = "llm-d-64p-headroom"
+OVERLOAD = "llm-d-80u-overload"
+PICKERS = {
+    "llm-d-37-capacity": (2.0, 0.0, 1.0, 256, 2200),
+    HEADROOM: (1.0, 1.0, 0.0, 256, 2200),
+    OVERLOAD: (1.0, 1.0, 0.0, 64, 31250),
+}
+# the runs' names for the same schedulers
+SCHEDULER_NAMES = {"prefix-cache-estimate": "estimate-prefix-cache",
+                   "random-routing": "random"}
+
+
+def scheduler(measured: str, hbm_tokens: float = 0.0,
+              bench: str = "llm-d-37-capacity") -> tuple[str, RT.RouterParams]:
     """Our router and its parameters for a scheduler of the runs (module docstring);
-    `hbm_tokens`: a replica's KV room (the GPU index of the tiered run: autoTune)."""
+    `hbm_tokens`: a replica's KV room (the GPU index of the tiered run: autoTune);
+    `bench`: the run, whose EndpointPickerConfig gives the weights (PICKERS)."""
     p = RT.RouterParams()
     if measured in ("optimized-baseline-hbm-only", "gpu-cpu-tier-prefix-aware"):
         cpu = measured.startswith("gpu-cpu")
@@ -164,17 +207,21 @@ def scheduler(measured: str, hbm_tokens: float = 0.0) -> tuple[str, RT.RouterPar
             llmd_nohit_weight=1.0, llmd_cap_tokens=256.0 * TIERED_GPU_BLOCK,
             llmd_view_tokens=hbm_tokens, llmd_tier_weight=1.0 if cpu else 0.0,
             llmd_tier_view_tokens=82_000.0 * TIERED_GPU_BLOCK)
+    prefix, queue, active, block_chars, blocks = PICKERS[bench]
+    measured = SCHEDULER_NAMES.get(measured, measured)
     if measured.startswith("precise"):
-        return "llm-d-precise", replace(p, precise_prefix_weight=2.0, precise_queue_weight=0.0,
-                                        precise_kv_weight=1.0, precise_active_weight=1.0)
+        return "llm-d-precise", replace(p, precise_prefix_weight=prefix,
+                                        precise_queue_weight=queue, precise_kv_weight=1.0,
+                                        precise_active_weight=active)
     if measured.startswith("estimate"):
+        # maxPrefixBlocksToMatch 256 in every run
         return "llm-d-prefix", replace(
-            p, llmd_prefix_weight=2.0, llmd_queue_weight=0.0, llmd_kv_weight=1.0,
-            llmd_active_weight=1.0, llmd_cap_tokens=256 * 256 / CHARS_PER_TOKEN,
-            llmd_view_tokens=2200 * 256 / CHARS_PER_TOKEN)
+            p, llmd_prefix_weight=prefix, llmd_queue_weight=queue, llmd_kv_weight=1.0,
+            llmd_active_weight=active, llmd_cap_tokens=256 * block_chars / CHARS_PER_TOKEN,
+            llmd_view_tokens=blocks * block_chars / CHARS_PER_TOKEN)
     if measured == "load":
-        return "llm-d-prefix", replace(p, llmd_prefix_weight=0.0, llmd_queue_weight=0.0,
-                                       llmd_kv_weight=1.0, llmd_active_weight=1.0)
+        return "llm-d-prefix", replace(p, llmd_prefix_weight=0.0, llmd_queue_weight=queue,
+                                       llmd_kv_weight=1.0, llmd_active_weight=active)
     if measured == "random":
         return "random", p
     raise KeyError(measured)
@@ -273,18 +320,17 @@ def run_room(req: SizeRequest) -> float:
 
 
 def simulate(rows: list[dict[str, str]], seed: int
-             ) -> dict[tuple[str, float], tuple[float, float, float, float]]:
-    """Per (scheduler, stage QPS) of one replay of each scheduler's run: (TTFT p90 s,
+             ) -> dict[tuple[str, str, float], tuple[float, float, float, float]]:
+    """Per (run, scheduler, stage QPS) of one replay of each scheduler's run: (TTFT p90 s,
     output tokens/s and total (prompt + output) tokens/s over the stage's span from its
     first request sent to its last finished, mean time per output token s)."""
 
-    got: dict[tuple[str, float], tuple[float, float, float, float]] = {}
-    by_sched: dict[str, list[dict[str, str]]] = defaultdict(list)
+    got: dict[tuple[str, str, float], tuple[float, float, float, float]] = {}
+    by_sched: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
     for row in rows:
-        by_sched[row["router_measured"]].append(row)
-    for measured, rs in by_sched.items():
+        by_sched[(row["benchmark"], row["router_measured"])].append(row)
+    for (bench, measured), rs in by_sched.items():
         row = rs[0]
-        bench = row["benchmark"]
         stages = STAGES[bench]
         n = int(sum(int(r * d) for r, d in stages))
         prefix, question = served_lengths(row)
@@ -297,7 +343,7 @@ def simulate(rows: list[dict[str, str]], seed: int
             requests=n, slo_on="all", slo_at="p90", seed=seed)
         req = with_run_room(req, row)
         room = run_room(req)
-        router, params = scheduler(measured, room)
+        router, params = scheduler(measured, room, bench)
         req = replace(req, router=router, router_params=params)
         p = StagedPlanner(req)
         p.tier_per_replica = float(row["tier_tokens_per_replica"])
@@ -317,7 +363,7 @@ def simulate(rows: list[dict[str, str]], seed: int
             span = float(res.done[sel].max() - p.run_stream.arrival[sel].min())
             # output tokens as the run's client counted them (OUTPUT_COUNTED)
             out = float(res.requests.output[sel].sum()) * OUTPUT_COUNTED.get(bench, 1.0)
-            got[(measured, rate)] = (float(np.percentile(ttft[sel], 90)), out / span,
+            got[(bench, measured, rate)] = (float(np.percentile(ttft[sel], 90)), out / span,
                                      float(tokens[sel].sum()) / span,
                                      float(np.nanmean(res.tpot[sel])))
     return got
@@ -332,7 +378,7 @@ def main() -> None:
     apply_async_flag(a)
     rows = list(csv.DictReader(DATA.open()))
     runs = [simulate(rows, s) for s in range(a.seeds)]
-    by_router: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    by_router: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
     # per benchmark: [all, held-out] within the bound, and the counts
     tally: dict[str, dict[str, list[int]]] = defaultdict(
         lambda: {"ttft": [0, 0], "tok": [0, 0], "n": [0, 0], "tpot": [0, 0]})
@@ -341,7 +387,8 @@ def main() -> None:
           f"  role")
     for row in rows:
         q = float(row["qps"])
-        got = np.median(np.array([r[(row["router_measured"], q)] for r in runs]), axis=0)
+        run = (row["benchmark"], row["router_measured"])
+        got = np.median(np.array([r[(*run, q)] for r in runs]), axis=0)
         meas = float(row["ttft_p90_s"])
         total = bool(row["total_tok_s"])  # the run reports total tokens/s, else output
         mtok = float(row["total_tok_s"] if total else row["output_tok_s"])
@@ -355,7 +402,7 @@ def main() -> None:
             if abs(err) <= bound:
                 t[key][0] += 1
                 t[key][1] += held
-        by_router[row["router_measured"]].append((q, meas, float(got[0])))
+        by_router[run].append((q, meas, float(got[0])))
         name = f"{row['router_measured']} -> {row['router_ours']}"
         per_tok = measured_per_token(row)
         if per_tok is not None:
@@ -369,18 +416,26 @@ def main() -> None:
               f"{otok:>9.0f}{e2:>+6.0%}{itl}  {row['role']}")
     for bench, t in tally.items():
         kind = "total" if bench == "llm-d-tiered-prefix-cache" else "output"
+        if t["n"][1]:
+            held_ttft = f" (held-out {t['ttft'][1]} of {t['n'][1]})"
+            held_tok = f" (held-out {t['tok'][1]} of {t['n'][1]})"
+        else:  # a run no round looked at before its rows landed: every row unseen
+            held_ttft, held_tok = " (all unseen)", ""
         print(f"{bench}: TTFT p90 within {TTFT_BOUND:.0%}: {t['ttft'][0]} of {t['n'][0]} "
-              f"points (held-out {t['ttft'][1]} of {t['n'][1]}); {kind} tokens/s within "
-              f"{CEILING_BOUND:.0%}: {t['tok'][0]} of {t['n'][0]} (held-out "
-              f"{t['tok'][1]} of {t['n'][1]})")
+              f"points{held_ttft}; {kind} tokens/s within {CEILING_BOUND:.0%}: "
+              f"{t['tok'][0]} of {t['n'][0]}{held_tok}")
         if t["tpot"][0]:
-            how = ("2 x the published ITL mean" if bench == "llm-d-37-capacity"
-                   else "(E2E - TTFT) / (output - 1), the published means")
+            how = ("(E2E - TTFT) / (output - 1), the published means"
+                   if bench == "llm-d-tiered-prefix-cache" else "2 x the published ITL mean")
             print(f"  time per output token ({how}) within {TPOT_BOUND:.0%}: "
                   f"{t['tpot'][1]} of {t['tpot'][0]} (a report line)")
     print(f"(median of {a.seeds} replays)")
     print(f"Throughput ceiling (largest stage QPS with TTFT p90 <= {KNEE_S:g} s):")
-    for r, pts in by_router.items():
+    last = ""
+    for (bench, r), pts in by_router.items():
+        if bench != last:
+            print(f"  {bench}:")
+            last = bench
         pts.sort()
 
         def knee(i: int) -> float:
@@ -392,7 +447,7 @@ def main() -> None:
         ok = (m == o) or (m > 0 and abs(o / m - 1) <= CEILING_BOUND)
         mtxt = f">= {m:g}" if m == top else f"{m:g}"
         otxt = f">= {o:g}" if o == top else f"{o:g}"
-        print(f"  {r:<28} measured {mtxt:>6}  ours {otxt:>6}  {'PASS' if ok else 'FAIL'}")
+        print(f"    {r:<28} measured {mtxt:>6}  ours {otxt:>6}  {'PASS' if ok else 'FAIL'}")
 
 
 if __name__ == "__main__":

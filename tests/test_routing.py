@@ -640,22 +640,51 @@ def _check_module():  # noqa: ANN202
 
 
 def test_multi_replica_rows_are_read_and_a_third_held_out() -> None:
+    """Every row maps to our router and a stage of its run; the two runs the check was
+    developed on hold a third out, and the runs added unseen are unseen in every row."""
     import csv
 
     C = _check_module()
     rows = list(csv.DictReader(C.DATA.open()))
     by: dict[str, list[dict[str, str]]] = {}
     for row in rows:
-        by.setdefault(row["benchmark"], []).append(row)
-        C.scheduler(row["router_measured"], 1e5)  # every scheduler maps to ours
-        assert row["router_ours"] == C.scheduler(row["router_measured"], 1e5)[0]
-        assert float(row["qps"]) in {r for r, _ in C.STAGES[row["benchmark"]]}
+        b = row["benchmark"]
+        by.setdefault(b, []).append(row)
+        # every scheduler maps to ours
+        assert row["router_ours"] == C.scheduler(row["router_measured"], 1e5, b)[0]
+        assert float(row["qps"]) in {r for r, _ in C.STAGES[b]}
         assert (row["tier"] == "none") == (float(row["tier_tokens_per_replica"]) == 0)
         assert row["source"]
-    assert set(by) == set(C.STAGES) == {"llm-d-37-capacity", "llm-d-tiered-prefix-cache"}
+    assert set(by) == set(C.STAGES) == {"llm-d-37-capacity", "llm-d-tiered-prefix-cache",
+                                        C.HEADROOM, C.OVERLOAD}
     for b, rs in by.items():
+        roles = {r["role"] for r in rs}
+        if b in (C.HEADROOM, C.OVERLOAD):
+            assert roles == {"unseen"}
+            continue
         held = sum(r["role"] == "held-out" for r in rs)
-        assert 3 * held >= len(rs) - 1, b
+        assert roles <= {"check", "held-out"} and 3 * held >= len(rs) - 1, b
+
+
+def test_the_unseen_runs_schedulers_are_their_own_configs() -> None:
+    """The unseen runs' EndpointPickerConfigs weigh the queue scorer where 37-capacity
+    weighs the active-request scorer (each file's own weights)."""
+    C = _check_module()
+    _, p = C.scheduler("precise-prefix-cache", 1e5, C.HEADROOM)
+    assert (p.precise_prefix_weight, p.precise_queue_weight, p.precise_kv_weight,
+            p.precise_active_weight) == (1.0, 1.0, 1.0, 0.0)
+    _, p = C.scheduler("precise-prefix-cache_load", 1e5)
+    assert (p.precise_prefix_weight, p.precise_queue_weight, p.precise_active_weight) == (
+        2.0, 0.0, 1.0)
+    _, p = C.scheduler("load", 1e5, C.HEADROOM)
+    assert (p.llmd_prefix_weight, p.llmd_queue_weight, p.llmd_active_weight) == (
+        0.0, 1.0, 0.0)
+    _, p = C.scheduler("estimate-prefix-cache", 1e5, C.HEADROOM)
+    assert (p.llmd_prefix_weight, p.llmd_view_tokens) == (1.0, 140_800.0)
+    # the overload run: 64-character blocks x 31,250 a pod, its own scheduler names
+    r, p = C.scheduler("prefix-cache-estimate", 1e5, C.OVERLOAD)
+    assert (r, p.llmd_cap_tokens, p.llmd_view_tokens) == ("llm-d-prefix", 4096.0, 500_000.0)
+    assert C.scheduler("random-routing", 1e5, C.OVERLOAD)[0] == "random"
 
 
 def test_cpu_offload_replay_keeps_ttft_where_hbm_alone_queues(monkeypatch) -> None:  # noqa: ANN001
@@ -670,8 +699,8 @@ def test_cpu_offload_replay_keeps_ttft_where_hbm_alone_queues(monkeypatch) -> No
     rows = [r for r in csv.DictReader(C.DATA.open())
             if r["benchmark"] == "llm-d-tiered-prefix-cache" and r["qps"] == "10"]
     got = C.simulate(rows, 0)
-    hbm = got[("optimized-baseline-hbm-only", 10.0)][0]
-    cpu = got[("gpu-cpu-tier-prefix-aware", 10.0)][0]
+    hbm = got[("llm-d-tiered-prefix-cache", "optimized-baseline-hbm-only", 10.0)][0]
+    cpu = got[("llm-d-tiered-prefix-cache", "gpu-cpu-tier-prefix-aware", 10.0)][0]
     assert cpu < 0.5 * hbm, (cpu, hbm)
 
 
