@@ -744,3 +744,27 @@ def test_multi_replica_replay_sends_what_the_server_computed() -> None:
         cfg = config_for(q.setup, replicas=1, nodes=1, policy="vllm", prompt_p50=9000)
         assert room - cfg.block_tokens < cfg.blocks * cfg.block_tokens <= room
         assert M.kv_room_tokens(q.model, q.gpu, q.shape, q.mem_fraction) > room
+
+
+def test_the_answers_multi_replica_caveat_is_what_the_replica_check_measures() -> None:
+    """`size` says, where an option runs on more than one replica, how its TTFT p90 did on
+    the published multi-replica runs (planner.MULTI_REPLICA_EVIDENCE). The figures are
+    recomputed here from the check's own rows and replays (median of 3, as it prints), so
+    a change that moves them fails until the caveat says what the model now does."""
+    import csv
+
+    from xmemplan.sizing.planner import MULTI_REPLICA_EVIDENCE, multi_replica_note
+
+    C = _check_module()
+    rows = list(csv.DictReader(C.DATA.open()))
+    runs = [C.simulate(rows, s) for s in range(3)]
+    errs = np.array([
+        float(np.median([r[(row["benchmark"], row["router_measured"], float(row["qps"]))][0]
+                         for r in runs])) / float(row["ttft_p90_s"]) - 1 for row in rows])
+    stages, under, med, within, n_runs = MULTI_REPLICA_EVIDENCE
+    assert (len(errs), int((errs < 0).sum()), int((abs(errs) <= C.TTFT_BOUND).sum()),
+            len({row["benchmark"] for row in rows})) == (stages, under, within, n_runs)
+    assert float(np.median(errs)) == pytest.approx(med, abs=0.005)
+    assert multi_replica_note(1) is None
+    note = multi_replica_note(8)
+    assert note is not None and f"under the measured at {under}" in note

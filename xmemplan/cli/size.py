@@ -646,9 +646,11 @@ def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, f
             "utilisation": p.utilisation, "replications": p.replications, "cost": o.cost,
             **({} if p.l3_recomputed is None else
                {"l3_prefetch_recomputed": p.l3_recomputed})})
-    from xmemplan.sizing.planner import kv_full_note
+    from xmemplan.sizing.planner import kv_full_note, multi_replica_note
 
     kv_note = kv_full_note((r["option"], on, r["kv_full"]) for r in rows)
+    replica_note = multi_replica_note(gpus // req.shape.gpus)
+    caveats = [n for n in (kv_note, replica_note) if n]
     if fmt == "json":
         hicache = hicache_json(req)
         render.emit_json({**header(), "answer": answer, "gpus": gpus, "load": load,
@@ -656,7 +658,7 @@ def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, f
                           "slo_percentile": req.slo_percentile, "model": req.model.name,
                           "gpu": req.gpu.name, "engine": req.engine, "options": rows,
                           **({} if hicache is None else {"hicache": hicache}),
-                          "warnings": notes + ([kv_note] if kv_note else [])})
+                          "warnings": notes + caveats})
         _warn(notes)
         return
     priced = req.prices is not None  # --cost: each option's price (it was in JSON only)
@@ -685,8 +687,8 @@ def _report_fixed(req: Any, opts: list[OptionResult], gpus: int, judged: bool, f
     if any(r["overloaded"] for r in rows):
         render.line("(*: overloaded at this load: the queue grows for as long as the run "
                     "lasts, so its TTFT only measures the run's length)")
-    if kv_note:
-        render.line("- " + kv_note)
+    for c in caveats:
+        render.line("- " + c)
     x = next(r for r in rows if r["option"] == "xmem")
     render.line(f"(HBM hits: share of cache hits served from HBM; X-Mem with "
                 f"{x['nodes']:,} node{'' if x['nodes'] == 1 else 's'}, the fewest that hold the "
