@@ -23,6 +23,10 @@ SMALL = ["--sessions", "1", "--rounds", "3", "--prompt-tokens", "1024",
 # The right planner is off by a few percent here (thread wake-ups on a shared 2-core
 # machine); a wrong one by 150-250 %. 30 % separates them with room for a busy machine.
 TOL = ["--tolerance", "30%"]
+# Tests of what validate reads (its requests, model, classes), not of its timing: a wide
+# tolerance keeps one slow emulated copy on a loaded machine from failing them (the
+# timing verdict has tests of its own)
+WIDE = ["--tolerance", "1000%"]
 
 
 def cli(args, capsys, monkeypatch, columns: int = 80):
@@ -300,7 +304,7 @@ def test_workload_profile_input(capsys, monkeypatch, tmp_path):
     }
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(profile))
-    code, out, err = cli(["--workload", str(path), "--repeats", "1", *TOL, "--format", "json"],
+    code, out, err = cli(["--workload", str(path), "--repeats", "1", *WIDE, "--format", "json"],
                          capsys, monkeypatch)
     assert code == ExitCode.OK, err
     doc = json.loads(out)
@@ -327,7 +331,7 @@ def test_plan_from_size(capsys, monkeypatch, tmp_path):
                 "--model", "llama-3.1-8b", "--format", "json"]) == ExitCode.OK
     plan = tmp_path / "plan.json"
     plan.write_text(capsys.readouterr().out)
-    code, out, err = cli(["--plan", str(plan), "--repeats", "1", *TOL, "--format", "json"],
+    code, out, err = cli(["--plan", str(plan), "--repeats", "1", *WIDE, "--format", "json"],
                          capsys, monkeypatch, columns=400)
     assert code == ExitCode.OK, err
     doc = json.loads(out)
@@ -394,7 +398,7 @@ def test_help_does_not_import_heavy_modules():
 def test_trace_directory_input(capsys, monkeypatch):
     traces = Path(__file__).resolve().parent.parent / "examples" / "traces"
     code, out, err = cli(["--traces", str(traces), "--max-requests", "4", "--max-bytes", "1GB",
-                          "--repeats", "1", *TOL, "--format", "json"], capsys, monkeypatch)
+                          "--repeats", "1", *WIDE, "--format", "json"], capsys, monkeypatch)
     assert code == ExitCode.OK, err
     doc = json.loads(out)
     assert len(doc["requests"]) == 4
