@@ -551,6 +551,31 @@ def test_a_nearly_full_kv_cache_is_called_optimistic(capsys) -> None:
     assert code == 0 and "full on average" not in " ".join(out.split()), err
 
 
+def test_more_than_one_replica_is_called_optimistic(capsys) -> None:
+    """An answer with an option on more than one replica cites how the model's TTFT did
+    on the published multi-replica runs (planner.MULTI_REPLICA_EVIDENCE), in search mode
+    and on a fixed deployment, text and JSON; one replica does not."""
+    from xmemplan.sizing.planner import MULTI_REPLICA_EVIDENCE
+
+    base = ["size", "--prompt-tokens", "8000", "--hit-rate", "0.9", "--rate", "2",
+            "--tp", "1", "--requests", "400"]
+    said = f"under the measured at {MULTI_REPLICA_EVIDENCE[1]}"
+    code, out, err = _run(capsys, *base, "--gpus", "4")
+    assert code == 0 and said in " ".join(out.split()), err
+    code, out, err = _run(capsys, *base, "--gpus", "4", "-f", "json")
+    assert any(said in w for w in json.loads(out)["warnings"])
+    code, out, err = _run(capsys, *base, "--gpus", "1", "-f", "json")
+    assert not any(said in w for w in json.loads(out)["warnings"])
+    for rate, many in (("2", False), ("30", True)):  # 1 GPU each; 4-7 GPUs at tp1
+        args = list(base)
+        args[args.index("--rate") + 1] = rate
+        code, out, err = _run(capsys, *args, "--ttft-slo", "500ms", "--max-gpus", "16",
+                              "-f", "json")
+        doc = json.loads(out)
+        assert any((o.get("gpus") or 0) > 1 for o in doc["options"]) == many, doc["options"]
+        assert any(said in r for r in doc["reasons"]) == many, doc["reasons"]
+
+
 def test_lengths_p50_p90_and_engine_fields(capsys: pytest.CaptureFixture[str]) -> None:
     """--prompt-tokens and --output-tokens take P50:P90; JSON carries the engine's
     outcome per option (KV use, HBM share of hits, preemptions, throughput)."""
