@@ -1152,6 +1152,8 @@ def kv_full_note(options: Iterable[tuple[str, str, float]]) -> str | None:
             f"(median {med:+.0%}, from {lo:+.0%} to {hi:+.0%}), and past that knee runs of "
             "one deployment repeated only within 1.5-5.7x (docs/validation.md, 'Loaded "
             "check'): read these figures as optimistic.")
+
+
 # What the model's TTFT p90 did against published multi-replica runs: (stage rows, of
 # them predicted under, median error, within 30 %, runs). From benchmarks/
 # replicas_check.py, every row of data/measurements/multi-replica.csv (docs/validation.md
@@ -1170,8 +1172,7 @@ def multi_replica_note(replicas: int) -> str | None:
     stages, under, med, within, runs = MULTI_REPLICA_EVIDENCE
     return (f"More than one replica (up to {replicas:,} here): on {stages} published stages "
             f"of {runs} multi-replica runs (llm-d, 4-8 vLLM replicas behind its gateway and "
-            "router), "
-            f"the model's TTFT p90 came out under the measured at {under} (median "
+            f"router), the model's TTFT p90 came out under the measured at {under} (median "
             f"{med:+.0%}; within 30% at {within}; docs/validation.md, 'Multi-replica "
             "check'). Waits outside the engine (gateway, router, client) are not "
             "modelled: read multi-replica TTFTs as optimistic.")
