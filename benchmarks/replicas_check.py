@@ -1,7 +1,7 @@
 """`size`'s per-replica caches and routers against public multi-replica measurements
 (data/measurements/multi-replica.csv; docs/validation.md, "Multi-replica check").
 
-    python benchmarks/replicas_check.py [--seeds 3] [--router-as MEASURED=OURS]
+    python benchmarks/replicas_check.py [--seeds 3] [--runs RUN,...] [--client-cap N]
 
 Each row of the CSV is one stage of a published run: a shared-prefix workload (G groups of
 a prefix, P prompts per group) sent to R replicas under one scheduler. We replay the run as
@@ -319,11 +319,40 @@ def run_room(req: SizeRequest) -> float:
     return float(kv_pool_tokens(req.setup, req.engine))
 
 
-def simulate(rows: list[dict[str, str]], seed: int
+def capped_sends(scheduled: np.ndarray, latency: np.ndarray, cap: int) -> np.ndarray:
+    """When each request is sent where the client holds at most `cap` in flight
+    (inference-perf: num_workers x worker_max_concurrency, `LoadConfig`; a request waits in
+    the client's queue until a slot frees, first come first served, and its TTFT is timed
+    from the send): request k goes at its scheduled time, or when the earliest of the
+    `cap` requests before it in flight ends (`latency`: each request's send to finish),
+    never before the one ahead of it."""
+    import heapq
+
+    send = np.empty_like(scheduled)
+    ends: list[float] = []
+    last = -np.inf
+    for k in range(len(scheduled)):
+        t = max(float(scheduled[k]), last)
+        while ends and ends[0] <= t:  # finished by then: their slots are free
+            heapq.heappop(ends)
+        if len(ends) >= cap:
+            t = max(t, heapq.heappop(ends))
+        send[k] = last = t
+        heapq.heappush(ends, t + float(latency[k]))
+    return send
+
+
+CAP_ROUNDS = 8  # replays of a capped run: the sends move with the latencies they cause
+
+
+def simulate(rows: list[dict[str, str]], seed: int, client_cap: int = 0
              ) -> dict[tuple[str, str, float], tuple[float, float, float, float]]:
     """Per (run, scheduler, stage QPS) of one replay of each scheduler's run: (TTFT p90 s,
     output tokens/s and total (prompt + output) tokens/s over the stage's span from its
-    first request sent to its last finished, mean time per output token s)."""
+    first request sent to its last finished, mean time per output token s). `client_cap`
+    > 0: the client holds at most that many requests in flight (capped_sends; replayed
+    until the sends settle, CAP_ROUNDS at most), a sensitivity: the runs do not publish
+    their client's CPUs."""
 
     got: dict[tuple[str, str, float], tuple[float, float, float, float]] = {}
     by_sched: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
@@ -347,11 +376,18 @@ def simulate(rows: list[dict[str, str]], seed: int
         req = replace(req, router=router, router_params=params)
         p = StagedPlanner(req)
         p.tier_per_replica = float(row["tier_tokens_per_replica"])
-        p.run_stream = run_stream(row, stages, seed, p.hold_rates(), LOAD[bench])
+        base = run_stream(row, stages, seed, p.hold_rates(), LOAD[bench])
+        p.run_stream = base
         gpus = int(row["tp"]) * int(row["replicas"])
         res = p.simulate(option, gpus, 0, p.traffic(option, gpus, 0, 1.0))
+        for _ in range(CAP_ROUNDS if client_cap > 0 else 0):
+            sends = capped_sends(base.arrival, res.done - p.run_stream.arrival, client_cap)
+            if np.allclose(sends, p.run_stream.arrival, atol=1e-3):
+                break
+            p.run_stream = replace(base, arrival=sends)
+            res = p.simulate(option, gpus, 0, p.traffic(option, gpus, 0, 1.0))
         ttft = res.ttft
-        stage = (p.run_stream.arrival // STAGE_GAP_S).astype(np.int64)
+        stage = (base.arrival // STAGE_GAP_S).astype(np.int64)
         tokens = (res.requests.prompt + res.requests.output).astype(float)
         for k, (rate, _) in enumerate(stages):
             sel = stage == k
@@ -373,11 +409,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=3,
                     help="replays (prompt shuffles) per scheduler; the median is compared")
+    ap.add_argument("--client-cap", type=int, default=0, metavar="N",
+                    help="the client holds at most N requests in flight (inference-perf: "
+                    "num_workers x worker_max_concurrency 100; no run publishes its "
+                    "client's CPUs: a sensitivity, default off)")
+    ap.add_argument("--runs", default="", help="comma-separated benchmarks to replay "
+                    "(default: every run in the CSV)")
     add_async_flag(ap)
     a = ap.parse_args()
     apply_async_flag(a)
     rows = list(csv.DictReader(DATA.open()))
-    runs = [simulate(rows, s) for s in range(a.seeds)]
+    if a.runs:
+        want = set(a.runs.split(","))
+        if unknown := want - {r["benchmark"] for r in rows}:
+            raise SystemExit(f"--runs: no such run in {DATA.name}: {', '.join(sorted(unknown))}")
+        rows = [r for r in rows if r["benchmark"] in want]
+    runs = [simulate(rows, s, a.client_cap) for s in range(a.seeds)]
     by_router: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
     # per benchmark: [all, held-out] within the bound, and the counts
     tally: dict[str, dict[str, list[int]]] = defaultdict(

@@ -768,3 +768,20 @@ def test_the_answers_multi_replica_caveat_is_what_the_replica_check_measures() -
     assert multi_replica_note(1) is None
     note = multi_replica_note(8)
     assert note is not None and f"under the measured at {under}" in note
+
+
+def test_a_capped_client_sends_when_a_slot_frees() -> None:
+    """inference-perf holds at most num_workers x worker_max_concurrency requests in
+    flight; the rest wait in its queue, first come first served, and are timed from the
+    send (replicas_check.capped_sends, behind --client-cap)."""
+    C = _check_module()
+    at = np.zeros(4)
+    assert C.capped_sends(at, np.ones(4), 2).tolist() == [0.0, 0.0, 1.0, 1.0]
+    # a slot frees at 1, but request 2 is not due before 5; nothing goes ahead of its turn
+    assert C.capped_sends(np.array([0.0, 0.0, 5.0]), np.ones(3), 1).tolist() == [0.0, 1.0,
+                                                                                 5.0]
+    assert C.capped_sends(np.array([0.0, 0.1, 0.2]), np.array([3.0, 1.0, 1.0]), 1).tolist() \
+        == [0.0, 3.0, 4.0]
+    # no cap reached: every request at its own time
+    assert C.capped_sends(np.array([0.0, 2.0, 4.0]), np.ones(3), 1).tolist() == [0.0, 2.0,
+                                                                                 4.0]
