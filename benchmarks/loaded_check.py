@@ -221,6 +221,34 @@ SWEEP_REPEATS = tuple(
     ))
 
 
+# The server's end-to-end request latency every run published beside its TTFT (its
+# summary.json / c0NN.json `e2e_ms` p50 and p90, ms: run_concurrent.py's
+# histogram_quantile over vllm:e2e_request_latency_seconds, REQUEST_LATENCY_BUCKETS =
+# LATENCY_BUCKETS). Read in round 13 and in no fit or input: `e2e_report` sets the
+# simulated requests' arrival-to-finish beside them (a report, no bound of the issue's).
+E2E_PUBLISHED = {
+    _B + "hybrid-cpu_p8000_20260419_030721/summary.json": (8_196.7, 21_333.3),
+    _B + "hybrid-cpu_p8000_20260419_110157/summary.json": (6_705.3, 18_796.9),
+    _B + "hybrid-cpu_p8000_20260419_112901/summary.json": (5_413.8, 17_710.5),
+    _B + "hybrid-mtier_p8000_20260419_093528/summary.json": (5_098.0, 18_473.7),
+    _B + "hybrid-mtier_p8000_20260419_113729/summary.json": (8_681.0, 19_860.5),
+    _B + "hybrid-mtier_p8000_20260419_115224/summary.json": (5_819.7, 17_970.6),
+    **{f"{_B}hybrid-cpu_p8000_20260418_040848/c0{n:02}.json": v for n, v in (
+        (4, (1_775.8, 7_424.5)), (8, (4_107.6, 12_109.4)), (12, (6_944.0, 21_324.5)),
+        (16, (11_065.9, 28_000.0)), (20, (9_577.6, 27_922.8)), (24, (16_890.2, 51_425.9)))},
+    **{f"{_B}hybrid-mtier_p8000_20260418_040848/c0{n:02}.json": v for n, v in (
+        (4, (1_483.3, 8_325.8)), (8, (3_754.2, 13_989.4)), (12, (4_221.5, 22_314.5)),
+        (16, (8_106.5, 25_717.1)), (20, (14_755.1, 36_988.2)), (24, (14_001.6, 30_767.9)))},
+    _B + "hybrid-cpu_p8000_20260418_141549/c016.json": (6_418.8, 25_406.9),
+    _B + "hybrid-cpu_p8000_20260418_141549/c020.json": (12_890.5, 29_843.3),
+    _B + "hybrid-cpu_p8000_20260418_152157/c016.json": (16_206.5, 31_929.8),
+    _B + "hybrid-cpu_p8000_20260418_155608/c016.json": (14_733.6, 29_399.1),
+    _B + "hybrid-mtier_p8000_20260418_133959/c020.json": (9_611.1, 27_612.1),
+    _B + "hybrid-mtier_p8000_20260418_182417/c004.json": (2_216.1, 8_230.0),
+    _B + "hybrid-mtier_p8000_20260418_190358/c012.json": (3_899.0, 18_589.3),
+}
+
+
 LEVELS_0418 = (*SWEEP, *SWEEP_XMEM, *SWEEP_REPEATS)  # every 04-18 level, (agents, Run)
 
 
@@ -453,6 +481,9 @@ class Prediction:
     ext_hit: float  # vllm:external_prefix_cache_hits / queries: once per admission
     admit_share: float  # the HBM share of hits, each request once at its admission
     steps_s: float  # engine steps per second (each schedule() call looks the head up)
+    # arrival to last token of the kept requests (vllm:e2e_request_latency_seconds)
+    e2e_p50_ms: float = float("nan")
+    e2e_p90_ms: float = float("nan")
 
 
 def _request(run: Run, mem_fraction: float):  # noqa: ANN202
@@ -482,6 +513,7 @@ def predict(run: Run, **kw: object) -> Prediction:
     r, keep, w = simulate(run, **kw)  # type: ignore[arg-type]
     ttft = r.ttft[keep]
     queue = (r.start - r.arrival)[keep]  # vLLM: QUEUED to first SCHEDULED
+    e2e = (r.done - r.arrival)[keep]  # vLLM: arrival to the request's finish
     span = w.t1 - w.t0
     g, e = published_hit_rates(r, keep)
     return Prediction(
@@ -490,7 +522,9 @@ def predict(run: Run, **kw: object) -> Prediction:
         histogram_quantile(queue, LATENCY_BUCKETS, 0.5) * 1e3,
         len(w.done) / span, float(r.requests.output[w.done].sum()) / span, w.kv_usage,
         gpu_share(g, e), r.preemptions_per_request(), g, e, r.hbm_share_of_hits(),
-        r.steps / r.span if r.span > 0 else 0.0)
+        r.steps / r.span if r.span > 0 else 0.0,
+        histogram_quantile(e2e, LATENCY_BUCKETS, 0.5) * 1e3,
+        histogram_quantile(e2e, LATENCY_BUCKETS, 0.9) * 1e3)
 
 
 # Measure over the span in which every agent still works (round 12); False: from the
@@ -753,7 +787,7 @@ def _in_spread(p: Prediction, r: Run, n: int) -> str:
 
 
 def repeats_check(think_s: float, requests: int, pool_scale: float, seeds: int,
-                  **kw: Any) -> None:
+                  **kw: Any) -> list[tuple[int, Run, Prediction]]:
     """The 04-18 repeats, each predicted from its own published lengths and hits."""
     rows = [(n, r, predict_seeds(r, seeds, think_s=think_s, mem_fraction=SWEEP_MEM_FRACTION,
                                  requests=requests, pool_scale=pool_scale, agents=n,
@@ -780,6 +814,22 @@ def repeats_check(think_s: float, requests: int, pool_scale: float, seeds: int,
             k = len(level_runs(opt, n))
             print(f"  {'DRAM' if opt == 'host-dram' else 'X-Mem'} at {n} agents: TTFT p50 "
                   f"{lo:,.0f}-{hi:,.0f} ms over {k} runs ({hi / lo:.1f}x)")
+    return rows
+
+
+def e2e_report(rows: list[tuple[Run, Prediction]], label: str) -> None:
+    """The published end-to-end latency (E2E_PUBLISHED) against the simulated, per run:
+    where the engine's TTFT is low, whether the whole stay is low too (a report line)."""
+    have = [(r, p, E2E_PUBLISHED[r.source]) for r, p in rows if r.source in E2E_PUBLISHED]
+    ok = sum(abs(p.e2e_p50_ms / m50 - 1) <= TTFT_TOL for _, p, (m50, _) in have)
+    print(f"e2e p50 within {TTFT_TOL:.0%} at {ok} of {len(have)} runs ({label}; "
+          "a report line)")
+    print(f"{'run':28} {'e2e p50':>7} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
+          f"{'err':>5} {'TTFT err':>8}")
+    for r, p, (m50, m90) in have:
+        print(f"{r.name:28} {m50:7,.0f} {p.e2e_p50_ms:6,.0f} {_err(p.e2e_p50_ms, m50):>5} "
+              f"{m90:6,.0f} {p.e2e_p90_ms:6,.0f} {_err(p.e2e_p90_ms, m90):>5} "
+              f"{_err(p.ttft_p50_ms, r.ttft_p50_ms):>8}")
 
 
 def sweep_ratios(dram: list[tuple[int, Run, Prediction]],
@@ -925,9 +975,11 @@ def main() -> None:
                       deployment=a.sweep_deployment, sweep=SWEEP_XMEM,
                       label="the unseen 04-18 X-Mem sweep", **kw)
         print()
-        repeats_check(think_s, a.requests, a.pool_scale, a.seeds, **kw)
+        reps = repeats_check(think_s, a.requests, a.pool_scale, a.seeds, **kw)
         print()
         sweep_ratios(dram, xmem)
+        print()
+        e2e_report([(r, p) for _, r, p in (*dram, *xmem, *reps)], "the 04-18 runs")
         return
     preds = [predict_seeds(r, a.seeds, think_s=think_s, mem_fraction=a.mem_fraction,
                            requests=a.requests, pool_scale=a.pool_scale,
@@ -1005,6 +1057,7 @@ def main() -> None:
               f"{pred:.2f}x")
     for f in fails:
         print(f"  outside: {f}")
+    e2e_report(rows, "the 04-19 runs")
     print(f"assumed: think {think_s:.2f} s, mem fraction {a.mem_fraction}, {a.requests:,} "
           f"requests x {a.seeds} seeds (medians),\n --max-num-batched-tokens {MAX_BATCHED}, "
           f"--max-num-seqs {MAX_SEQS}"
