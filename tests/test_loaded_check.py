@@ -177,3 +177,14 @@ def test_the_window_ends_where_the_first_agent_runs_out() -> None:
         assert sorted(keep.tolist()) == [1, 2, 3, 4, 5] and w.kv_usage == 0.123
     finally:
         lc.STEADY = True
+
+
+def test_every_run_has_its_published_end_to_end_latency() -> None:
+    """E2E_PUBLISHED carries the e2e_ms p50 / p90 of every run the check compares (keyed by
+    its file), each p90 above its p50 and both above the run's TTFT p50."""
+    lc = _module()
+    runs = [r for _, r in lc.LEVELS_0418] + list(lc.RUNS)
+    assert {r.source for r in runs} == set(lc.E2E_PUBLISHED)
+    for r in runs:
+        p50, p90 = lc.E2E_PUBLISHED[r.source]
+        assert r.ttft_p50_ms < p50 < p90, r.name
