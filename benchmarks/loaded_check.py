@@ -943,6 +943,8 @@ def main() -> None:
     add_async_flag(ap)
     a = ap.parse_args()
     apply_async_flag(a)
+    if a.seeds < 1:
+        ap.error(f"--seeds {a.seeds}: give at least one seed")
     if a.with_drain:
         global STEADY
         STEADY = False

@@ -418,6 +418,10 @@ def main() -> None:
     add_async_flag(ap)
     a = ap.parse_args()
     apply_async_flag(a)
+    if a.seeds < 1:
+        ap.error(f"--seeds {a.seeds}: give at least one replay")
+    if a.client_cap < 0:
+        ap.error(f"--client-cap {a.client_cap}: give a number of requests, or 0 for none")
     rows = list(csv.DictReader(DATA.open()))
     if a.runs:
         want = set(a.runs.split(","))
