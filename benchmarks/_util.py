@@ -11,6 +11,19 @@ import time
 from collections.abc import Callable
 
 
+def positive_int(text: str) -> int:
+    """argparse type for counts (--seeds, --runs, --repeats): a whole number of at least
+    1, else a usage error naming the value (0 replays would leave nothing to take a
+    median of)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is below 1")
+    return n
+
+
 def median_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> tuple[float, list[float]]:
     for _ in range(warmup):
         fn()

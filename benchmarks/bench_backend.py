@@ -24,6 +24,7 @@ import threading
 import time
 
 import numpy as np
+from _util import positive_int
 
 from xmemplan.backends import create_backend
 from xmemplan.backends.hostpool import HostPool
@@ -130,8 +131,8 @@ def node_bps(readers: int, pages: int, scale: float) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pages", type=int, default=32)
-    ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--runs", type=positive_int, default=7)
+    ap.add_argument("--repeats", type=positive_int, default=3)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--node", action="store_true",
                     help="Only the emulated-node section (1, 4, 8 readers).")

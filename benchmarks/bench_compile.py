@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _util import positive_int
+
 CHILD = r"""
 import atexit, json, os, sys, time, runpy
 from numba.core import event as ev
@@ -105,7 +107,7 @@ def run_once(tree: Path, args: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trees", default=".", help="comma-separated source trees")
-    ap.add_argument("--runs", type=int, default=1, help="rounds (the trees alternate)")
+    ap.add_argument("--runs", type=positive_int, default=1, help="rounds (the trees alternate)")
     ap.add_argument("--min", type=float, default=0.5, help="functions over this, s")
     ap.add_argument("--json", help="write every run's figures here")
     ap.add_argument("args", nargs="*", default=["size", "--ttft-slo", "500ms"])

@@ -16,6 +16,7 @@ import statistics
 import time
 
 import numpy as np
+from _util import positive_int
 
 
 def bench(runs: int) -> list[float]:
@@ -44,7 +45,7 @@ def bench(runs: int) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=positive_int, default=7)
     times = bench(ap.parse_args().runs)
     print(f"model: 2 x 10,000 configurations in {statistics.median(times) * 1e3:.1f} ms "
           f"median (min {min(times) * 1e3:.1f}, max {max(times) * 1e3:.1f}; target < 1 s)")

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from _util import positive_int
+
 ARGS = ["size", "--gpus", "1", "--tier-capacity", "64GB"]
 
 
@@ -67,7 +69,7 @@ def _line(name: str, v: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=positive_int, default=5)
     a = ap.parse_args()
     t, c, sims = bench_inprocess(a.runs)
     print(_line(f"sweep(), 6 loads x 2 options, {sims} engine runs, wall", t))

@@ -54,7 +54,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the in-process sweep imports this checkout's xmemplan too
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _util import machine  # noqa: E402
+from _util import machine, positive_int  # noqa: E402
 
 
 def bench_sweep(runs: int, per_axis: int = 10) -> list[float]:
@@ -176,7 +176,7 @@ def _show(name: str, times: list[float]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=positive_int, default=5)
     ap.add_argument("--trees", help="comma-separated source trees to compare, each PATH or "
                     "PATH@VAR=VALUE (module doc)")
     ap.add_argument("--check", action="store_true", help="with --trees: outputs must agree")

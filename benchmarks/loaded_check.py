@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _util import add_async_flag, apply_async_flag, pipe_friendly
+from _util import add_async_flag, apply_async_flag, pipe_friendly, positive_int
 
 SRC = "netpreme/vllm_xmem netpreme/coding_agents/"
 AGENTS = 12
@@ -897,7 +897,7 @@ def main() -> None:
                     help="time between a reply and the agent's next request")
     ap.add_argument("--mem-fraction", type=float, default=0.75)
     ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--seeds", type=int, default=5,
+    ap.add_argument("--seeds", type=positive_int, default=5,
                     help="simulations per run (medians reported, TTFT p50 range shown)")
     ap.add_argument("--sweep", action="store_true",
                     help="TTFT against concurrency: the 04-18 DRAM and X-Mem sweeps, 4 to "
@@ -943,8 +943,6 @@ def main() -> None:
     add_async_flag(ap)
     a = ap.parse_args()
     apply_async_flag(a)
-    if a.seeds < 1:
-        ap.error(f"--seeds {a.seeds}: give at least one seed")
     if a.with_drain:
         global STEADY
         STEADY = False

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _util import add_async_flag, apply_async_flag, pipe_friendly
+from _util import add_async_flag, apply_async_flag, pipe_friendly, positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data" / "measurements" / "rate.csv"
@@ -339,7 +339,7 @@ def table(rows: Sequence[Row], seeds: int) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, default=5, help="replays per run (median used)")
+    ap.add_argument("--seeds", type=positive_int, default=5, help="replays per run (median used)")
     ap.add_argument("--csv", type=Path, default=DATA)
     add_async_flag(ap)
     a = ap.parse_args()

@@ -114,7 +114,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from _util import add_async_flag, apply_async_flag
+from _util import add_async_flag, apply_async_flag, positive_int
 
 from xmemplan.sizing import routing as RT
 from xmemplan.sizing.planner import Planner, SizeRequest
@@ -407,7 +407,7 @@ def simulate(rows: list[dict[str, str]], seed: int, client_cap: int = 0
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, default=3,
+    ap.add_argument("--seeds", type=positive_int, default=3,
                     help="replays (prompt shuffles) per scheduler; the median is compared")
     ap.add_argument("--client-cap", type=int, default=0, metavar="N",
                     help="the client holds at most N requests in flight (inference-perf: "
@@ -418,8 +418,6 @@ def main() -> None:
     add_async_flag(ap)
     a = ap.parse_args()
     apply_async_flag(a)
-    if a.seeds < 1:
-        ap.error(f"--seeds {a.seeds}: give at least one replay")
     if a.client_cap < 0:
         ap.error(f"--client-cap {a.client_cap}: give a number of requests, or 0 for none")
     rows = list(csv.DictReader(DATA.open()))
