@@ -102,6 +102,12 @@ class Run:
     kv_usage: float | None = None
     isl_p95: float | None = None  # prompt_tok_len p95 / p99 (None: lognormal tail)
     isl_p99: float | None = None
+    # the server's end-to-end request latency p50 / p90 (e2e_ms, ms: run_concurrent.py's
+    # histogram_quantile over vllm:e2e_request_latency_seconds, whose buckets are
+    # LATENCY_BUCKETS). Read in round 13, in no fit or input: e2e_report sets the
+    # simulated requests' arrival-to-finish beside it (a report, no bound of the issue's)
+    e2e_p50_ms: float | None = None
+    e2e_p90_ms: float | None = None
 
     @property
     def gpu_share(self) -> float:
@@ -118,56 +124,65 @@ RUNS = (
     Run("DRAM 04-19 03:07", "host-dram", 63_333.3, 98_000.0, 0.039, 0.970, 3_698.3, 7_470.8,
         97.6, 282.408 / 1.13, _B + "hybrid-cpu_p8000_20260419_030721/summary.json",
         queue_p50_ms=3_313.0, rps=1.13, tok_s=282.408, kv_usage=0.925,
-        isl_p95=135_000.0, isl_p99=187_000.0),
+        isl_p95=135_000.0, isl_p99=187_000.0,
+        e2e_p50_ms=8_196.7, e2e_p90_ms=21_333.3),
     Run("DRAM 04-19 11:01", "host-dram", 46_172.0, 89_642.9, 0.043, 0.969, 2_618.3, 5_556.6,
         89.5, 303.806 / 1.438, _B + "hybrid-cpu_p8000_20260419_110157/summary.json",
         queue_p50_ms=2_240.9, rps=1.438, tok_s=303.806, kv_usage=0.941,
-        isl_p95=95_645.6, isl_p99=127_166.7),
+        isl_p95=95_645.6, isl_p99=127_166.7,
+        e2e_p50_ms=6_705.3, e2e_p90_ms=18_796.9),
     Run("DRAM 04-19 11:29 (clean)", "host-dram", 48_718.2, 89_914.9, 0.046, 0.965, 2_191.9,
         4_765.3, 87.6, 295.13 / 1.497, _B + "hybrid-cpu_p8000_20260419_112901/summary.json",
         queue_p50_ms=1_820.2, rps=1.497, tok_s=295.13, kv_usage=0.927,
-        isl_p95=95_170.2, isl_p99=99_374.5),
+        isl_p95=95_170.2, isl_p99=99_374.5,
+        e2e_p50_ms=5_413.8, e2e_p90_ms=17_710.5),
     Run("X-Mem 04-19 09:35", "xmem", 48_448.4, 89_444.4, 0.110, 0.968, 1_929.5, 4_593.5,
         90.3, 330.281 / 1.471, _B + "hybrid-mtier_p8000_20260419_093528/summary.json",
         queue_p50_ms=1_407.9, rps=1.471, tok_s=330.281, kv_usage=0.940,
-        isl_p95=94_722.2, isl_p99=98_944.4),
+        isl_p95=94_722.2, isl_p99=98_944.4,
+        e2e_p50_ms=5_098.0, e2e_p90_ms=18_473.7),
     Run("X-Mem 04-19 11:37", "xmem", 57_885.3, 93_871.0, 0.062, 0.967, 5_613.7, 8_630.3,
         81.1, 280.633 / 1.63, _B + "hybrid-mtier_p8000_20260419_113729/summary.json",
         queue_p50_ms=5_000.0, rps=1.63, tok_s=280.633, kv_usage=0.937,
-        isl_p95=98_369.2, isl_p99=168_625.0),
+        isl_p95=98_369.2, isl_p99=168_625.0,
+        e2e_p50_ms=8_681.0, e2e_p90_ms=19_860.5),
     Run("X-Mem 04-19 11:52 (clean)", "xmem", 50_000.0, 90_000.0, 0.052, 0.969, 2_270.2,
         4_848.7, 90.7, 311.719 / 1.399, _B + "hybrid-mtier_p8000_20260419_115224/summary.json",
         queue_p50_ms=1_898.6, rps=1.399, tok_s=311.719, kv_usage=0.943,
-        isl_p95=95_000.0, isl_p99=99_000.0),
+        isl_p95=95_000.0, isl_p99=99_000.0,
+        e2e_p50_ms=5_819.7, e2e_p90_ms=17_970.6),
 )
 # TTFT against concurrency: the 2026-04-18 04:08 DRAM sweep, 4 to 24 agents (one c<N>.json
 # per level). Its mem fraction is not recorded beside it (its ITL is 38 ms at 12 agents
 # where the 04-19 runs show 19-23 ms): see SWEEP_MEM_FRACTION.
 def _level(name: str, option: str, folder: str, n: int, rps: float, tok: float, t50: float,
            t90: float, q: float, isl50: float, isl90: float, o50: float, kv: float,
-           gpu: float, ext: float, isl95: float, isl99: float) -> tuple[int, Run]:
+           gpu: float, ext: float, isl95: float, isl99: float, e50: float,
+           e90: float) -> tuple[int, Run]:
     """One level (c0NN.json) of a 04-18 run of run_concurrent.py, as its header publishes
     it: requests/s, output tokens/s, TTFT p50 / p90, queue p50 (ms), prompt p50 / p90,
-    output p50, KV use, GPU and external hit rates (%), prompt p95 / p99."""
+    output p50, KV use, GPU and external hit rates (%), prompt p95 / p99, e2e p50 / p90
+    (ms)."""
     return n, Run(f"{name} {n:2} agents", option, isl50, isl90, gpu / 100, ext / 100, t50,
                   t90, o50, tok / rps, f"{_B}{folder}/c0{n:02}.json", queue_p50_ms=q,
-                  rps=rps, tok_s=tok, kv_usage=kv / 100, isl_p95=isl95, isl_p99=isl99)
+                  rps=rps, tok_s=tok, kv_usage=kv / 100, isl_p95=isl95, isl_p99=isl99,
+                  e2e_p50_ms=e50, e2e_p90_ms=e90)
 
 
 SWEEP = tuple(
     _level("DRAM 04-18", "host-dram", "hybrid-cpu_p8000_20260418_040848", *row) for row in (
         (4, 1.289, 268.776, 225.9, 471.6, 150.2, 62_686.9, 136_720.9, 120.7, 31.9, 97.9, 22.9,
-         168_360.4, 193_672.1),
+         168_360.4, 193_672.1, 1_775.8, 7_424.5),
         (8, 1.255, 305.009, 256.9, 499.4, 150.1, 61_401.6, 119_204.2, 129.2, 67.8, 98.0, 1.0,
-         159_602.1, 191_920.4),
+         159_602.1, 191_920.4, 4_107.6, 12_109.4),
         (12, 1.186, 272.642, 1_890.3, 4_604.8, 1_399.1, 57_074.0, 120_446.1, 93.5, 93.7, 13.3,
-         96.4, 160_223.0, 192_044.6),
+         96.4, 160_223.0, 192_044.6, 6_944.0, 21_324.5),
         (16, 1.261, 307.279, 5_351.1, 9_567.0, 4_880.4, 54_163.1, 93_850.8, 95.6, 95.5, 6.0,
-         96.8, 98_811.8, 173_701.1),
+         96.8, 98_811.8, 173_701.1, 11_065.9, 28_000.0),
         (20, 1.366, 338.801, 4_760.3, 9_527.8, 4_440.1, 47_888.1, 89_327.8, 86.9, 96.1, 5.9,
-         96.5, 94_751.8, 99_090.9),
+         96.5, 94_751.8, 99_090.9, 9_577.6, 27_922.8),
         (24, 1.001, 228.42, 11_468.4, 34_192.9, 10_258.6, 49_341.2, 92_156.5, 85.5, 95.1, 3.9,
-         87.8, 97_571.7, 163_740.0),
+         87.8, 97_571.7, 163_740.0, 16_890.2, 51_425.9),
     ))
 # The same combined run's X-Mem ("hybrid-mtier") sweep, 4 to 24 agents: the same runner,
 # agents and tasks, KV offloaded to the X-Mem bank (bench_combined_20260418_040848 holds
@@ -177,17 +192,17 @@ SWEEP = tuple(
 SWEEP_XMEM = tuple(
     _level("X-Mem 04-18", "xmem", "hybrid-mtier_p8000_20260418_040848", *row) for row in (
         (4, 1.273, 280.459, 216.1, 1_382.9, 181.3, 48_653.0, 89_820.8, 86.7, 26.3, 96.7,
-         29.8, 95_094.2, 99_313.0),
+         29.8, 95_094.2, 99_313.0, 1_483.3, 8_325.8),
         (8, 1.203, 306.995, 257.6, 624.5, 154.6, 53_910.8, 125_699.7, 106.3, 67.1, 97.5,
-         3.1, 162_849.8, 192_570.0),
+         3.1, 162_849.8, 192_570.0, 3_754.2, 13_989.4),
         (12, 1.082, 316.576, 382.9, 2_102.4, 199.0, 49_240.3, 92_065.3, 87.0, 91.7, 49.4,
-         80.5, 97_500.0, 162_962.3),
+         80.5, 97_500.0, 162_962.3, 4_221.5, 22_314.5),
         (16, 1.308, 346.668, 2_793.6, 6_093.1, 2_337.1, 51_559.8, 92_426.3, 90.6, 95.9, 5.3,
-         96.3, 97_534.7, 161_344.3),
+         96.3, 97_534.7, 161_344.3, 8_106.5, 25_717.1),
         (20, 1.077, 316.252, 9_456.7, 22_093.0, 9_136.4, 48_888.3, 89_908.2, 83.5, 96.1,
-         5.1, 93.5, 95_143.1, 99_331.0),
+         5.1, 93.5, 95_143.1, 99_331.0, 14_755.1, 36_988.2),
         (24, 1.551, 345.447, 8_498.1, 16_895.2, 8_139.4, 48_445.4, 90_524.1, 90.2, 96.3,
-         5.8, 96.2, 95_941.4, 120_257.1),
+         5.8, 96.2, 95_941.4, 120_257.1, 14_001.6, 30_767.9),
     ))
 # Later runs of the same runner on 2026-04-18, one level each (no server flags or memory
 # share recorded beside any of them, like the sweeps; run_concurrent.py restarts the server
@@ -199,54 +214,26 @@ SWEEP_REPEATS = tuple(
     _level(*row) for row in (
         ("DRAM 04-18 14:15", "host-dram", "hybrid-cpu_p8000_20260418_141549", 16, 1.524,
          319.703, 1_822.3, 4_324.4, 1_392.6, 48_932.4, 91_474.3, 87.3, 95.4, 9.8, 95.7,
-         96_903.2, 153_440.7),
+         96_903.2, 153_440.7, 6_418.8, 25_406.9),
         ("DRAM 04-18 14:15", "host-dram", "hybrid-cpu_p8000_20260418_141549", 20, 1.426,
          298.677, 6_973.1, 15_558.8, 7_080.0, 49_680.6, 94_868.4, 89.8, 95.0, 5.1, 96.4,
-         108_802.8, 181_760.6),
+         108_802.8, 181_760.6, 12_890.5, 29_843.3),
         ("DRAM 04-18 15:21", "host-dram", "hybrid-cpu_p8000_20260418_152157", 16, 1.022,
          305.279, 10_373.0, 18_437.8, 9_652.5, 51_980.8, 96_878.8, 98.1, 95.1, 4.9, 96.8,
-         130_740.7, 186_148.1),
+         130_740.7, 186_148.1, 16_206.5, 31_929.8),
         ("DRAM 04-18 15:56", "host-dram", "hybrid-cpu_p8000_20260418_155608", 16, 1.096,
          302.816, 7_762.9, 16_538.2, 7_661.6, 57_072.4, 106_478.9, 111.6, 94.8, 5.3, 97.1,
-         153_239.4, 190_647.9),
+         153_239.4, 190_647.9, 14_733.6, 29_399.1),
         ("X-Mem 04-18 13:39", "xmem", "hybrid-mtier_p8000_20260418_133959", 20, 1.367,
          323.044, 5_306.5, 9_069.7, 4_801.9, 48_209.1, 92_577.8, 88.6, 96.0, 4.6, 96.2,
-         98_349.4, 171_988.9),
+         98_349.4, 171_988.9, 9_611.1, 27_612.1),
         ("X-Mem 04-18 18:24", "xmem", "hybrid-mtier_p8000_20260418_182417", 4, 1.151,
          273.449, 216.7, 464.0, 151.3, 61_536.7, 99_777.9, 151.8, 33.2, 98.0, 30.4,
-         148_810.7, 189_762.1),
+         148_810.7, 189_762.1, 2_216.1, 8_230.0),
         ("X-Mem 04-18 19:03", "xmem", "hybrid-mtier_p8000_20260418_190358", 12, 1.249,
          316.177, 245.1, 692.3, 152.5, 50_713.6, 92_426.3, 90.4, 81.4, 81.7, 25.5,
-         97_640.4, 163_467.7),
+         97_640.4, 163_467.7, 3_899.0, 18_589.3),
     ))
-
-
-# The server's end-to-end request latency every run published beside its TTFT (its
-# summary.json / c0NN.json `e2e_ms` p50 and p90, ms: run_concurrent.py's
-# histogram_quantile over vllm:e2e_request_latency_seconds, REQUEST_LATENCY_BUCKETS =
-# LATENCY_BUCKETS). Read in round 13 and in no fit or input: `e2e_report` sets the
-# simulated requests' arrival-to-finish beside them (a report, no bound of the issue's).
-E2E_PUBLISHED = {
-    _B + "hybrid-cpu_p8000_20260419_030721/summary.json": (8_196.7, 21_333.3),
-    _B + "hybrid-cpu_p8000_20260419_110157/summary.json": (6_705.3, 18_796.9),
-    _B + "hybrid-cpu_p8000_20260419_112901/summary.json": (5_413.8, 17_710.5),
-    _B + "hybrid-mtier_p8000_20260419_093528/summary.json": (5_098.0, 18_473.7),
-    _B + "hybrid-mtier_p8000_20260419_113729/summary.json": (8_681.0, 19_860.5),
-    _B + "hybrid-mtier_p8000_20260419_115224/summary.json": (5_819.7, 17_970.6),
-    **{f"{_B}hybrid-cpu_p8000_20260418_040848/c0{n:02}.json": v for n, v in (
-        (4, (1_775.8, 7_424.5)), (8, (4_107.6, 12_109.4)), (12, (6_944.0, 21_324.5)),
-        (16, (11_065.9, 28_000.0)), (20, (9_577.6, 27_922.8)), (24, (16_890.2, 51_425.9)))},
-    **{f"{_B}hybrid-mtier_p8000_20260418_040848/c0{n:02}.json": v for n, v in (
-        (4, (1_483.3, 8_325.8)), (8, (3_754.2, 13_989.4)), (12, (4_221.5, 22_314.5)),
-        (16, (8_106.5, 25_717.1)), (20, (14_755.1, 36_988.2)), (24, (14_001.6, 30_767.9)))},
-    _B + "hybrid-cpu_p8000_20260418_141549/c016.json": (6_418.8, 25_406.9),
-    _B + "hybrid-cpu_p8000_20260418_141549/c020.json": (12_890.5, 29_843.3),
-    _B + "hybrid-cpu_p8000_20260418_152157/c016.json": (16_206.5, 31_929.8),
-    _B + "hybrid-cpu_p8000_20260418_155608/c016.json": (14_733.6, 29_399.1),
-    _B + "hybrid-mtier_p8000_20260418_133959/c020.json": (9_611.1, 27_612.1),
-    _B + "hybrid-mtier_p8000_20260418_182417/c004.json": (2_216.1, 8_230.0),
-    _B + "hybrid-mtier_p8000_20260418_190358/c012.json": (3_899.0, 18_589.3),
-}
 
 
 LEVELS_0418 = (*SWEEP, *SWEEP_XMEM, *SWEEP_REPEATS)  # every 04-18 level, (agents, Run)
@@ -818,9 +805,11 @@ def repeats_check(think_s: float, requests: int, pool_scale: float, seeds: int,
 
 
 def e2e_report(rows: list[tuple[Run, Prediction]], label: str) -> None:
-    """The published end-to-end latency (E2E_PUBLISHED) against the simulated, per run:
+    """The published end-to-end latency (Run.e2e_p50_ms / e2e_p90_ms) against the
+    simulated, per run:
     where the engine's TTFT is low, whether the whole stay is low too (a report line)."""
-    have = [(r, p, E2E_PUBLISHED[r.source]) for r, p in rows if r.source in E2E_PUBLISHED]
+    have = [(r, p, (r.e2e_p50_ms, r.e2e_p90_ms)) for r, p in rows
+            if r.e2e_p50_ms is not None and r.e2e_p90_ms is not None]
     ok = sum(abs(p.e2e_p50_ms / m50 - 1) <= TTFT_TOL for _, p, (m50, _) in have)
     print(f"e2e p50 within {TTFT_TOL:.0%} at {ok} of {len(have)} runs ({label}; "
           "a report line)")

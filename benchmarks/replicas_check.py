@@ -127,6 +127,8 @@ CEILING_BOUND = 0.20
 CHARS_PER_TOKEN = 4  # GIE prefix plugin averageCharactersPerToken
 STAGE_GAP_S = 3600.0  # stage k starts at k x this (each stage drains first: checked)
 
+HEADROOM = "llm-d-64p-headroom"  # the unseen runs (module docstring)
+OVERLOAD = "llm-d-80u-overload"
 # per benchmark: (rate, seconds) per stage, whether the first is a warm-up (reported by
 # no row), and the load type (inference-perf `load.type`)
 STAGES = {
@@ -134,15 +136,15 @@ STAGES = {
                           (6.0, 120.0), (8.0, 90.0), (10.0, 70.0), (12.0, 60.0),
                           (15.0, 50.0), (20.0, 50.0)],
     "llm-d-tiered-prefix-cache": [(5.0 * k, 60.0) for k in range(1, 9)],
-    "llm-d-64p-headroom": [(10.0, 20.0), (3.0, 120.0), (4.0, 100.0), (5.0, 90.0),
-                           (6.0, 60.0), (8.0, 60.0), (10.0, 50.0), (12.0, 50.0),
-                           (14.0, 35.0), (16.0, 30.0), (18.0, 30.0), (20.0, 30.0)],
-    "llm-d-80u-overload": [(r, 50.0) for r in (2.0, 5.0, 8.0, 10.0, 12.0, 15.0, 20.0)],
+    HEADROOM: [(10.0, 20.0), (3.0, 120.0), (4.0, 100.0), (5.0, 90.0), (6.0, 60.0),
+               (8.0, 60.0), (10.0, 50.0), (12.0, 50.0), (14.0, 35.0), (16.0, 30.0),
+               (18.0, 30.0), (20.0, 30.0)],
+    OVERLOAD: [(r, 50.0) for r in (2.0, 5.0, 8.0, 10.0, 12.0, 15.0, 20.0)],
 }
-WARMUP = {"llm-d-37-capacity": True, "llm-d-tiered-prefix-cache": False,
-          "llm-d-64p-headroom": True, "llm-d-80u-overload": False}
+WARMUP = {"llm-d-37-capacity": True, "llm-d-tiered-prefix-cache": False, HEADROOM: True,
+          OVERLOAD: False}
 LOAD = {"llm-d-37-capacity": "constant", "llm-d-tiered-prefix-cache": "poisson",
-        "llm-d-64p-headroom": "constant", "llm-d-80u-overload": "constant"}
+        HEADROOM: "constant", OVERLOAD: "constant"}
 TIERED_GPU_BLOCK = 16  # vLLM's block; the router's CPU index: 82,000 of them
 # timestamps the run's client records per streamed token (module docstring): the
 # measured time per output token is STAMPS_PER_TOKEN x the published ITL mean
@@ -159,11 +161,11 @@ STAMPS_PER_TOKEN = 2
 # (22,826,707 / 5,451 - 1) / 4,012 = 1.0435 tokens sent per configured prompt token, and
 # the client counts 1,029,882 / 5,451 / 192 = 0.984 of the tokens generated (it
 # re-tokenises the streamed text; run 1's output tokens/s are that count). The tiered run
-# uses Qwen3-32B's tokenizer, for which no such count is published: 1 there.
-RETOKENIZED = {"llm-d-37-capacity": 1.0435, "llm-d-64p-headroom": 1.0435,
-               "llm-d-80u-overload": 1.0435}
-OUTPUT_COUNTED = {"llm-d-37-capacity": 0.984, "llm-d-64p-headroom": 0.984,
-                  "llm-d-80u-overload": 0.984}
+# uses Qwen3-32B's tokenizer, for which no such count is published: 1 there. The counts
+# hold for every run of that harness and tokenizer (LLAMA_HARNESS).
+LLAMA_HARNESS = ("llm-d-37-capacity", HEADROOM, OVERLOAD)
+RETOKENIZED = dict.fromkeys(LLAMA_HARNESS, 1.0435)
+OUTPUT_COUNTED = dict.fromkeys(LLAMA_HARNESS, 0.984)
 
 
 def served_lengths(row: dict[str, str]) -> tuple[float, float]:
@@ -182,8 +184,6 @@ TPOT_BOUND = 0.30  # reported, not a done-when bound
 # all), and the approximate index's hashBlockSize (characters) and lruCapacityPerServer
 # (blocks). 37-capacity weighs the active-request scorer; the unseen runs weigh the queue
 # scorer instead, every scorer at 1.
-HEADROOM = "llm-d-64p-headroom"
-OVERLOAD = "llm-d-80u-overload"
 PICKERS = {
     "llm-d-37-capacity": (2.0, 0.0, 1.0, 256, 2200),
     HEADROOM: (1.0, 1.0, 0.0, 256, 2200),

@@ -180,11 +180,10 @@ def test_the_window_ends_where_the_first_agent_runs_out() -> None:
 
 
 def test_every_run_has_its_published_end_to_end_latency() -> None:
-    """E2E_PUBLISHED carries the e2e_ms p50 / p90 of every run the check compares (keyed by
-    its file), each p90 above its p50 and both above the run's TTFT p50."""
+    """Every run the check compares carries its e2e_ms p50 / p90 (Run.e2e_p50_ms /
+    e2e_p90_ms), each p90 above its p50 and both above the run's TTFT p50."""
     lc = _module()
     runs = [r for _, r in lc.LEVELS_0418] + list(lc.RUNS)
-    assert {r.source for r in runs} == set(lc.E2E_PUBLISHED)
+    assert all(r.e2e_p50_ms is not None and r.e2e_p90_ms is not None for r in runs)
     for r in runs:
-        p50, p90 = lc.E2E_PUBLISHED[r.source]
-        assert r.ttft_p50_ms < p50 < p90, r.name
+        assert r.ttft_p50_ms < r.e2e_p50_ms < r.e2e_p90_ms, r.name
