@@ -108,6 +108,12 @@ class Run:
     # simulated requests' arrival-to-finish beside it (a report, no bound of the issue's)
     e2e_p50_ms: float | None = None
     e2e_p90_ms: float | None = None
+    # the client's turn times (turn_e2e_ms p50 / p90, ms: exact sample figures over every
+    # turn of the tasks completed after the warm-up, timed from the last tool result to the
+    # reply's last event). Read in round 14, in no fit or input (turns_report). The 04-19
+    # runs' turns themselves are in netpreme-turns.csv (turn_latency)
+    turn_e2e_p50_ms: float | None = None
+    turn_e2e_p90_ms: float | None = None
 
     @property
     def gpu_share(self) -> float:
@@ -158,31 +164,37 @@ RUNS = (
 def _level(name: str, option: str, folder: str, n: int, rps: float, tok: float, t50: float,
            t90: float, q: float, isl50: float, isl90: float, o50: float, kv: float,
            gpu: float, ext: float, isl95: float, isl99: float, e50: float,
-           e90: float) -> tuple[int, Run]:
+           e90: float, c50: float, c90: float) -> tuple[int, Run]:
     """One level (c0NN.json) of a 04-18 run of run_concurrent.py, as its header publishes
     it: requests/s, output tokens/s, TTFT p50 / p90, queue p50 (ms), prompt p50 / p90,
     output p50, KV use, GPU and external hit rates (%), prompt p95 / p99, e2e p50 / p90
-    (ms)."""
+    (ms), the client's turn e2e p50 / p90 (ms)."""
     return n, Run(f"{name} {n:2} agents", option, isl50, isl90, gpu / 100, ext / 100, t50,
                   t90, o50, tok / rps, f"{_B}{folder}/c0{n:02}.json", queue_p50_ms=q,
                   rps=rps, tok_s=tok, kv_usage=kv / 100, isl_p95=isl95, isl_p99=isl99,
-                  e2e_p50_ms=e50, e2e_p90_ms=e90)
+                  e2e_p50_ms=e50, e2e_p90_ms=e90, turn_e2e_p50_ms=c50, turn_e2e_p90_ms=c90)
 
 
 SWEEP = tuple(
     _level("DRAM 04-18", "host-dram", "hybrid-cpu_p8000_20260418_040848", *row) for row in (
         (4, 1.289, 268.776, 225.9, 471.6, 150.2, 62_686.9, 136_720.9, 120.7, 31.9, 97.9, 22.9,
-         168_360.4, 193_672.1, 1_775.8, 7_424.5),
+         168_360.4, 193_672.1, 1_775.8, 7_424.5,
+         1_945.77, 6_917.56),
         (8, 1.255, 305.009, 256.9, 499.4, 150.1, 61_401.6, 119_204.2, 129.2, 67.8, 98.0, 1.0,
-         159_602.1, 191_920.4, 4_107.6, 12_109.4),
+         159_602.1, 191_920.4, 4_107.6, 12_109.4,
+         2_414.81, 13_857.3),
         (12, 1.186, 272.642, 1_890.3, 4_604.8, 1_399.1, 57_074.0, 120_446.1, 93.5, 93.7, 13.3,
-         96.4, 160_223.0, 192_044.6, 6_944.0, 21_324.5),
+         96.4, 160_223.0, 192_044.6, 6_944.0, 21_324.5,
+         5_589.77, 21_373.44),
         (16, 1.261, 307.279, 5_351.1, 9_567.0, 4_880.4, 54_163.1, 93_850.8, 95.6, 95.5, 6.0,
-         96.8, 98_811.8, 173_701.1, 11_065.9, 28_000.0),
+         96.8, 98_811.8, 173_701.1, 11_065.9, 28_000.0,
+         9_354.44, 25_998.25),
         (20, 1.366, 338.801, 4_760.3, 9_527.8, 4_440.1, 47_888.1, 89_327.8, 86.9, 96.1, 5.9,
-         96.5, 94_751.8, 99_090.9, 9_577.6, 27_922.8),
+         96.5, 94_751.8, 99_090.9, 9_577.6, 27_922.8,
+         8_961.86, 27_155.67),
         (24, 1.001, 228.42, 11_468.4, 34_192.9, 10_258.6, 49_341.2, 92_156.5, 85.5, 95.1, 3.9,
-         87.8, 97_571.7, 163_740.0, 16_890.2, 51_425.9),
+         87.8, 97_571.7, 163_740.0, 16_890.2, 51_425.9,
+         18_001.17, 57_573.44),
     ))
 # The same combined run's X-Mem ("hybrid-mtier") sweep, 4 to 24 agents: the same runner,
 # agents and tasks, KV offloaded to the X-Mem bank (bench_combined_20260418_040848 holds
@@ -192,17 +204,23 @@ SWEEP = tuple(
 SWEEP_XMEM = tuple(
     _level("X-Mem 04-18", "xmem", "hybrid-mtier_p8000_20260418_040848", *row) for row in (
         (4, 1.273, 280.459, 216.1, 1_382.9, 181.3, 48_653.0, 89_820.8, 86.7, 26.3, 96.7,
-         29.8, 95_094.2, 99_313.0, 1_483.3, 8_325.8),
+         29.8, 95_094.2, 99_313.0, 1_483.3, 8_325.8,
+         1_472.53, 7_525.19),
         (8, 1.203, 306.995, 257.6, 624.5, 154.6, 53_910.8, 125_699.7, 106.3, 67.1, 97.5,
-         3.1, 162_849.8, 192_570.0, 3_754.2, 13_989.4),
+         3.1, 162_849.8, 192_570.0, 3_754.2, 13_989.4,
+         2_825.84, 13_938.6),
         (12, 1.082, 316.576, 382.9, 2_102.4, 199.0, 49_240.3, 92_065.3, 87.0, 91.7, 49.4,
-         80.5, 97_500.0, 162_962.3, 4_221.5, 22_314.5),
+         80.5, 97_500.0, 162_962.3, 4_221.5, 22_314.5,
+         4_032.44, 21_873.58),
         (16, 1.308, 346.668, 2_793.6, 6_093.1, 2_337.1, 51_559.8, 92_426.3, 90.6, 95.9, 5.3,
-         96.3, 97_534.7, 161_344.3, 8_106.5, 25_717.1),
+         96.3, 97_534.7, 161_344.3, 8_106.5, 25_717.1,
+         6_704.81, 25_687.43),
         (20, 1.077, 316.252, 9_456.7, 22_093.0, 9_136.4, 48_888.3, 89_908.2, 83.5, 96.1,
-         5.1, 93.5, 95_143.1, 99_331.0, 14_755.1, 36_988.2),
+         5.1, 93.5, 95_143.1, 99_331.0, 14_755.1, 36_988.2,
+         15_739.35, 37_363.88),
         (24, 1.551, 345.447, 8_498.1, 16_895.2, 8_139.4, 48_445.4, 90_524.1, 90.2, 96.3,
-         5.8, 96.2, 95_941.4, 120_257.1, 14_001.6, 30_767.9),
+         5.8, 96.2, 95_941.4, 120_257.1, 14_001.6, 30_767.9,
+         13_214.14, 32_779.65),
     ))
 # Later runs of the same runner on 2026-04-18, one level each (no server flags or memory
 # share recorded beside any of them, like the sweeps; run_concurrent.py restarts the server
@@ -214,25 +232,32 @@ SWEEP_REPEATS = tuple(
     _level(*row) for row in (
         ("DRAM 04-18 14:15", "host-dram", "hybrid-cpu_p8000_20260418_141549", 16, 1.524,
          319.703, 1_822.3, 4_324.4, 1_392.6, 48_932.4, 91_474.3, 87.3, 95.4, 9.8, 95.7,
-         96_903.2, 153_440.7, 6_418.8, 25_406.9),
+         96_903.2, 153_440.7, 6_418.8, 25_406.9,
+         5_639.34, 24_355.12),
         ("DRAM 04-18 14:15", "host-dram", "hybrid-cpu_p8000_20260418_141549", 20, 1.426,
          298.677, 6_973.1, 15_558.8, 7_080.0, 49_680.6, 94_868.4, 89.8, 95.0, 5.1, 96.4,
-         108_802.8, 181_760.6, 12_890.5, 29_843.3),
+         108_802.8, 181_760.6, 12_890.5, 29_843.3,
+         11_853.05, 31_733.85),
         ("DRAM 04-18 15:21", "host-dram", "hybrid-cpu_p8000_20260418_152157", 16, 1.022,
          305.279, 10_373.0, 18_437.8, 9_652.5, 51_980.8, 96_878.8, 98.1, 95.1, 4.9, 96.8,
-         130_740.7, 186_148.1, 16_206.5, 31_929.8),
+         130_740.7, 186_148.1, 16_206.5, 31_929.8,
+         14_474.17, 32_784.6),
         ("DRAM 04-18 15:56", "host-dram", "hybrid-cpu_p8000_20260418_155608", 16, 1.096,
          302.816, 7_762.9, 16_538.2, 7_661.6, 57_072.4, 106_478.9, 111.6, 94.8, 5.3, 97.1,
-         153_239.4, 190_647.9, 14_733.6, 29_399.1),
+         153_239.4, 190_647.9, 14_733.6, 29_399.1,
+         12_551.2, 28_670.6),
         ("X-Mem 04-18 13:39", "xmem", "hybrid-mtier_p8000_20260418_133959", 20, 1.367,
          323.044, 5_306.5, 9_069.7, 4_801.9, 48_209.1, 92_577.8, 88.6, 96.0, 4.6, 96.2,
-         98_349.4, 171_988.9, 9_611.1, 27_612.1),
+         98_349.4, 171_988.9, 9_611.1, 27_612.1,
+         9_626.29, 27_505.89),
         ("X-Mem 04-18 18:24", "xmem", "hybrid-mtier_p8000_20260418_182417", 4, 1.151,
          273.449, 216.7, 464.0, 151.3, 61_536.7, 99_777.9, 151.8, 33.2, 98.0, 30.4,
-         148_810.7, 189_762.1, 2_216.1, 8_230.0),
+         148_810.7, 189_762.1, 2_216.1, 8_230.0,
+         1_868.19, 6_926.4),
         ("X-Mem 04-18 19:03", "xmem", "hybrid-mtier_p8000_20260418_190358", 12, 1.249,
          316.177, 245.1, 692.3, 152.5, 50_713.6, 92_426.3, 90.4, 81.4, 81.7, 25.5,
-         97_640.4, 163_467.7, 3_899.0, 18_589.3),
+         97_640.4, 163_467.7, 3_899.0, 18_589.3,
+         3_304.71, 18_686.32),
     ))
 
 
@@ -471,6 +496,10 @@ class Prediction:
     # arrival to last token of the kept requests (vllm:e2e_request_latency_seconds)
     e2e_p50_ms: float = float("nan")
     e2e_p90_ms: float = float("nan")
+    # the same stay as exact sample figures (no buckets), for the client's turn records
+    e2e_exact_p50_ms: float = float("nan")
+    e2e_exact_p90_ms: float = float("nan")
+    e2e_mean_ms: float = float("nan")
 
 
 def _request(run: Run, mem_fraction: float):  # noqa: ANN202
@@ -511,7 +540,9 @@ def predict(run: Run, **kw: object) -> Prediction:
         gpu_share(g, e), r.preemptions_per_request(), g, e, r.hbm_share_of_hits(),
         r.steps / r.span if r.span > 0 else 0.0,
         histogram_quantile(e2e, LATENCY_BUCKETS, 0.5) * 1e3,
-        histogram_quantile(e2e, LATENCY_BUCKETS, 0.9) * 1e3)
+        histogram_quantile(e2e, LATENCY_BUCKETS, 0.9) * 1e3,
+        float(np.quantile(e2e, 0.5)) * 1e3, float(np.quantile(e2e, 0.9)) * 1e3,
+        float(e2e.mean()) * 1e3)
 
 
 # Measure over the span in which every agent still works (round 12); False: from the
@@ -804,6 +835,78 @@ def repeats_check(think_s: float, requests: int, pool_scale: float, seeds: int,
     return rows
 
 
+def run_key(run: Run) -> str:
+    """The run's folder name, as netpreme-turns.csv's `run` column names it."""
+    return run.source.split("bench_")[-1].split("/")[0]
+
+
+@cache
+def turn_latency() -> dict[str, tuple[int, float, float, float]]:
+    """Per run of netpreme-turns.csv: turns, and their e2e_ms p50, p90 and mean. The
+    runner times a turn on the client, from the event that returns the last tool result
+    to the reply's last event (run_concurrent.py `turn_e2e_ms`), for every turn of the
+    tasks completed after the warm-up: exact figures, no histogram buckets."""
+    import polars as pl
+
+    d = pl.read_csv(TURNS_CSV)
+    out = {}
+    for (key,), g in d.group_by(["run"]):
+        e = g["e2e_ms"].to_numpy().astype(float)
+        out[str(key)] = (len(e), float(np.quantile(e, 0.5)), float(np.quantile(e, 0.9)),
+                         float(e.mean()))
+    return out
+
+
+def client_turns(run: Run) -> tuple[int | None, float, float, float] | None:
+    """The client's turn times of `run`: turns (None where only the percentiles are
+    published), p50, p90 and mean (ms). The 04-19 runs' from their records (exact); the
+    04-18 runs publish p50 and p90 only, so their mean is the lognormal's through both
+    (on the 04-19 records that reading is -3..+7 % of the exact mean)."""
+    lat = turn_latency().get(run_key(run))
+    if lat is not None:
+        return lat
+    if run.turn_e2e_p50_ms is None or run.turn_e2e_p90_ms is None:
+        return None
+    s = np.log(run.turn_e2e_p90_ms / run.turn_e2e_p50_ms) / Z90
+    return None, run.turn_e2e_p50_ms, run.turn_e2e_p90_ms, \
+        float(run.turn_e2e_p50_ms * np.exp(s * s / 2))
+
+
+def turns_report(rows: list[tuple[int, Run, Prediction]], label: str) -> None:
+    """The simulated stay against the client's turn times (client_turns), exact
+    percentiles on both sides, and Little's law on each: requests in flight per agent =
+    requests/s x mean stay / agents. An agent sends one request at a time, so a run whose
+    published rate and turn times give clearly more than one had requests (or client time)
+    the simulated agents do not have. A report: in no fit, input or bound (the turns' mean
+    on one run is in the think time, THINK_S)."""
+    have = [(n, r, p, t) for n, r, p in rows if r.rps and (t := client_turns(r)) is not None]
+    ok = sum(abs(p.e2e_exact_p50_ms / t[1] - 1) <= TTFT_TOL for _, _, p, t in have)
+    print(f"e2e p50 within {TTFT_TOL:.0%} of the client's turn times at {ok} of "
+          f"{len(have)} runs\n({label}; a report line)")
+    print(f"{'run (turn e2e, ms)':27} {'p50':>6} {'pred':>6} {'err':>5} {'p90':>6} "
+          f"{'pred':>6} {'err':>5} {'in fl':>5} {'pred':>4}")
+    over = []
+    for n, r, p, (_, t50, t90, mean) in have:
+        assert r.rps is not None
+        flight = r.rps * mean / 1e3 / n
+        if flight > 1.25:
+            over.append((r, flight))
+        print(f"{r.name:27} {t50:6,.0f} {p.e2e_exact_p50_ms:6,.0f} "
+              f"{_err(p.e2e_exact_p50_ms, t50):>5} {t90:6,.0f} {p.e2e_exact_p90_ms:6,.0f} "
+              f"{_err(p.e2e_exact_p90_ms, t90):>5} {flight:5.2f} "
+              f"{p.rps * p.e2e_mean_ms / 1e3 / n:4.2f}")
+    print("turn: every turn of the tasks completed after the warm-up, timed on the\n"
+          "client (last tool result to the reply's last event: the server's stay and the\n"
+          "client's own time; exact, no buckets); pred: the simulated requests of the\n"
+          "window, arrival to last token; in fl: requests in flight per agent, req/s x\n"
+          "mean stay / agents (Little's law; the mean is the lognormal's through p50 and\n"
+          "p90 where only those are published); an agent sends one request at a time")
+    for r, v in over:
+        print(f"  {r.name}: {v:.2f} in flight per agent: its published rate cannot\n"
+              "  come from its agents at the latency its own turns record (more requests,\n"
+              "  or more client time, than the simulated agents have)")
+
+
 def e2e_report(rows: list[tuple[Run, Prediction]], label: str) -> None:
     """The published end-to-end latency (Run.e2e_p50_ms / e2e_p90_ms) against the
     simulated, per run:
@@ -969,6 +1072,8 @@ def main() -> None:
         sweep_ratios(dram, xmem)
         print()
         e2e_report([(r, p) for _, r, p in (*dram, *xmem, *reps)], "the 04-18 runs")
+        print()
+        turns_report([*dram, *xmem, *reps], "the 04-18 runs")
         return
     preds = [predict_seeds(r, a.seeds, think_s=think_s, mem_fraction=a.mem_fraction,
                            requests=a.requests, pool_scale=a.pool_scale,
@@ -1047,6 +1152,7 @@ def main() -> None:
     for f in fails:
         print(f"  outside: {f}")
     e2e_report(rows, "the 04-19 runs")
+    turns_report([(AGENTS, r, p) for r, p in rows], "the 04-19 runs")
     print(f"assumed: think {think_s:.2f} s, mem fraction {a.mem_fraction}, {a.requests:,} "
           f"requests x {a.seeds} seeds (medians),\n --max-num-batched-tokens {MAX_BATCHED}, "
           f"--max-num-seqs {MAX_SEQS}"
