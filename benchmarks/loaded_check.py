@@ -763,7 +763,7 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
     ok90 = sum(abs(p.ttft_p90_ms / r.ttft_p90_ms - 1) <= TTFT_TOL for _, r, p in rows)
     sp50, sp90 = (sum(b) for b in zip(*(_bound(p, r, n) for n, r, p in rows), strict=True))
     print(f"TTFT within {TTFT_TOL:.0%} at {ok50} of {len(rows)} levels (p50), {ok90} (p90); "
-          f"or within the repeats' spread {sp50}, {sp90}: {label}")
+          f"or within the repeats' spread\n{sp50}, {sp90}: {label}")
     print(f"({how};\n think {think_s:.2f} s, pool x {pool_scale}, medians of {seeds} seeds; "
           "measured / predicted)")
     print(f"{'agents':>6} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
@@ -814,18 +814,21 @@ def repeats_check(think_s: float, requests: int, pool_scale: float, seeds: int,
     ok = sum(sum(_bound(p, r, n)) for n, r, p in rows)
     tput = sum(abs(p.rps / (r.rps or 1) - 1) <= THROUGHPUT_TOL for _, r, p in rows)
     print(f"TTFT within {TTFT_TOL:.0%} or the level's spread: {ok} of {2 * len(rows)} "
-          f"(p50 and p90); req/s within {THROUGHPUT_TOL:.0%}: {tput} of {len(rows)}: "
+          f"(p50 and p90);\nreq/s within {THROUGHPUT_TOL:.0%}: {tput} of {len(rows)}: "
           "the 04-18 repeats")
-    print(f"{'run':25} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
-          f"{'err':>5} {'req/s':>5} {'pred':>5} {'KV':>4} {'pred':>4} {'spread':>6}")
+    print(f"{'run':27} {'TTFT p50':>8} {'pred':>6} {'err':>5} {'p90':>6} {'pred':>6} "
+          f"{'err':>5} {'spread':>6}")
     for n, r, p in rows:
-        print(f"{r.name:25} {r.ttft_p50_ms:8,.0f} {p.ttft_p50_ms:6,.0f} "
+        print(f"{r.name:27} {r.ttft_p50_ms:8,.0f} {p.ttft_p50_ms:6,.0f} "
               f"{_err(p.ttft_p50_ms, r.ttft_p50_ms):>5} {r.ttft_p90_ms:6,.0f} "
               f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} "
-              f"{r.rps or 0:5.2f} {p.rps:5.2f} {r.kv_usage or 0:4.0%} {p.kv_usage:4.0%} "
               f"{_in_spread(p, r, n):>6}")
-    print("spread: inside (y) or outside (n) the TTFT p50 / p90 range the level's 04-18 runs\n"
-          "measured (the sweep's and these; - where the level ran once)")
+    print(f"{'run':27} {'req/s':>5} {'pred':>5} {'KV':>4} {'pred':>4}")
+    for _, r, p in rows:
+        print(f"{r.name:27} {r.rps or 0:5.2f} {p.rps:5.2f} {r.kv_usage or 0:4.0%} "
+              f"{p.kv_usage:4.0%}")
+    print("spread: inside (y) or outside (n) the TTFT p50 / p90 range the level's 04-18\n"
+          "runs measured (the sweep's and these; - where the level ran once)")
     for opt in ("host-dram", "xmem"):
         for n in sorted({m for m, r in SWEEP_REPEATS if r.option == opt}):
             lo, hi = level_spread(opt, n, "ttft_p50_ms") or (0.0, 0.0)
@@ -943,7 +946,8 @@ def sweep_ratios(dram: list[tuple[int, Run, Prediction]],
               f"{pd.ttft_p90_ms / px.ttft_p90_ms:4.2f}x "
               f"{(rx.tok_s or 0) / (rd.tok_s or 1):10.2f}x {px.tok_s / pd.tok_s:4.2f}x")
     print("(tok/s ratio: X-Mem / DRAM output tokens/s; each ratio is of the two sweeps'\n"
-          " single runs: at the levels that ran again (above) one run's TTFT moves 1.5-5.7x)")
+          " single runs: at the levels that ran again (above) one run's TTFT moves\n"
+          " 1.5-5.7x)")
 
 
 def predict_seeds(run: Run, seeds: int, **kw: object) -> tuple[Prediction, float, float]:
