@@ -707,3 +707,19 @@ def test_sglang_aborts_the_last_decode_that_cannot_fit(asyn: bool) -> None:
     assert steps[k]["aborted"] == ["a"] and steps[k]["scheduled"] == {}
     assert steps[k + 1]["scheduled"] == {"d": 40} and steps[k + 1]["t_s"] == steps[k]["t_s"]
     assert sorted(r for s in steps for r in s["finished"]) == ["b", "c", "d"]
+
+
+def test_sglang_overlap_reserves_the_output_a_finishing_request_has_in_flight() -> None:
+    """Under SGLang's overlap loop a request whose last output is still in flight (r2
+    at step 7) keeps that token in the decode reserve. So r8 is refused by a fraction of a
+    token and admitted a step later, beside r9: the engine, the reference and SGLang
+    0.5.23's own overlap loop agree (tests/oracles/test_oracle_sched_sglang.py).
+    Hypothesis found it: the reference had admitted r8 at step 7."""
+    from oracles.oracle_scenarios import finishing_reserve_case
+
+    sc = finishing_reserve_case()
+    steps = replay_scenario(sc)
+    _same(steps, replay_reference(sc))
+    assert "r2" in steps[6]["finished"]
+    assert steps[7]["scheduled"] == {"r1": 1, "r3": 1, "r5": 1, "r7": 1}
+    assert steps[8]["scheduled"] == {"r8": 37, "r9": 1}

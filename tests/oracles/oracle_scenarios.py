@@ -177,3 +177,28 @@ def abort_case(asyn: bool) -> dict[str, Any]:
             "requests": reqs}
 
 
+
+
+def finishing_reserve_case() -> dict[str, Any]:
+    """Hypothesis found it (round 14, under pytest-xdist's seeds): SGLang, two-token pages,
+    the overlap loop. When step 7 is built, r2's last output is still in flight, and
+    SGLang's decode reserve counts that token (its output_ids do not hold it yet). With it,
+    r8's 37 new tokens, 27 outputs and a page come 0.2 tokens short of the budget, so SGLang
+    decodes and admits r8 a step later, beside r9. The plain-Python reference had dropped
+    the token and admitted r8 at once; the engine and SGLang's own loop agree
+    (test_oracle_sched_sglang.py and tests/test_engine.py)."""
+    rows = [("r0", 0.0, 0, 12, 1, 3), ("r1", 0.0, 0, 12, 31, 12), ("r2", 0.0, 0, 12, 29, 5),
+            ("r3", 0.0, 0, 12, 7, 16), ("r4", 0.003, 0, 12, 1, 2), ("r5", 0.003, 0, 12, 36, 7),
+            ("r6", 0.003, 0, 12, 1, 1), ("r7", 0.003, 0, 12, 16, 24),
+            ("r8", 0.003, 1000, 24, 13, 27), ("r9", 0.003, 0, 12, 1, 1)]
+    reqs = [{"id": rid, "arrival_s": t,
+             "tokens": [*range(p0, p0 + npre), *range(50_000 + 100 * i, 50_000 + 100 * i + own)],
+             "max_tokens": out}
+            for i, (rid, t, p0, npre, own, out) in enumerate(rows)]
+    return {"engine": "sglang", "block_size": 2, "num_gpu_blocks": 114, "max_num_seqs": 6,
+            "max_num_batched_tokens": 8, "enable_prefix_caching": True,
+            "scheduler_reserve_full_isl": True, "long_prefill_token_threshold": 0,
+            "chunked_prefill_size": 8192, "schedule_conservativeness": 0.3,
+            "async_scheduling": True, "defer_block_free": False,
+            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+            "requests": reqs}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 from oracle_drivers import sched_sglang
-from oracle_scenarios import abort_case, sched_scenario
+from oracle_scenarios import abort_case, finishing_reserve_case, sched_scenario
 from oracle_support import xmemplan_side
 
 
@@ -343,3 +343,18 @@ def test_engine_async_matches_sglang_overlap_loop(sglang_engine: None, name: str
     assert (done < 30) == (name in STALLS)
     if name in RETRACTING - {"retract-shared-3"}:  # (that one retracts only without overlap)
         assert sum(len(s["preempted"]) for s in theirs) > 0
+
+
+def test_a_finishing_requests_output_in_flight_stays_in_the_reserve(sglang_engine: None
+                                                                     ) -> None:
+    """SGLang's overlap loop against the engine's async mode on the case Hypothesis found
+    (oracle_scenarios.finishing_reserve_case): at step 7 r2's last output is in flight,
+    SGLang keeps it in the decode reserve and decodes instead of admitting r8; r8 and r9
+    start at step 8. Every step."""
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = finishing_reserve_case()
+    theirs = sched_sglang.replay_scenario_overlap(sc)
+    assert theirs[7]["scheduled"] == {"r1": 1, "r3": 1, "r5": 1, "r7": 1}
+    assert theirs[8]["scheduled"] == {"r8": 37, "r9": 1}
+    parting = first_parting_sglang(list(replay(sc)), theirs)
+    assert not parting, parting

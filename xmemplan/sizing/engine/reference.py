@@ -579,6 +579,8 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                 if q.gen >= q.max_tokens and (defer or lag):
                     fin.append(q)  # freed once the next batch is built
                     rec["finished"].append(q.rid)
+                    if lag:  # its last output is in flight as well: SGLang's reserve
+                        pend[q.rid] = 1  # counts it as still to come (R_PEND, policy.py)
                 elif lag:  # processed once the next batch is built
                     pend[q.rid] = 3 if was_prefill and caching else 1
                 elif q.gen >= q.max_tokens:
