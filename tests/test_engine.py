@@ -723,3 +723,18 @@ def test_sglang_overlap_reserves_the_output_a_finishing_request_has_in_flight() 
     assert "r2" in steps[6]["finished"]
     assert steps[7]["scheduled"] == {"r1": 1, "r3": 1, "r5": 1, "r7": 1}
     assert steps[8]["scheduled"] == {"r8": 37, "r9": 1}
+
+
+def test_vllm_caps_a_long_prefill_only_beside_another_request() -> None:
+    """vLLM 0.33's long_prefill_token_threshold is not applied when the request is the
+    only one running or waiting: a prefills its 40 tokens in one step, b (arriving while
+    a decodes) 16 a step (vLLM's own scheduler gives the same steps:
+    tests/oracles/test_oracle_sched_vllm.py)."""
+    from oracles.oracle_scenarios import long_prefill_case
+
+    sc = long_prefill_case()
+    steps = replay_scenario(sc)
+    _same(steps, replay_reference(sc))
+    assert steps[0]["scheduled"] == {"a": 40}
+    b = [s["scheduled"]["b"] for s in steps if "b" in s["scheduled"]]
+    assert b[:3] == [16, 16, 8]

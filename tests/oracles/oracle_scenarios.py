@@ -202,3 +202,18 @@ def finishing_reserve_case() -> dict[str, Any]:
             "async_scheduling": True, "defer_block_free": False,
             "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
             "requests": reqs}
+
+
+def long_prefill_case() -> dict[str, Any]:
+    """vLLM's long-prefill cap (16 tokens here) where it binds and where it does not:
+    vLLM 0.33 applies it only with more than one request running or waiting, so a, alone
+    at t = 0, prefills its 40 tokens at once, and b, arriving while a decodes, is cut to
+    16 a step. The random sweep of round 14 found the engine capping a lone request."""
+    reqs = [{"id": "a", "arrival_s": 0.0, "tokens": list(range(1, 41)), "max_tokens": 12},
+            {"id": "b", "arrival_s": 0.05, "tokens": list(range(100, 140)), "max_tokens": 4}]
+    return {"engine": "vllm", "block_size": 4, "num_gpu_blocks": 64, "max_num_seqs": 8,
+            "max_num_batched_tokens": 64, "enable_prefix_caching": True,
+            "scheduler_reserve_full_isl": True, "long_prefill_token_threshold": 16,
+            "async_scheduling": False,
+            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+            "requests": reqs}

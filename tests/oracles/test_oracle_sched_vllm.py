@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from oracle_drivers import sched_vllm
-from oracle_scenarios import sched_scenario
+from oracle_scenarios import long_prefill_case, sched_scenario
 from oracle_support import xmemplan_side
 
 
@@ -412,3 +412,16 @@ def test_matches_vllm_async_scheduler_with_a_tier(vllm_engine: None, seed: int, 
     if binds:
         assert sum(len(s["preempted"]) for s in theirs) > 0
         assert first_parting_tier(decisions(eager), decisions(theirs))
+
+
+def test_the_long_prefill_cap_spares_a_lone_request(vllm_engine: None) -> None:
+    """vLLM 0.33 skips long_prefill_token_threshold when one request is running or
+    waiting (oracle_scenarios.long_prefill_case): every step as vLLM's own scheduler.
+    Before round 14 the engine cut the lone request's prefill to the cap (48 of 300
+    random scenarios with the cap parted, at the first lone prefill)."""
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = long_prefill_case()
+    theirs = sched_vllm.replay_scenario(sc)
+    assert theirs[0]["scheduled"] == {"a": 40}
+    msg = first_parting(list(replay(sc)), theirs)
+    assert not msg, msg

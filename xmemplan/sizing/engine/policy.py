@@ -375,6 +375,16 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
     bs, caching = pp[P_BS], pp[P_CACHING] == 1
     budget = pp[P_BUDGET]
     thr = pp[P_THRESH]
+    # vLLM 0.33: the long-prefill cap "is not applied when the request is the only one in
+    # the batch" (num_running + num_waiting, its kv_holding_waiting included, at most 1)
+    if thr > 0:
+        nw = 0
+        w = QI[r, Q_WHEAD]
+        while w >= 0 and nw < 2:
+            nw += 1
+            w = RI[w, R_WNEXT]
+        if QI[r, Q_NRUN] + nw <= 1:
+            thr = 0
     tokens = 0
     nsched = 0
     nl = 0

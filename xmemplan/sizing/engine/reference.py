@@ -291,6 +291,8 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
         if not sg:
             budget = budget0
             preempted = False
+            # vLLM 0.33: no long-prefill cap when one request is running or waiting
+            cap = thr if len(running) + len(waiting) > 1 else 0
             k = 0
             while k < len(running) and budget > 0:
                 q = running[k]
@@ -298,8 +300,8 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     k += 1
                     continue
                 new = q.ntok - q.comp
-                if 0 < thr < new:
-                    new = thr
+                if 0 < cap < new:
+                    new = cap
                 new = min(new, budget)
                 if new <= 0:
                     k += 1
@@ -335,8 +337,8 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                             (pool.evictable(hk) if nhit else 0) > pool.nfree:
                         break
                     new = q.ntok - q.comp - nhit * bs
-                    if 0 < thr < new:
-                        new = thr
+                    if 0 < cap < new:
+                        new = cap
                     new = min(new, budget)
                     if not _allocate(pool, q, new, nhit, bs, caching):
                         break
