@@ -316,10 +316,12 @@ def test_async_scheduling_sees_an_arrival_one_step_later(engine: str) -> None:
 
 
 def test_deferred_frees_hold_finished_blocks_and_spare_a_victim_in_flight() -> None:
-    """vLLM 0.33 with async scheduling and a KV connector (defer_block_free, loop.py):
-    step k+1 is built while step k is in flight, so a request finishing at step k still
-    holds its blocks then, and a request step k scheduled is no preemption victim (the
-    running loop stops). Each check fails without the rule."""
+    """vLLM with async scheduling (loop.py): step k+1 is built while step k is in flight,
+    so a request finishing at step k still holds its blocks then (with or without a KV
+    connector: vLLM frees them in update_from_output of step k; synchronous vLLM frees
+    them first). With vLLM 0.33's deferred block frees (defer_block_free: a KV connector)
+    a request step k scheduled is no preemption victim either (the running loop stops).
+    Each check fails without its rule."""
     two = {"engine": "vllm", "block_size": 4, "num_gpu_blocks": 64, "max_num_seqs": 8,
            "max_num_batched_tokens": 64, "enable_prefix_caching": True,
            "async_scheduling": True, "step_time": {"base_s": 0.01},
@@ -328,13 +330,18 @@ def test_deferred_frees_hold_finished_blocks_and_spare_a_victim_in_flight() -> N
                         {"id": "b", "arrival_s": 0.0, "tokens": list(range(100, 108)),
                          "max_tokens": 3}]}
     on, off = (replay_scenario(dict(two, defer_block_free=d)) for d in (True, False))
-    _same(on, replay_reference(dict(two, defer_block_free=True)))
+    sync = replay_scenario(dict(two, async_scheduling=False))
+    for d in (True, False):
+        _same(replay_scenario(dict(two, defer_block_free=d)),
+              replay_reference(dict(two, defer_block_free=d)))
     # a (2 blocks) finishes at step 0; step 1 gives b its third block beside a's two
     assert on[0]["finished"] == ["a"] and on[1]["scheduled"] == {"b": 1}
-    assert on[1]["kv_blocks_used"] == 5 and off[1]["kv_blocks_used"] == 3
+    assert on[1]["kv_blocks_used"] == off[1]["kv_blocks_used"] == 5
+    assert sync[1]["kv_blocks_used"] == 3
     sc = dict(_pressure("vllm", 32), async_scheduling=True)
     on, off = (replay_scenario(dict(sc, defer_block_free=d)) for d in (True, False))
     _same(on, replay_reference(dict(sc, defer_block_free=True)))
+    _same(off, replay_reference(dict(sc, defer_block_free=False)))
     # step 0 prefills six requests into 30 of the 31 blocks; at step 1 r1 needs a block
     # and the victim, r5, was scheduled at step 0: nothing is preempted, the loop stops
     assert len(on[0]["scheduled"]) == 6 and on[0]["kv_blocks_used"] == 30

@@ -205,6 +205,14 @@ ASYNC_CASES = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching, syn
     # small budget: arrivals wait behind chunked prefills, so the lag changes nothing
     (33, 4096, 24, 16, 200.0, True, False),
     (34, 4096, 64, 32, 200.0, False, True),  # no prefix caching
+    # KV pressure (round 14): a request that finishes at step k holds its blocks and seat
+    # while k+1 is built, and one finishing in flight can be the victim (7 preemptions)
+    (35, 160, 64, 16, 200.0, True, True),
+    (37, 200, 64, 16, 400.0, True, True),
+    pytest.param(36, 128, 32, 8, 200.0, True, True, marks=pytest.mark.xfail(
+        strict=True, reason="step 114: a request preempted while its step was in flight "
+        "is re-admitted: vLLM recomputes 5 tokens, xmemplan 1 (its stale output, not "
+        "modelled)")),
 ]
 
 
@@ -226,7 +234,7 @@ def test_matches_vllm_async_scheduler(vllm_engine: None, seed: int, blocks: int,
     sc["async_scheduling"] = True
     theirs = sched_vllm.replay_scenario_async(sc)
     ours = list(replay(sc))
-    msg = first_parting_async(ours, theirs)
+    msg = first_parting(ours, theirs)  # every field, the blocks held too (round 14)
     assert not msg, msg
     # the case exercises it: without async the simulator parts from vLLM's AsyncScheduler
     sync = list(replay(dict(sc, async_scheduling=False)))
@@ -405,10 +413,10 @@ def test_matches_vllm_async_scheduler_with_a_tier(vllm_engine: None, seed: int, 
     # the case exercises it: the engine without async parts from vLLM's AsyncScheduler
     sync = list(replay(dict(sc, async_scheduling=False)))
     assert first_parting_tier(decisions(sync), decisions(theirs))
-    # and without the deferred frees: in the blocks held, and (under KV pressure, where
-    # the case preempts) in what runs
+    # and without the deferred frees' victim rule (round 14: the finished requests' hold
+    # is every async vLLM's, Config.defer_block_free is the victim rule alone): under KV
+    # pressure, where the case preempts, in what runs
     eager = list(replay(dict(sc, defer_block_free=False)))
-    assert first_parting_tier(eager, theirs)
     if binds:
         assert sum(len(s["preempted"]) for s in theirs) > 0
         assert first_parting_tier(decisions(eager), decisions(theirs))

@@ -32,7 +32,6 @@ drop_stale_cache(_HERE, [_HERE.parent / "sim.py", _PREFIX / "engine_kernels.py",
 
 from xmemplan.sizing.engine.loop import (
     E_ASYNC,
-    E_DEFER,
     E_L3,
     E_LAYERS,
     E_NB,
@@ -77,6 +76,7 @@ from xmemplan.sizing.engine.policy import (
     P_CHUNK,
     P_EBS,
     P_FULLISL,
+    P_HOLD_VICTIMS,
     P_MAXPREFILL,
     P_MAXSEQ,
     P_POLICY,
@@ -151,10 +151,11 @@ class Config:
     # SGLang's overlap scheduler; loop.py): off here, on per engine in simmodel.config_for
     async_schedule: bool = False
     # vLLM 0.33's deferred block frees (`defer_block_free`: async scheduling with a KV
-    # connector that loads, the OffloadingConnector's kv_both): a request that finished
-    # in step k frees its blocks and seat once step k+1 is built, and one that step k
-    # scheduled is no preemption victim while step k+1 is built (loop.py). vLLM policy
-    # with async_schedule only; off here, on with a tier in simmodel.config_for
+    # connector that loads, the OffloadingConnector's kv_both): a request that step k
+    # scheduled is no preemption victim while step k+1 is built (loop.py). (That a
+    # request finished in step k frees its blocks and seat once step k+1 is built is
+    # every async vLLM's, with or without it.) vLLM policy with async_schedule only; off
+    # here, on with a tier in simmodel.config_for
     defer_block_free: bool = False
     lin_s_per_token: float = 0.0
     attn_s_per_unit: float = 0.0
@@ -215,6 +216,7 @@ class Config:
         pp[P_MAXSEQ] = self.max_num_seqs
         pp[P_BUDGET] = self.max_batched_tokens
         pp[P_THRESH] = self.long_prefill_threshold
+        pp[P_HOLD_VICTIMS] = int(self.defer_block_free)
         pp[P_CHUNK] = self.chunked_prefill_size
         pp[P_CACHING] = int(self.prefix_caching)
         pp[P_MAXPREFILL] = self.max_prefill_tokens
@@ -263,7 +265,6 @@ class Config:
         ep[E_LAYERS] = self.layers
         ep[E_NB] = self.blocks
         ep[E_ASYNC] = int(self.async_schedule)
-        ep[E_DEFER] = int(self.defer_block_free)
         ep[E_L3] = self.l3_tier if self.policy == "sglang" else -1
         if self.replicas < 1 or self.block_tokens < 1 or self.blocks < 1 \
                 or self.max_num_seqs < 1 or self.max_batched_tokens < 1 or self.layers < 1 \

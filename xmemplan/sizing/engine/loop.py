@@ -32,15 +32,17 @@ batch_is_full. A decode whose new pages do not fit beside finishing requests run
 empty build. A request retracted at the build of k+1 loses the output k made (SGLang
 skips a retracted request's result), and its first token counts only once processed.
 
-Deferred block frees (ep[E_DEFER] = 1, vLLM with async scheduling only: vLLM 0.33's
-`defer_block_free`, set with more than one batch in flight and a KV connector that loads,
-as the OffloadingConnector does): step k+1 is built while step k is in flight and step k
-is processed after it. So a request that finishes at step k keeps its blocks and seat
-while step k+1 is built (it stays in the running list, ST_DONE, skipped) and frees them
-once it is (`_free_finished`, in the running order); a request step k scheduled (R_SEQ ==
-Q_INFL) is no preemption victim while step k+1 is built: the running loop stops instead
-(policy.vllm_schedule; vLLM `_request_blocks_can_be_freed`). A build that schedules
-nothing lets step k be processed and builds again (vLLM's empty batch).
+vLLM's async frees (every vLLM run with async scheduling): step k+1 is built while step
+k is in flight and step k is processed after it (`update_from_output`). So a request that
+finishes at step k keeps its blocks and seat while step k+1 is built (it stays in the
+running list, ST_DONE, skipped) and frees them once it is (`_free_finished`, in the
+running order); as the victim of a preemption meanwhile it frees them at once
+(policy.vllm_schedule). With vLLM 0.33's `defer_block_free` (pp[P_HOLD_VICTIMS] = 1: more
+than one batch in flight and a KV connector that loads, as the OffloadingConnector does)
+a request step k scheduled (R_SEQ == Q_INFL) is no preemption victim either while step
+k+1 is built: the running loop stops instead (vLLM `_request_blocks_can_be_freed`). A
+build that schedules nothing lets step k be processed and builds again (vLLM's empty
+batch). Until round 14 the hold came only with the deferred frees.
 
 Routing: route[i] >= 0 pins a replica; -1 joins the replica with the fewest unfinished
 requests (sim.py's min tree); -2 follows prev's replica.
@@ -176,7 +178,8 @@ INF = np.inf
 N_L = 12
 # engine int parameters beyond the policy's (ep); E_L3: the tier at SGLang HiCache's L3
 # (its prefixes prefetched L3 -> host, then loaded host -> GPU: prefetch.py), -1 none
-E_REPLICAS, E_PER_SWITCH, E_LAYERS, E_NB, E_ASYNC, E_DEFER, E_L3 = range(7)
+# (E_SPARE: the deferred-free flag until round 14; the victim rule is pp[P_HOLD_VICTIMS])
+E_REPLICAS, E_PER_SWITCH, E_LAYERS, E_NB, E_ASYNC, E_SPARE, E_L3 = range(7)
 N_E = 7
 # per-request float outputs
 (O_ARR, O_READY, O_START, O_FIRST, O_DONE, O_ITL_MAX, O_LAST) = range(7)
@@ -328,8 +331,10 @@ def run_kernel(arrival, prev, think, prompt, output, tier_tok, tier, route, koff
     asyn = ep[E_ASYNC] == 1
     bs = pp[P_BS]
     policy = pp[P_POLICY]
-    # vLLM 0.33's deferred block frees (module doc): async scheduling and a KV connector
-    defer = ep[E_DEFER] == 1 and asyn and policy != SGLANG
+    # vLLM's async scheduling (module doc): a step's finished requests are freed once the
+    # next batch is built; with vLLM 0.33's deferred block frees (a KV connector) the
+    # requests in flight are no preemption victims too (pp[P_HOLD_VICTIMS], policy.py)
+    defer = asyn and policy != SGLANG
     l3 = ep[E_L3] if policy == SGLANG else -1  # SGLang HiCache's L3 tier (prefetch.py)
     kvb = tp[T_KVB]
     cap = np.empty(2)

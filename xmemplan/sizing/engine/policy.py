@@ -18,9 +18,11 @@ vLLM V1 (`vllm_schedule`, v1/core/sched/scheduler.py `schedule()`):
    under way or landed) head the waiting list in the order their loads started, a
    preempted request goes after them (vLLM 0.33's kv_holding_waiting queue, drained
    before the waiting queue).
-With deferred block frees (loop.py: async scheduling and a KV connector) a request that
-finished in the step in flight is skipped and keeps its blocks, and a victim that step
-scheduled is not preempted: the running loop stops.
+Under async scheduling (loop.py) a request that finished in the step in flight is
+skipped and keeps its blocks (as the victim of a preemption it frees them at once); with
+deferred block frees (a KV connector, P_HOLD_VICTIMS) a victim that step scheduled is not
+preempted: the running loop stops. The long-prefill cap applies only with more than one
+request running or waiting (vLLM 0.33).
 
 SGLang (`sglang_schedule`, managers/scheduler.py `get_next_batch_to_run`,
 schedule_policy.py `PrefillAdder`):
@@ -100,8 +102,8 @@ N_Q = 15
 # Q_FIN the requests that finished in it, still in the running list holding their blocks)
 # scheduler parameters (ints)
 (P_POLICY, P_BS, P_MAXSEQ, P_BUDGET, P_THRESH, P_CHUNK, P_CACHING, P_MAXPREFILL,
- P_EBS, P_FULLISL) = range(10)
-N_P = 10
+ P_EBS, P_FULLISL, P_HOLD_VICTIMS) = range(11)
+N_P = 11
 # SGLang: Q_FULL its running batch's batch_is_full (1 set; sglang_schedule, loop.py);
 # Q_CALLS its calc_priority calls with requests waiting (-1: none yet)
 Q_FULL = N_Q
@@ -393,7 +395,7 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
     i = QI[r, Q_RHEAD]
     while i >= 0 and budget > 0:
         if RI[i, R_STATUS] == ST_DONE:
-            # finished in the step in flight (deferred frees): vLLM's async scheduler
+            # finished in the step in flight (async scheduling): vLLM's async scheduler
             # schedules no step past max_tokens
             i = RI[i, R_RNEXT]
             continue
@@ -414,13 +416,24 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
                 ok = True
                 break
             p = QI[r, Q_RTAIL]
-            if QI[r, Q_INFL] >= 0 and RI[p, R_SEQ] == QI[r, Q_INFL]:
+            if pp[P_HOLD_VICTIMS] == 1 and QI[r, Q_INFL] >= 0 \
+                    and RI[p, R_SEQ] == QI[r, Q_INFL]:
                 # vLLM 0.33 defer_block_free: the victim's blocks may still be written by
                 # the step in flight, so they cannot be freed at once, and "a deferred
                 # free will not help with immediate allocation": stop, preempting nothing
                 # (Scheduler.schedule, _request_blocks_can_be_freed)
                 break
             preempted = True
+            if RI[p, R_STATUS] == ST_DONE:
+                # async, no deferred frees: the victim finished in the step in flight.
+                # vLLM preempts it all the same (its blocks are freed now) and it finishes
+                # when that step is processed (Scheduler._preempt_request: stale output)
+                run_remove(RI, QI, r, p)
+                release(P, RI, rb, r, p)
+                RI[p, R_PREEMPT] += 1
+                QI[r, Q_PREEMPTED] += 1
+                tn = _trace(trace, tn, 1, p, 0)
+                continue
             # (np.int64: one compilation, whether the loop's count is a literal yet)
             tn = preempt(P, RI, QI, rb, r, p, trace, np.int64(tn))
             if p == i:

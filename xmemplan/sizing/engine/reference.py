@@ -229,10 +229,11 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
     asyn = bool(scenario.get("async_scheduling", False))
     hidden: list[_Req] = []
     busy_from: float | None = None  # the start of the step just run (None: idle)
-    # vLLM 0.33's deferred block frees (async scheduling with a KV connector; loop.py):
-    # the requests that finished in the step just run keep their blocks and seats while
-    # the next batch is built, and the ones it scheduled are no preemption victims
-    defer = not sg and asyn and defer_block_free(scenario)
+    # vLLM's async scheduling (loop.py): the requests that finished in the step just run
+    # keep their blocks and seats while the next batch is built; with vLLM 0.33's deferred
+    # block frees (a KV connector) the ones it scheduled are no preemption victims either
+    defer = not sg and asyn
+    victims_held = defer and defer_block_free(scenario)
     fin: list[_Req] = []
     inflight: set[str] = set()
     # SGLang's overlap loop (async scheduling; loop.py): the step just run is processed
@@ -311,11 +312,17 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     if _allocate(pool, q, new, 0, bs, caching):
                         ok = True
                         break
-                    if running[-1].rid in inflight:
+                    if victims_held and running[-1].rid in inflight:
                         break  # its blocks cannot be freed at once: stop (policy.py)
                     p = running.pop()
                     preempted = True
                     pool.release(p.blocks)
+                    if p in fin:  # finished in the step in flight: freed now (policy.py)
+                        fin.remove(p)
+                        p.blocks, p.ncached = [], 0
+                        p.preempt += 1
+                        rec["preempted"].append(p.rid)
+                        continue
                     p.blocks, p.ncached, p.comp, p.new_hit = [], 0, 0, True
                     p.preempt += 1
                     waiting.insert(0, p)
