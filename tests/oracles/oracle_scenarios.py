@@ -217,3 +217,40 @@ def long_prefill_case() -> dict[str, Any]:
             "async_scheduling": False,
             "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
             "requests": reqs}
+
+
+def random_small_pool(engine: str, rng: random.Random, *, asyn: bool,
+                      cap: bool = False) -> dict[str, Any]:
+    """A small-pool scenario drawn as tests/test_engine.py's Hypothesis strategy draws
+    them (round 14's random sweeps, docs/oracles.md): 1-12 requests over three shared
+    prefixes, pages of 1/2/4/16, a pool from just fitting the longest request to four
+    times that, budgets 8-2,048, 1-8 seats, caching on or off; `cap`: vLLM's long-prefill
+    cap (16) in a third of them."""
+    bs = rng.choice([1, 2, 4, 16])
+    n = rng.randint(1, 12)
+    prefixes = [list(range(1000 * p, 1000 * p + rng.randint(0, 40))) for p in range(3)]
+    t = 0.0
+    reqs = []
+    for i in range(n):
+        t += rng.choice([0.0, 0.0, 0.003, 0.02])
+        pre = prefixes[rng.randint(0, 2)]
+        own = [50_000 + 100 * i + k for k in range(rng.randint(1, 40))]
+        reqs.append({"id": f"r{i}", "arrival_s": t, "tokens": pre + own,
+                     "max_tokens": rng.randint(1, 30)})
+    longest = max(len(r["tokens"]) + r["max_tokens"] for r in reqs)
+    fit = -(-longest // bs)
+    sc: dict[str, Any] = {
+        "engine": engine, "block_size": bs, "num_gpu_blocks": rng.randint(fit + 2, fit * 4 + 8),
+        "max_num_seqs": rng.randint(1, 8),
+        "max_num_batched_tokens": rng.choice([8, 32, 64, 2048]),
+        "enable_prefix_caching": rng.random() < 0.5,
+        "long_prefill_token_threshold": rng.choice([0, 0, 16]) if cap else 0,
+        "async_scheduling": asyn,
+        "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+        "requests": reqs}
+    if engine == "vllm":
+        sc["scheduler_reserve_full_isl"] = rng.choice([True, True, False])
+    else:
+        sc["chunked_prefill_size"] = rng.choice([16, 32, 8192])
+        sc["schedule_conservativeness"] = rng.choice([0.3, 1.0])
+    return sc
