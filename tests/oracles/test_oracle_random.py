@@ -22,7 +22,7 @@ N = 120
 KNOWN: dict[tuple[str, int], str] = {}
 
 
-def _partings(setting: str, engine: str, asyn: bool, cap: bool, seed: int) -> dict[int, str]:
+def _partings(engine: str, asyn: bool, cap: bool, seed: int) -> dict[int, str]:
     replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
     rng = random.Random(seed)
     out = {}
@@ -51,7 +51,7 @@ def _partings(setting: str, engine: str, asyn: bool, cap: bool, seed: int) -> di
 def test_random_small_pools_match_the_engines_own_loops(
         sglang_engine: None, vllm_engine: None, setting: str, engine: str, asyn: bool,
         cap: bool, seed: int) -> None:
-    parted = _partings(setting, engine, asyn, cap, seed)
+    parted = _partings(engine, asyn, cap, seed)
     known = {k: v for (s, k), v in KNOWN.items() if s == setting}
     unexpected = {k: v for k, v in parted.items() if k not in known}
     assert not unexpected, unexpected

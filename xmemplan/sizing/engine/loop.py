@@ -178,9 +178,8 @@ INF = np.inf
 N_L = 12
 # engine int parameters beyond the policy's (ep); E_L3: the tier at SGLang HiCache's L3
 # (its prefixes prefetched L3 -> host, then loaded host -> GPU: prefetch.py), -1 none
-# (E_SPARE: the deferred-free flag until round 14; the victim rule is pp[P_HOLD_VICTIMS])
-E_REPLICAS, E_PER_SWITCH, E_LAYERS, E_NB, E_ASYNC, E_SPARE, E_L3 = range(7)
-N_E = 7
+E_REPLICAS, E_PER_SWITCH, E_LAYERS, E_NB, E_ASYNC, E_L3 = range(6)
+N_E = 6
 # per-request float outputs
 (O_ARR, O_READY, O_START, O_FIRST, O_DONE, O_ITL_MAX, O_LAST) = range(7)
 N_O = 7

@@ -248,18 +248,22 @@ def preempt(P, RI, QI, rb, r, p, trace, tn):  # noqa: ANN001, ANN201
     """Request p loses its blocks and goes back to the head of the waiting queue. (A
     kernel of its own, not inlined: a preemption is rare, and inlined into the step loop
     it cost the first run's compile more than its call costs the runs: docs/performance.md
-    round 9.)"""
+    round 9.) A victim that finished in the step in flight (async scheduling, ST_DONE)
+    only frees its blocks: vLLM preempts it all the same and it finishes when that step
+    is processed (Scheduler._preempt_request: its output is stale, still delivered)."""
     run_remove(RI, QI, r, p)
     release(P, RI, rb, r, p)
+    RI[p, R_PREEMPT] += 1
+    QI[r, Q_PREEMPTED] += 1
+    if RI[p, R_STATUS] == ST_DONE:
+        return _trace(trace, tn, 1, p, 0)
     RI[p, R_COMP] = 0
     RI[p, R_STATUS] = ST_WAIT
-    RI[p, R_PREEMPT] += 1
     RI[p, R_NEWHIT] = 1
     RI[p, R_STOK] = 0
     # vLLM `waiting.prepend_request`: the head of the waiting queue, which comes after the
     # requests that hold blocks (their own queue, kv_holding_waiting, drained first)
     w_insert_after(RI, QI, r, QI[r, Q_HTAIL], p)
-    QI[r, Q_PREEMPTED] += 1
     return _trace(trace, tn, 1, p, 0)
 
 
@@ -424,16 +428,6 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
                 # (Scheduler.schedule, _request_blocks_can_be_freed)
                 break
             preempted = True
-            if RI[p, R_STATUS] == ST_DONE:
-                # async, no deferred frees: the victim finished in the step in flight.
-                # vLLM preempts it all the same (its blocks are freed now) and it finishes
-                # when that step is processed (Scheduler._preempt_request: stale output)
-                run_remove(RI, QI, r, p)
-                release(P, RI, rb, r, p)
-                RI[p, R_PREEMPT] += 1
-                QI[r, Q_PREEMPTED] += 1
-                tn = _trace(trace, tn, 1, p, 0)
-                continue
             # (np.int64: one compilation, whether the loop's count is a literal yet)
             tn = preempt(P, RI, QI, rb, r, p, trace, np.int64(tn))
             if p == i:

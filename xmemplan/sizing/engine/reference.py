@@ -317,16 +317,14 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     p = running.pop()
                     preempted = True
                     pool.release(p.blocks)
-                    if p in fin:  # finished in the step in flight: freed now (policy.py)
-                        fin.remove(p)
-                        p.blocks, p.ncached = [], 0
-                        p.preempt += 1
-                        rec["preempted"].append(p.rid)
-                        continue
-                    p.blocks, p.ncached, p.comp, p.new_hit = [], 0, 0, True
+                    p.blocks, p.ncached = [], 0
                     p.preempt += 1
-                    waiting.insert(0, p)
                     rec["preempted"].append(p.rid)
+                    if p in fin:  # finished in the step in flight: freed, done (policy.py)
+                        fin.remove(p)
+                        continue
+                    p.comp, p.new_hit = 0, True
+                    waiting.insert(0, p)
                     if p is q:
                         break
                 if not ok:
