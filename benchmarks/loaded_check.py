@@ -479,6 +479,35 @@ def histogram_quantile(x: np.ndarray, buckets: tuple[float, ...], q: float) -> f
     return lo + (float(b[k]) - lo) * (q - clo) / (float(cdf[k]) - clo)
 
 
+# How the share of each prompt the caches can hold (the workload's reuse, R) is read off
+# the published hit rates (--reuse). The fork's vLLM counts the GPU hit (g) at every step a
+# waiting request is looked up (vLLM issue 43736; published_hit_rates) and the external
+# hit (e) once, at admission. "counters" (rounds 6-15, the default): R = g + (1 - g) e,
+# exact when each request is looked up once. Under KV pressure the published g is below
+# the one at admission, and R = e + g (1 - e) rises with g: the reading is then a lower
+# bound (R lies between it and 1). "admission" (round 15, a sensitivity): R is set so the
+# simulated connector counts the published e (R = g_a + (1 - g_a) e, g_a the simulated
+# run's GPU hit at admission; REUSE_ROUNDS fixed-point rounds per simulated run), never
+# under the counters' reading. It feeds the simulation's own congestion error back into
+# R (a run simulated less congested keeps more in HBM, so gets a higher R), which is why
+# it is not the default (docs/validation.md, "The workload's reuse under the diluted GPU
+# hit").
+REUSE = "counters"
+REUSE_ROUNDS = 2
+
+
+def counters_reuse(run: Run) -> float:
+    """R as the counters read it: g + (1 - g) e (the lower bound under dilution)."""
+    return run.gpu_hit + (1.0 - run.gpu_hit) * run.ext_hit
+
+
+def admission_reuse(run: Run, gpu_at_admission: float) -> float:
+    """The R that makes a simulated run whose GPU hit at admission is `gpu_at_admission`
+    count the published external hit rate, never under the counters' reading."""
+    r = gpu_at_admission + (1.0 - gpu_at_admission) * run.ext_hit
+    return float(min(max(r, counters_reuse(run)), 1.0))
+
+
 @dataclass
 class Prediction:
     ttft_p50_ms: float
@@ -500,12 +529,13 @@ class Prediction:
     e2e_exact_p50_ms: float = float("nan")
     e2e_exact_p90_ms: float = float("nan")
     e2e_mean_ms: float = float("nan")
+    reuse: float = float("nan")  # the workload's reuse share the run was simulated at
 
 
-def _request(run: Run, mem_fraction: float):  # noqa: ANN202
+def _request(run: Run, mem_fraction: float, hit: float | None = None):  # noqa: ANN202
     from xmemplan.sizing.request import build_request
 
-    hit = run.gpu_hit + (1.0 - run.gpu_hit) * run.ext_hit
+    hit = counters_reuse(run) if hit is None else hit
     req, _ = build_request(
         ttft_slo="10s", prompt_tokens=str(round(run.isl_p50)), hit_rate=hit, users=AGENTS,
         model="qwen3-30b-a3b-fp8", gpu="h100-sxm", engine="vllm", kv_dtype="fp8",
@@ -522,6 +552,7 @@ class Window:
     t1: float
     kv_usage: float
     done: np.ndarray  # indices of the requests that finished inside the span
+    reuse: float = float("nan")  # the workload's reuse share (simulate)
 
 
 def predict(run: Run, **kw: object) -> Prediction:
@@ -542,7 +573,7 @@ def predict(run: Run, **kw: object) -> Prediction:
         histogram_quantile(e2e, LATENCY_BUCKETS, 0.5) * 1e3,
         histogram_quantile(e2e, LATENCY_BUCKETS, 0.9) * 1e3,
         float(np.quantile(e2e, 0.5)) * 1e3, float(np.quantile(e2e, 0.9)) * 1e3,
-        float(e2e.mean()) * 1e3)
+        float(e2e.mean()) * 1e3, w.reuse)
 
 
 # Measure over the span in which every agent still works (round 12); False: from the
@@ -585,7 +616,28 @@ def steady_window(r: Any, steps: np.ndarray, agents: int, warm: int) -> tuple[np
     return keep, Window(t0, t1, kv, done)
 
 
-def simulate(run: Run, *, think_s: float, mem_fraction: float, requests: int,
+def simulate(run: Run, **kw: Any) -> tuple[Any, np.ndarray, Window]:
+    """`simulate_at` with the run's reuse read as REUSE says: under "admission", each
+    round simulates at the current R and moves it to what the run's own GPU hit at
+    admission needs for the published external hit (admission_reuse)."""
+    reuse = counters_reuse(run)
+    if REUSE == "admission" and kw.get("workload", "tasks") != "turns":
+        for _ in range(REUSE_ROUNDS):
+            r, keep, _ = simulate_at(run, reuse=reuse, **kw)
+            reuse = admission_reuse(run, gpu_at_admission(r, keep))
+    return simulate_at(run, reuse=reuse, **kw)
+
+
+def gpu_at_admission(r: Any, keep: np.ndarray) -> float:
+    """The simulated GPU hit at admission as the connector's queries count it (the kept
+    requests never preempted: published_hit_rates)."""
+    ok = keep[r.preemptions[keep] == 0]
+    p = float(r.requests.prompt[ok].astype(float).sum())
+    return float(r.hbm_hit[ok].sum()) / p if p > 0 else 0.0
+
+
+def simulate_at(run: Run, *, reuse: float, think_s: float, mem_fraction: float,
+                requests: int,
              seed: int = 0, pool_scale: float = 1.0, agents: int = AGENTS,
              weights_pool: bool = False, workload: str = "tasks",
              histogram_lengths: bool = True, shared_start: bool = False,
@@ -604,7 +656,7 @@ def simulate(run: Run, *, think_s: float, mem_fraction: float, requests: int,
     from xmemplan.sizing.sim import Traffic
     from xmemplan.sizing.simmodel import config_for, requests_for
 
-    req = _request(run, mem_fraction)
+    req = _request(run, mem_fraction, reuse)
     rng = np.random.default_rng(seed)
     top = float(req.model.max_context) - 4096
     if not histogram_lengths:  # the lognormal through p50 and p90 alone (before round 9)
@@ -628,8 +680,7 @@ def simulate(run: Run, *, think_s: float, mem_fraction: float, requests: int,
         prompt = np.clip(np.round(prompt_lengths(run, z)), 1024, top)
         output = np.clip(np.round(np.exp(rng.normal(np.log(run.osl_p50), so, requests))),
                          1, 8192).astype(np.int64)
-        hit = run.gpu_hit + (1.0 - run.gpu_hit) * run.ext_hit
-        shared = np.floor(prompt * hit)
+        shared = np.floor(prompt * reuse)
     prev = np.arange(requests) - agents  # each agent's previous request (-N: none yet)
     prev[prev < 0] = -1
     tier = "host" if run.option == "host-dram" else "xmem"
@@ -664,7 +715,7 @@ def simulate(run: Run, *, think_s: float, mem_fraction: float, requests: int,
             break
         rows = 2 * sn
     keep, w = steady_window(r, steps[:sn], agents, requests // 10)
-    return r, keep, w
+    return r, keep, dataclasses.replace(w, reuse=reuse)
 
 
 def explain(run: Run, agents: int, **kw: object) -> None:
@@ -775,10 +826,12 @@ def _sweep(think_s: float, mem_fraction: float, requests: int, pool_scale: float
               f"{p.ttft_p90_ms:6,.0f} {_err(p.ttft_p90_ms, r.ttft_p90_ms):>5} {q:>9} "
               f"{p.queue_p50_ms:6,.0f} {_in_spread(p, r, n):>7}")
     print(f"{'agents':>6} {'req/s':>5} {'pred':>5} {'KV':>4} {'pred':>4} {'GPU share':>9} "
-          f"{'pred':>4} {'admit':>5} {'steps/s':>7}")
+          f"{'pred':>4} {'admit':>5} {'steps/s':>7} {'ext hit':>7} {'pred':>4} {'reuse':>5}")
     for n, r, p in rows:
+        mark = "*" if p.reuse > counters_reuse(r) + 0.0005 else " "
         print(f"{n:6} {r.rps or 0:5.2f} {p.rps:5.2f} {r.kv_usage or 0:4.0%} {p.kv_usage:4.0%} "
-              f"{r.gpu_share:9.0%} {p.gpu_share:4.0%} {p.admit_share:5.0%} {p.steps_s:7.1f}")
+              f"{r.gpu_share:9.0%} {p.gpu_share:4.0%} {p.admit_share:5.0%} {p.steps_s:7.1f} "
+              f"{r.ext_hit:7.0%} {p.ext_hit:4.0%} {p.reuse:5.1%}{mark}")
     return rows
 
 
@@ -993,6 +1046,7 @@ def _err(p: float, m: float | None) -> str:
 
 
 def main() -> None:
+    global REUSE
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--think", default=f"{THINK_S:.3f}s",
                     help="time between a reply and the agent's next request")
@@ -1041,9 +1095,15 @@ def main() -> None:
                     help="measure from the warm-up to the run's last request, the drain of "
                          "the last agents included (the window before round 12), not over "
                          "the span every agent still works (steady_window)")
+    ap.add_argument("--reuse", choices=("admission", "counters"), default=REUSE,
+                    help="the workload's reuse share: g + (1 - g) e of the published hit "
+                         "rates (counters; a lower bound where the fork's GPU hit counts "
+                         "waiting steps), or what makes the simulated connector count the "
+                         "published external hit (admission; a sensitivity)")
     add_async_flag(ap)
     a = ap.parse_args()
     apply_async_flag(a)
+    REUSE = a.reuse
     if a.with_drain:
         global STEADY
         STEADY = False

@@ -233,3 +233,37 @@ def test_a_04_18_runs_turn_mean_is_the_lognormals_through_its_two_percentiles() 
         ln = lc.client_turns(dataclasses.replace(r, source="x/bench_none/x.json",
                                                  turn_e2e_p50_ms=p50, turn_e2e_p90_ms=p90))
         assert abs(ln[3] / mean - 1) < 0.08, r.name
+
+
+def test_the_counters_reading_of_reuse_is_the_admission_one_at_the_published_gpu_hit() -> None:
+    """R = g + (1 - g) e rises with the GPU hit g; at the published g the admission
+    reading is the counters' one, and it never goes under it or over 1."""
+    lc = _module()
+    for r in _runs(lc):
+        lo = lc.counters_reuse(r)
+        assert lc.admission_reuse(r, r.gpu_hit) == pytest.approx(lo)
+        assert lc.admission_reuse(r, 0.0) == pytest.approx(lo)  # clamped up to the counters
+        assert lc.admission_reuse(r, 1.0) == pytest.approx(1.0)
+        mid = lc.admission_reuse(r, (1.0 + r.gpu_hit) / 2)
+        assert lo <= mid <= 1.0
+
+
+def test_the_admission_reading_makes_the_simulated_connector_count_the_published_hit(
+        ) -> None:
+    """On X-Mem's 12-agent level of 04-18 (published GPU hit 49 %, counted at every
+    waiting step, external 80 %) the counters' reading leaves the simulated connector
+    counting far under the published external hit; the admission reading brings it to
+    it (one seed, 600 requests)."""
+    lc = _module()
+    run = next(r for n, r in lc.SWEEP_XMEM if n == 12)
+    kw = dict(think_s=lc.THINK_S, mem_fraction=lc.SWEEP_MEM_FRACTION, requests=600,
+              agents=12, flags=(lc.MAX_BATCHED, 12))
+    try:
+        ext = {}
+        for mode in ("counters", "admission"):
+            lc.REUSE = mode
+            ext[mode] = lc.predict(run, seed=0, **kw).ext_hit
+    finally:
+        lc.REUSE = "counters"
+    assert ext["counters"] < run.ext_hit - 0.10
+    assert abs(ext["admission"] - run.ext_hit) < 0.05
