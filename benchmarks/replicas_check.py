@@ -103,6 +103,16 @@ PICKERS), their GPU not published (taken as 37-capacity's H100, an assumption):
 - `llm-d-80u-overload` (benchmarking/cache-overload/80-users-3k-tokens): TP2, the 40k KV
   tokens a pod cache-overload/README.md states, 80 groups x 1 prompt of a 2,500-token
   prefix and a 256-token question, 20 output tokens, constant 50 s stages of 2 to 20 QPS.
+- `llm-d-73-capacity` (round 15; benchmarking/73-capacity/README.md, 37-capacity's
+  sibling, stored in forks of llm-d-kv-cache-manager: zetxqx at d070ea60): Qwen3-32B on 8
+  vLLM pods of 2 H100s (the llm-d blog of 2025-09-24, Appendix A.1: the README gives
+  neither), 307,328 KV tokens a pod, 150 groups x 5 prompts of a 6,000-token prefix and a
+  1,200-token question, 1,000 output tokens, Poisson stages: a 50 s warm-up at 15 QPS,
+  then 3 to 60 QPS for 20-38 s each. Its pickers: precise prefix 3, kv-cache 2, queue 2;
+  estimated prefix, kv-cache and queue at 1 over 64-character blocks x 31,250 a pod;
+  load queue and kv-cache at 1 (PICKERS, PRECISE_PICKERS). Its QPS-15 row is taken as
+  the staged 20 s alone, as 37-capacity's QPS-10 row reproduces without its warm-up; the
+  README does not say. Qwen3's tokenizer: no re-tokenising count is published (1).
 """
 
 from __future__ import annotations
@@ -129,6 +139,7 @@ STAGE_GAP_S = 3600.0  # stage k starts at k x this (each stage drains first: che
 
 HEADROOM = "llm-d-64p-headroom"  # the unseen runs (module docstring)
 OVERLOAD = "llm-d-80u-overload"
+CAP73 = "llm-d-73-capacity"
 # per benchmark: (rate, seconds) per stage, whether the first is a warm-up (reported by
 # no row), and the load type (inference-perf `load.type`)
 STAGES = {
@@ -140,11 +151,15 @@ STAGES = {
                (8.0, 60.0), (10.0, 50.0), (12.0, 50.0), (14.0, 35.0), (16.0, 30.0),
                (18.0, 30.0), (20.0, 30.0)],
     OVERLOAD: [(r, 50.0) for r in (2.0, 5.0, 8.0, 10.0, 12.0, 15.0, 20.0)],
+    CAP73: [(15.0, 50.0), (3.0, 20.0), (10.0, 20.0), (15.0, 20.0), (20.0, 38.0),
+            (22.0, 34.0), (25.0, 30.0), (30.0, 25.0), (35.0, 21.0), (40.0, 38.0),
+            (43.0, 36.0), (46.0, 33.0), (49.0, 30.0), (52.0, 29.0), (55.0, 27.0),
+            (57.0, 26.0), (60.0, 25.0)],
 }
 WARMUP = {"llm-d-37-capacity": True, "llm-d-tiered-prefix-cache": False, HEADROOM: True,
-          OVERLOAD: False}
+          OVERLOAD: False, CAP73: True}
 LOAD = {"llm-d-37-capacity": "constant", "llm-d-tiered-prefix-cache": "poisson",
-        HEADROOM: "constant", OVERLOAD: "constant"}
+        HEADROOM: "constant", OVERLOAD: "constant", CAP73: "poisson"}
 TIERED_GPU_BLOCK = 16  # vLLM's block; the router's CPU index: 82,000 of them
 # timestamps the run's client records per streamed token (module docstring): the
 # measured time per output token is STAMPS_PER_TOKEN x the published ITL mean
@@ -188,10 +203,15 @@ PICKERS = {
     "llm-d-37-capacity": (2.0, 0.0, 1.0, 256, 2200),
     HEADROOM: (1.0, 1.0, 0.0, 256, 2200),
     OVERLOAD: (1.0, 1.0, 0.0, 64, 31250),
+    CAP73: (1.0, 1.0, 0.0, 64, 31250),
 }
+# Where a run's precise scheduler has weights of its own: (prefix, kv-cache, queue,
+# active-request). 73-capacity's precise-scheduling: prefix 3, kv-cache 2, queue 2.
+PRECISE_PICKERS = {CAP73: (3.0, 2.0, 2.0, 0.0)}
 # the runs' names for the same schedulers
 SCHEDULER_NAMES = {"prefix-cache-estimate": "estimate-prefix-cache",
-                   "random-routing": "random"}
+                   "random-routing": "random", "random-scheduling": "random",
+                   "load-scheduling": "load"}
 
 
 def scheduler(measured: str, hbm_tokens: float = 0.0,
@@ -210,9 +230,9 @@ def scheduler(measured: str, hbm_tokens: float = 0.0,
     prefix, queue, active, block_chars, blocks = PICKERS[bench]
     measured = SCHEDULER_NAMES.get(measured, measured)
     if measured.startswith("precise"):
-        return "llm-d-precise", replace(p, precise_prefix_weight=prefix,
-                                        precise_queue_weight=queue, precise_kv_weight=1.0,
-                                        precise_active_weight=active)
+        pw, kw, qw, aw = PRECISE_PICKERS.get(bench, (prefix, 1.0, queue, active))
+        return "llm-d-precise", replace(p, precise_prefix_weight=pw, precise_queue_weight=qw,
+                                        precise_kv_weight=kw, precise_active_weight=aw)
     if measured.startswith("estimate"):
         # maxPrefixBlocksToMatch 256 in every run
         return "llm-d-prefix", replace(

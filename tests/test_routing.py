@@ -656,10 +656,10 @@ def test_multi_replica_rows_are_read_and_a_third_held_out() -> None:
         assert (row["tier"] == "none") == (float(row["tier_tokens_per_replica"]) == 0)
         assert row["source"]
     assert set(by) == set(C.STAGES) == {"llm-d-37-capacity", "llm-d-tiered-prefix-cache",
-                                        C.HEADROOM, C.OVERLOAD}
+                                        C.HEADROOM, C.OVERLOAD, C.CAP73}
     for b, rs in by.items():
         roles = {r["role"] for r in rs}
-        if b in (C.HEADROOM, C.OVERLOAD):
+        if b in (C.HEADROOM, C.OVERLOAD, C.CAP73):
             assert roles == {"unseen"}
             continue
         held = sum(r["role"] == "held-out" for r in rs)
@@ -685,6 +685,17 @@ def test_the_unseen_runs_schedulers_are_their_own_configs() -> None:
     r, p = C.scheduler("prefix-cache-estimate", 1e5, C.OVERLOAD)
     assert (r, p.llmd_cap_tokens, p.llmd_view_tokens) == ("llm-d-prefix", 4096.0, 500_000.0)
     assert C.scheduler("random-routing", 1e5, C.OVERLOAD)[0] == "random"
+    # 73-capacity (round 15): precise weighs prefix 3, kv-cache 2, queue 2; estimated 1/1/1
+    # over 64-character blocks x 31,250; load: queue 1 + kv-cache 1
+    _, p = C.scheduler("precise-scheduling", 1e5, C.CAP73)
+    assert (p.precise_prefix_weight, p.precise_kv_weight, p.precise_queue_weight,
+            p.precise_active_weight) == (3.0, 2.0, 2.0, 0.0)
+    r, p = C.scheduler("estimated-scheduling", 1e5, C.CAP73)
+    assert (r, p.llmd_prefix_weight, p.llmd_queue_weight, p.llmd_view_tokens) == (
+        "llm-d-prefix", 1.0, 1.0, 500_000.0)
+    r, p = C.scheduler("load-scheduling", 1e5, C.CAP73)
+    assert (r, p.llmd_prefix_weight, p.llmd_queue_weight) == ("llm-d-prefix", 0.0, 1.0)
+    assert C.scheduler("random-scheduling", 1e5, C.CAP73)[0] == "random"
 
 
 def test_cpu_offload_replay_keeps_ttft_where_hbm_alone_queues(monkeypatch) -> None:  # noqa: ANN001

@@ -1158,10 +1158,10 @@ def kv_full_note(options: Iterable[tuple[str, str, float]]) -> str | None:
 # What the model's TTFT p90 did against published multi-replica runs: (stage rows, of
 # them predicted under, median error, within 30 %, runs). From benchmarks/
 # replicas_check.py, every row of data/measurements/multi-replica.csv (docs/validation.md
-# "Multi-replica check", round 13: llm-d's 37-capacity, tiered-prefix-cache and two unseen
-# runs, 4-8 vLLM replicas behind its gateway and router); tests/test_routing.py
-# recomputes it.
-MULTI_REPLICA_EVIDENCE = (116, 100, -0.80, 30, 4)
+# "Multi-replica check", rounds 13 and 15: llm-d's 37-capacity, tiered-prefix-cache and
+# three unseen runs, 4-8 vLLM replicas behind its gateway and router);
+# tests/test_routing.py recomputes it.
+MULTI_REPLICA_EVIDENCE = (180, 140, -0.605, 32, 5)
 
 
 def multi_replica_note(replicas: int) -> str | None:
