@@ -113,6 +113,14 @@ PICKERS), their GPU not published (taken as 37-capacity's H100, an assumption):
   load queue and kv-cache at 1 (PICKERS, PRECISE_PICKERS). Its QPS-15 row is taken as
   the staged 20 s alone, as 37-capacity's QPS-10 row reproduces without its warm-up; the
   README does not say. Qwen3's tokenizer: no re-tokenising count is published (1).
+- `llm-d-tiered-sglang` (round 15; llm-d guides/tiered-prefix-cache/benchmark-results/
+  sglang-qwen3-32b-h100.md, llm-d PR 1921, stored in the fork zetxqx/llm-d at 3fa7bfc5):
+  the tiered run's SGLang twin. SGLang v0.5.13.post1, Qwen3-32B on 8 servers of 2 H100s
+  at TP2, 321,856 GPU KV tokens and 819,200 HiCache host tokens (`--hicache-size 200`) a
+  replica, the same 250 x 5 workload of 16,000 + 256 tokens and 256 out, HBM only against
+  HiCache at 5, 10, 20 and 40 QPS. It publishes neither its stages nor its router: both
+  are taken as the vLLM run's (assumptions), and "Throughput (tok/s)" as total tokens/s,
+  as the vLLM README's column is.
 """
 
 from __future__ import annotations
@@ -140,6 +148,7 @@ STAGE_GAP_S = 3600.0  # stage k starts at k x this (each stage drains first: che
 HEADROOM = "llm-d-64p-headroom"  # the unseen runs (module docstring)
 OVERLOAD = "llm-d-80u-overload"
 CAP73 = "llm-d-73-capacity"
+SGLANG_TIERED = "llm-d-tiered-sglang"
 # per benchmark: (rate, seconds) per stage, whether the first is a warm-up (reported by
 # no row), and the load type (inference-perf `load.type`)
 STAGES = {
@@ -147,6 +156,7 @@ STAGES = {
                           (6.0, 120.0), (8.0, 90.0), (10.0, 70.0), (12.0, 60.0),
                           (15.0, 50.0), (20.0, 50.0)],
     "llm-d-tiered-prefix-cache": [(5.0 * k, 60.0) for k in range(1, 9)],
+    SGLANG_TIERED: [(5.0 * k, 60.0) for k in range(1, 9)],  # assumed: the vLLM run's
     HEADROOM: [(10.0, 20.0), (3.0, 120.0), (4.0, 100.0), (5.0, 90.0), (6.0, 60.0),
                (8.0, 60.0), (10.0, 50.0), (12.0, 50.0), (14.0, 35.0), (16.0, 30.0),
                (18.0, 30.0), (20.0, 30.0)],
@@ -157,10 +167,13 @@ STAGES = {
             (57.0, 26.0), (60.0, 25.0)],
 }
 WARMUP = {"llm-d-37-capacity": True, "llm-d-tiered-prefix-cache": False, HEADROOM: True,
-          OVERLOAD: False, CAP73: True}
+          OVERLOAD: False, CAP73: True, SGLANG_TIERED: False}
 LOAD = {"llm-d-37-capacity": "constant", "llm-d-tiered-prefix-cache": "poisson",
-        HEADROOM: "constant", OVERLOAD: "constant", CAP73: "poisson"}
+        HEADROOM: "constant", OVERLOAD: "constant", CAP73: "poisson",
+        SGLANG_TIERED: "poisson"}
 TIERED_GPU_BLOCK = 16  # vLLM's block; the router's CPU index: 82,000 of them
+# the runs whose READMEs give total (prompt + output) tokens/s and mean E2E, not an ITL
+TOTAL_TOKENS = ("llm-d-tiered-prefix-cache", SGLANG_TIERED)
 # timestamps the run's client records per streamed token (module docstring): the
 # measured time per output token is STAMPS_PER_TOKEN x the published ITL mean
 STAMPS_PER_TOKEN = 2
@@ -484,7 +497,7 @@ def main() -> None:
         print(f"{name:<46}{q:>4g}{meas:>11.3f}{got[0]:>8.3f}{e1:>+6.0%}{mtok:>9.0f}"
               f"{otok:>9.0f}{e2:>+6.0%}{itl}  {row['role']}")
     for bench, t in tally.items():
-        kind = "total" if bench == "llm-d-tiered-prefix-cache" else "output"
+        kind = "total" if bench in TOTAL_TOKENS else "output"
         if t["n"][1]:
             held_ttft = f" (held-out {t['ttft'][1]} of {t['n'][1]})"
             held_tok = f" (held-out {t['tok'][1]} of {t['n'][1]})"
@@ -495,7 +508,7 @@ def main() -> None:
               f"{t['tok'][0]} of {t['n'][0]}{held_tok}")
         if t["tpot"][0]:
             how = ("(E2E - TTFT) / (output - 1), the published means"
-                   if bench == "llm-d-tiered-prefix-cache" else "2 x the published ITL mean")
+                   if bench in TOTAL_TOKENS else "2 x the published ITL mean")
             print(f"  time per output token ({how}) within {TPOT_BOUND:.0%}: "
                   f"{t['tpot'][1]} of {t['tpot'][0]} (a report line)")
     print(f"(median of {a.seeds} replays)")

@@ -656,10 +656,11 @@ def test_multi_replica_rows_are_read_and_a_third_held_out() -> None:
         assert (row["tier"] == "none") == (float(row["tier_tokens_per_replica"]) == 0)
         assert row["source"]
     assert set(by) == set(C.STAGES) == {"llm-d-37-capacity", "llm-d-tiered-prefix-cache",
-                                        C.HEADROOM, C.OVERLOAD, C.CAP73}
+                                        C.HEADROOM, C.OVERLOAD, C.CAP73,
+                                        C.SGLANG_TIERED}
     for b, rs in by.items():
         roles = {r["role"] for r in rs}
-        if b in (C.HEADROOM, C.OVERLOAD, C.CAP73):
+        if b in (C.HEADROOM, C.OVERLOAD, C.CAP73, C.SGLANG_TIERED):
             assert roles == {"unseen"}
             continue
         held = sum(r["role"] == "held-out" for r in rs)

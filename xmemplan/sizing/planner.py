@@ -1159,9 +1159,9 @@ def kv_full_note(options: Iterable[tuple[str, str, float]]) -> str | None:
 # them predicted under, median error, within 30 %, runs). From benchmarks/
 # replicas_check.py, every row of data/measurements/multi-replica.csv (docs/validation.md
 # "Multi-replica check", rounds 13 and 15: llm-d's 37-capacity, tiered-prefix-cache and
-# three unseen runs, 4-8 vLLM replicas behind its gateway and router);
+# four unseen runs, 4-8 vLLM or SGLang replicas behind its gateway and router);
 # tests/test_routing.py recomputes it.
-MULTI_REPLICA_EVIDENCE = (180, 140, -0.605, 32, 5)
+MULTI_REPLICA_EVIDENCE = (188, 145, -0.597, 36, 6)
 
 
 def multi_replica_note(replicas: int) -> str | None:
@@ -1172,10 +1172,10 @@ def multi_replica_note(replicas: int) -> str | None:
         return None
     stages, under, med, within, runs = MULTI_REPLICA_EVIDENCE
     return (f"More than one replica (up to {replicas:,} here): on {stages} published stages "
-            f"of {runs} multi-replica runs (llm-d, 4-8 vLLM replicas behind its gateway and "
-            f"router), the model's TTFT p90 came out under the measured at {under} (median "
-            f"{med:+.0%}; within 30% at {within}; docs/validation.md, 'Multi-replica "
-            "check'). Waits outside the engine (gateway, router, client) are not "
+            f"of {runs} multi-replica runs (llm-d, 4-8 vLLM or SGLang replicas behind its "
+            f"gateway and router), the model's TTFT p90 came out under the measured at "
+            f"{under} (median {med:+.0%}; within 30% at {within}; docs/validation.md, "
+            "'Multi-replica check'). Waits outside the engine (gateway, router, client) are not "
             "modelled: read multi-replica TTFTs as optimistic.")
 
 
