@@ -121,6 +121,17 @@ PICKERS), their GPU not published (taken as 37-capacity's H100, an assumption):
   HiCache at 5, 10, 20 and 40 QPS. It publishes neither its stages nor its router: both
   are taken as the vLLM run's (assumptions), and "Throughput (tok/s)" as total tokens/s,
   as the vLLM README's column is.
+- `llm-d-guide-precise` (round 15; llm-d guides/precise-prefix-cache-routing/README.md at
+  0aa9f337, "Benchmarking Report"): 73-capacity's workload and ladder (its inference-perf
+  profile, llm-d-benchmark guide_precise-prefix-cache-routing_1.yaml.in) on 8 vLLM pods
+  of 2 H100s at TP2, `--block-size 64 --gpu-memory-utilization 0.95` (the guide's vLLM
+  overlay; no KV room is published: the engine's pool at 0.95, MEM_FRACTION). Two arms:
+  "a stock Kubernetes Service that round-robins requests" (kube-proxy's default iptables
+  mode picks an endpoint at random: `random`) and precise routing at the stored values
+  file's weights (prefix 3, kv-cache 2, queue 2; its no-hit-lru scorer at 2 is not in
+  our precise router). The vLLM version and the client cap are not published. The
+  guide's third arm (optimized-baseline, whose router at run time is not published and
+  whose stored config is an affinity filter we do not model) is left out.
 """
 
 from __future__ import annotations
@@ -149,6 +160,7 @@ HEADROOM = "llm-d-64p-headroom"  # the unseen runs (module docstring)
 OVERLOAD = "llm-d-80u-overload"
 CAP73 = "llm-d-73-capacity"
 SGLANG_TIERED = "llm-d-tiered-sglang"
+GUIDE_PRECISE = "llm-d-guide-precise"
 # per benchmark: (rate, seconds) per stage, whether the first is a warm-up (reported by
 # no row), and the load type (inference-perf `load.type`)
 STAGES = {
@@ -166,11 +178,12 @@ STAGES = {
             (43.0, 36.0), (46.0, 33.0), (49.0, 30.0), (52.0, 29.0), (55.0, 27.0),
             (57.0, 26.0), (60.0, 25.0)],
 }
+STAGES[GUIDE_PRECISE] = STAGES[CAP73]  # the same ladder (its inference-perf profile)
 WARMUP = {"llm-d-37-capacity": True, "llm-d-tiered-prefix-cache": False, HEADROOM: True,
-          OVERLOAD: False, CAP73: True, SGLANG_TIERED: False}
+          OVERLOAD: False, CAP73: True, SGLANG_TIERED: False, GUIDE_PRECISE: True}
 LOAD = {"llm-d-37-capacity": "constant", "llm-d-tiered-prefix-cache": "poisson",
         HEADROOM: "constant", OVERLOAD: "constant", CAP73: "poisson",
-        SGLANG_TIERED: "poisson"}
+        SGLANG_TIERED: "poisson", GUIDE_PRECISE: "poisson"}
 TIERED_GPU_BLOCK = 16  # vLLM's block; the router's CPU index: 82,000 of them
 # the runs whose READMEs give total (prompt + output) tokens/s and mean E2E, not an ITL
 TOTAL_TOKENS = ("llm-d-tiered-prefix-cache", SGLANG_TIERED)
@@ -220,11 +233,13 @@ PICKERS = {
 }
 # Where a run's precise scheduler has weights of its own: (prefix, kv-cache, queue,
 # active-request). 73-capacity's precise-scheduling: prefix 3, kv-cache 2, queue 2.
-PRECISE_PICKERS = {CAP73: (3.0, 2.0, 2.0, 0.0)}
+PRECISE_PICKERS = {CAP73: (3.0, 2.0, 2.0, 0.0), GUIDE_PRECISE: (3.0, 2.0, 2.0, 0.0)}
+# Runs that state the engine's memory share instead of its KV room (with_run_room)
+MEM_FRACTION = {GUIDE_PRECISE: 0.95}
 # the runs' names for the same schedulers
 SCHEDULER_NAMES = {"prefix-cache-estimate": "estimate-prefix-cache",
                    "random-routing": "random", "random-scheduling": "random",
-                   "load-scheduling": "load"}
+                   "load-scheduling": "load", "k8s-service": "random"}
 
 
 def scheduler(measured: str, hbm_tokens: float = 0.0,
@@ -240,10 +255,16 @@ def scheduler(measured: str, hbm_tokens: float = 0.0,
             llmd_nohit_weight=1.0, llmd_cap_tokens=256.0 * TIERED_GPU_BLOCK,
             llmd_view_tokens=hbm_tokens, llmd_tier_weight=1.0 if cpu else 0.0,
             llmd_tier_view_tokens=82_000.0 * TIERED_GPU_BLOCK)
-    prefix, queue, active, block_chars, blocks = PICKERS[bench]
     measured = SCHEDULER_NAMES.get(measured, measured)
+    if measured == "random":
+        return "random", p
+    if measured.startswith("precise") and bench in PRECISE_PICKERS:
+        pw, kw, qw, aw = PRECISE_PICKERS[bench]
+        return "llm-d-precise", replace(p, precise_prefix_weight=pw, precise_queue_weight=qw,
+                                        precise_kv_weight=kw, precise_active_weight=aw)
+    prefix, queue, active, block_chars, blocks = PICKERS[bench]
     if measured.startswith("precise"):
-        pw, kw, qw, aw = PRECISE_PICKERS.get(bench, (prefix, 1.0, queue, active))
+        pw, kw, qw, aw = prefix, 1.0, queue, active
         return "llm-d-precise", replace(p, precise_prefix_weight=pw, precise_queue_weight=qw,
                                         precise_kv_weight=kw, precise_active_weight=aw)
     if measured.startswith("estimate"):
@@ -255,8 +276,6 @@ def scheduler(measured: str, hbm_tokens: float = 0.0,
     if measured == "load":
         return "llm-d-prefix", replace(p, llmd_prefix_weight=0.0, llmd_queue_weight=queue,
                                        llmd_kv_weight=1.0, llmd_active_weight=active)
-    if measured == "random":
-        return "random", p
     raise KeyError(measured)
 
 
@@ -328,8 +347,9 @@ def with_run_room(req: SizeRequest, row: dict[str, str]) -> SizeRequest:
     446,241) and 4.3 % (run 2, 285,207) short of the room the runs logged."""
     from xmemplan.sizing.simmodel import kv_pool_tokens
 
-    if not row.get("kv_tokens_per_replica"):
-        return req
+    if not row.get("kv_tokens_per_replica"):  # the share the run sets, else the request's
+        frac = MEM_FRACTION.get(row["benchmark"])
+        return req if frac is None else replace(req, mem_fraction=frac)
     kv = float(row["kv_tokens_per_replica"])
     # the pool is linear in the share where it is positive: two secant steps land on it
     lo, hi = 0.5, 0.99

@@ -657,10 +657,10 @@ def test_multi_replica_rows_are_read_and_a_third_held_out() -> None:
         assert row["source"]
     assert set(by) == set(C.STAGES) == {"llm-d-37-capacity", "llm-d-tiered-prefix-cache",
                                         C.HEADROOM, C.OVERLOAD, C.CAP73,
-                                        C.SGLANG_TIERED}
+                                        C.SGLANG_TIERED, C.GUIDE_PRECISE}
     for b, rs in by.items():
         roles = {r["role"] for r in rs}
-        if b in (C.HEADROOM, C.OVERLOAD, C.CAP73, C.SGLANG_TIERED):
+        if b in (C.HEADROOM, C.OVERLOAD, C.CAP73, C.SGLANG_TIERED, C.GUIDE_PRECISE):
             assert roles == {"unseen"}
             continue
         held = sum(r["role"] == "held-out" for r in rs)
@@ -736,7 +736,14 @@ def test_multi_replica_replay_sends_what_the_server_computed() -> None:
     # from its mean E2E and TTFT
     assert C.measured_per_token(r1) == 2 * float(r1["itl_mean_s"])
     assert abs(C.measured_per_token(r2) - (11.98 - 1.62) / 255) < 1e-9
-    assert all(C.measured_per_token(r) is not None for r in rows)
+    # every run but the precise guide's ladder (no per-stage ITL or E2E) gives one
+    assert all((C.measured_per_token(r) is None) == (r["benchmark"] == C.GUIDE_PRECISE)
+               for r in rows)
+    # that run states its memory share, not its KV room: the engine's pool at 0.95
+    g = next(r for r in rows if r["benchmark"] == C.GUIDE_PRECISE)
+    q, _ = build_request(ttft_slo="2s", prompt_tokens="7200", model=g["model"], gpu=g["gpu"],
+                         tp=2, engine="vllm", rate=3.0)
+    assert C.with_run_room(q, g).mem_fraction == 0.95
     s = C.run_stream(r1, [(3.0, 10.0)], 0, (1e-4, 0.03))
     assert s.prompt[0] == sum(C.served_lengths(r1))
     assert s.group_tokens[0] == C.served_lengths(r1)[0]

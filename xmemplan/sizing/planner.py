@@ -1159,9 +1159,9 @@ def kv_full_note(options: Iterable[tuple[str, str, float]]) -> str | None:
 # them predicted under, median error, within 30 %, runs). From benchmarks/
 # replicas_check.py, every row of data/measurements/multi-replica.csv (docs/validation.md
 # "Multi-replica check", rounds 13 and 15: llm-d's 37-capacity, tiered-prefix-cache and
-# four unseen runs, 4-8 vLLM or SGLang replicas behind its gateway and router);
+# five unseen runs, 4-8 vLLM or SGLang replicas behind its gateway and router);
 # tests/test_routing.py recomputes it.
-MULTI_REPLICA_EVIDENCE = (188, 145, -0.597, 36, 6)
+MULTI_REPLICA_EVIDENCE = (220, 164, -0.486, 63, 7)
 
 
 def multi_replica_note(replicas: int) -> str | None:
