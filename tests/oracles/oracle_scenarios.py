@@ -219,6 +219,27 @@ def long_prefill_case() -> dict[str, Any]:
             "requests": reqs}
 
 
+def unseen_output_case() -> dict[str, Any]:
+    """vLLM's async scheduling caches a block only once the scheduler holds all its tokens
+    (round 15). Blocks of 4, 5 usable. b's 7-token prompt plus its first output fills its
+    second block; the step that computes that output's KV (step 1) is built while the
+    output itself is still in flight, so vLLM does not cache the block then
+    (`allocate_slots` caches up to `request.num_tokens`, which lacks the output), nor
+    when step 0 is processed (its computed tokens less those in flight end a token
+    short). At step 2 b needs a third block, finds none and is preempted before that
+    allocation would have cached it. Re-admitted at step 4 (once a has finished and
+    freed its blocks), b hits its first block only and recomputes 5 tokens. Until round
+    15 the engine cached the block at step 1 and b hit 8 tokens and computed 1."""
+    reqs = [{"id": "a", "arrival_s": 0.0, "tokens": list(range(1, 9)), "max_tokens": 4},
+            {"id": "b", "arrival_s": 0.0, "tokens": list(range(101, 108)), "max_tokens": 4}]
+    return {"engine": "vllm", "block_size": 4, "num_gpu_blocks": 6, "max_num_seqs": 8,
+            "max_num_batched_tokens": 2048, "enable_prefix_caching": True,
+            "scheduler_reserve_full_isl": True, "long_prefill_token_threshold": 0,
+            "async_scheduling": True,
+            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+            "requests": reqs}
+
+
 def random_small_pool(engine: str, rng: random.Random, *, asyn: bool,
                       cap: bool = False) -> dict[str, Any]:
     """A small-pool scenario drawn as tests/test_engine.py's Hypothesis strategy draws

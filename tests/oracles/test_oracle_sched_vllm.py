@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from oracle_drivers import sched_vllm
-from oracle_scenarios import long_prefill_case, sched_scenario
+from oracle_scenarios import long_prefill_case, sched_scenario, unseen_output_case
 from oracle_support import xmemplan_side
 
 
@@ -431,5 +431,19 @@ def test_the_long_prefill_cap_spares_a_lone_request(vllm_engine: None) -> None:
     sc = long_prefill_case()
     theirs = sched_vllm.replay_scenario(sc)
     assert theirs[0]["scheduled"] == {"a": 40}
+    msg = first_parting(list(replay(sc)), theirs)
+    assert not msg, msg
+
+
+def test_a_block_is_cached_once_its_tokens_are_seen(vllm_engine: None) -> None:
+    """vLLM's async scheduling caches a block only once the scheduler holds its tokens
+    (oracle_scenarios.unseen_output_case): b, preempted before the block its in-flight
+    output filled was cached, hits 4 tokens at its re-admission and recomputes 5; every
+    step as vLLM's own AsyncScheduler. Before round 15 the engine hit 8 and computed 1."""
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = unseen_output_case()
+    theirs = sched_vllm.replay_scenario_async(sc)
+    assert theirs[2]["preempted"] == ["b"]
+    assert theirs[4]["new_hits"] == {"b": 4} and theirs[4]["scheduled"] == {"b": 5}
     msg = first_parting(list(replay(sc)), theirs)
     assert not msg, msg
