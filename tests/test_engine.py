@@ -767,3 +767,20 @@ def test_vllm_async_caches_a_block_once_its_tokens_are_seen() -> None:
     _same(steps, replay_reference(sync))
     readmit = next(s for s in steps if "b" in s["new_hits"] and s["step"] > 0)
     assert readmit["new_hits"] == {"b": 8}
+
+
+def test_vllm_async_caches_a_finished_requests_output_block_when_processed() -> None:
+    """vLLM's async scheduling: processing a step (update_from_output, after the next
+    step is built) caches a running request's computed blocks, its output now seen
+    (loop._free_finished). a's block of its first output is cached when step 1, which
+    finished a, is processed, so a's blocks go to the tail of the free queue and step 3
+    evicts c's first block: c hits nothing at step 4 and computes 3, as vLLM's own
+    AsyncScheduler does (tests/oracles/test_oracle_sched_vllm.py). Caching at the build
+    alone leaves a's block at the front for step 3: c hits 1 and computes 2."""
+    from oracles.oracle_scenarios import finished_output_block_case
+
+    sc = finished_output_block_case()
+    steps = replay_scenario(sc)
+    _same(steps, replay_reference(sc))
+    assert steps[1]["preempted"] == ["c"] and steps[1]["finished"] == ["a"]
+    assert steps[4]["new_hits"] == {"c": 0} and steps[4]["scheduled"] == {"c": 3}

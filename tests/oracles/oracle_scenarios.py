@@ -240,6 +240,30 @@ def unseen_output_case() -> dict[str, Any]:
             "requests": reqs}
 
 
+def finished_output_block_case() -> dict[str, Any]:
+    """The other half of unseen_output_case's rule: processing a step (vLLM's
+    update_from_output, after the next step is built) caches the blocks a running
+    request has computed, its new output now among its tokens. One-token blocks, 21
+    usable; a, b and c arrive at once and take 19. At step 1 a and b take the last two
+    and c, needing one for its first output, is preempted (its prompt blocks freed,
+    cached). Step 2 takes c's second block. a finished at step 1; when step 1 is
+    processed its block of its first output (computed at step 1) is cached, so a's
+    blocks go to the tail of the free queue, behind c's first block, which step 3 then
+    takes: c, re-admitted at step 4, hits nothing and computes 3 tokens. Caching only at
+    the build (where that output was not yet seen) leaves a's block uncached, at the
+    front, for step 3 to take: c would hit 1 and compute 2. (Round 15's sweep of the
+    reference with the allocation half alone: this is seed 1078, shrunk and rewritten.)"""
+    reqs = [{"id": "a", "arrival_s": 0.0, "tokens": [1], "max_tokens": 2},
+            {"id": "b", "arrival_s": 0.0, "tokens": list(range(100, 116)), "max_tokens": 4},
+            {"id": "c", "arrival_s": 0.0, "tokens": [200, 201], "max_tokens": 2}]
+    return {"engine": "vllm", "block_size": 1, "num_gpu_blocks": 22, "max_num_seqs": 8,
+            "max_num_batched_tokens": 2048, "enable_prefix_caching": True,
+            "scheduler_reserve_full_isl": True, "long_prefill_token_threshold": 0,
+            "async_scheduling": True,
+            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+            "requests": reqs}
+
+
 def random_small_pool(engine: str, rng: random.Random, *, asyn: bool,
                       cap: bool = False) -> dict[str, Any]:
     """A small-pool scenario drawn as tests/test_engine.py's Hypothesis strategy draws

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import pytest
 from oracle_drivers import sched_vllm
-from oracle_scenarios import long_prefill_case, sched_scenario, unseen_output_case
+from oracle_scenarios import (
+    finished_output_block_case,
+    long_prefill_case,
+    sched_scenario,
+    unseen_output_case,
+)
 from oracle_support import xmemplan_side
 
 
@@ -445,5 +450,19 @@ def test_a_block_is_cached_once_its_tokens_are_seen(vllm_engine: None) -> None:
     theirs = sched_vllm.replay_scenario_async(sc)
     assert theirs[2]["preempted"] == ["b"]
     assert theirs[4]["new_hits"] == {"b": 4} and theirs[4]["scheduled"] == {"b": 5}
+    msg = first_parting(list(replay(sc)), theirs)
+    assert not msg, msg
+
+
+def test_processing_a_step_caches_the_blocks_of_its_outputs(vllm_engine: None) -> None:
+    """vLLM's update_from_output caches a running request's computed blocks once its
+    output is among its tokens (oracle_scenarios.finished_output_block_case): a, finished
+    at step 1, frees a cached block, so step 3 evicts c's first block and c hits nothing
+    at step 4; every step as vLLM's own AsyncScheduler."""
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = finished_output_block_case()
+    theirs = sched_vllm.replay_scenario_async(sc)
+    assert theirs[1]["preempted"] == ["c"] and theirs[1]["finished"] == ["a"]
+    assert theirs[4]["new_hits"] == {"c": 0} and theirs[4]["scheduled"] == {"c": 3}
     msg = first_parting(list(replay(sc)), theirs)
     assert not msg, msg
