@@ -745,3 +745,42 @@ def test_vllm_caps_a_long_prefill_only_beside_another_request() -> None:
     assert steps[0]["scheduled"] == {"a": 40}
     b = [s["scheduled"]["b"] for s in steps if "b" in s["scheduled"]]
     assert b[:3] == [16, 16, 8]
+
+
+def test_vllm_async_caches_a_block_once_its_tokens_are_seen() -> None:
+    """vLLM's async scheduling: a block is cached only once the scheduler holds all its
+    tokens, and the output of the step in flight is not among them yet (policy.allocate,
+    loop._free_finished). b's second block is filled by its first output; b is preempted
+    at step 2 before that block was cached, so at its re-admission (step 4) it hits its
+    first block and recomputes 5 tokens, as vLLM's own AsyncScheduler does
+    (tests/oracles/test_oracle_sched_vllm.py). Before round 15 the engine hit 8 and
+    computed 1. Without async scheduling the block is cached at step 1 and b hits 8."""
+    from oracles.oracle_scenarios import unseen_output_case
+
+    sc = unseen_output_case()
+    steps = replay_scenario(sc)
+    _same(steps, replay_reference(sc))
+    assert steps[2]["preempted"] == ["b"]
+    assert steps[4]["new_hits"] == {"b": 4} and steps[4]["scheduled"] == {"b": 5}
+    sync = dict(sc, async_scheduling=False)
+    steps = replay_scenario(sync)
+    _same(steps, replay_reference(sync))
+    readmit = next(s for s in steps if "b" in s["new_hits"] and s["step"] > 0)
+    assert readmit["new_hits"] == {"b": 8}
+
+
+def test_vllm_async_caches_a_finished_requests_output_block_when_processed() -> None:
+    """vLLM's async scheduling: processing a step (update_from_output, after the next
+    step is built) caches a running request's computed blocks, its output now seen
+    (loop._free_finished). a's block of its first output is cached when step 1, which
+    finished a, is processed, so a's blocks go to the tail of the free queue and step 3
+    evicts c's first block: c hits nothing at step 4 and computes 3, as vLLM's own
+    AsyncScheduler does (tests/oracles/test_oracle_sched_vllm.py). Caching at the build
+    alone leaves a's block at the front for step 3: c hits 1 and computes 2."""
+    from oracles.oracle_scenarios import finished_output_block_case
+
+    sc = finished_output_block_case()
+    steps = replay_scenario(sc)
+    _same(steps, replay_reference(sc))
+    assert steps[1]["preempted"] == ["c"] and steps[1]["finished"] == ["a"]
+    assert steps[4]["new_hits"] == {"c": 0} and steps[4]["scheduled"] == {"c": 3}

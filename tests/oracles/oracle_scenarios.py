@@ -219,6 +219,51 @@ def long_prefill_case() -> dict[str, Any]:
             "requests": reqs}
 
 
+def unseen_output_case() -> dict[str, Any]:
+    """vLLM's async scheduling caches a block only once the scheduler holds all its tokens
+    (round 15). Blocks of 4, 5 usable. b's 7-token prompt plus its first output fills its
+    second block; the step that computes that output's KV (step 1) is built while the
+    output itself is still in flight, so vLLM does not cache the block then
+    (`allocate_slots` caches up to `request.num_tokens`, which lacks the output), nor
+    when step 0 is processed (its computed tokens less those in flight end a token
+    short). At step 2 b needs a third block, finds none and is preempted before that
+    allocation would have cached it. Re-admitted at step 4 (once a has finished and
+    freed its blocks), b hits its first block only and recomputes 5 tokens. Until round
+    15 the engine cached the block at step 1 and b hit 8 tokens and computed 1."""
+    reqs = [{"id": "a", "arrival_s": 0.0, "tokens": list(range(1, 9)), "max_tokens": 4},
+            {"id": "b", "arrival_s": 0.0, "tokens": list(range(101, 108)), "max_tokens": 4}]
+    return {"engine": "vllm", "block_size": 4, "num_gpu_blocks": 6, "max_num_seqs": 8,
+            "max_num_batched_tokens": 2048, "enable_prefix_caching": True,
+            "scheduler_reserve_full_isl": True, "long_prefill_token_threshold": 0,
+            "async_scheduling": True,
+            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+            "requests": reqs}
+
+
+def finished_output_block_case() -> dict[str, Any]:
+    """The other half of unseen_output_case's rule: processing a step (vLLM's
+    update_from_output, after the next step is built) caches the blocks a running
+    request has computed, its new output now among its tokens. One-token blocks, 21
+    usable; a, b and c arrive at once and take 19. At step 1 a and b take the last two
+    and c, needing one for its first output, is preempted (its prompt blocks freed,
+    cached). Step 2 takes c's second block. a finished at step 1; when step 1 is
+    processed its block of its first output (computed at step 1) is cached, so a's
+    blocks go to the tail of the free queue, behind c's first block, which step 3 then
+    takes: c, re-admitted at step 4, hits nothing and computes 3 tokens. Caching only at
+    the build (where that output was not yet seen) leaves a's block uncached, at the
+    front, for step 3 to take: c would hit 1 and compute 2. (Round 15's sweep of the
+    reference with the allocation half alone: this is seed 1078, shrunk and rewritten.)"""
+    reqs = [{"id": "a", "arrival_s": 0.0, "tokens": [1], "max_tokens": 2},
+            {"id": "b", "arrival_s": 0.0, "tokens": list(range(100, 116)), "max_tokens": 4},
+            {"id": "c", "arrival_s": 0.0, "tokens": [200, 201], "max_tokens": 2}]
+    return {"engine": "vllm", "block_size": 1, "num_gpu_blocks": 22, "max_num_seqs": 8,
+            "max_num_batched_tokens": 2048, "enable_prefix_caching": True,
+            "scheduler_reserve_full_isl": True, "long_prefill_token_threshold": 0,
+            "async_scheduling": True,
+            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+            "requests": reqs}
+
+
 def random_small_pool(engine: str, rng: random.Random, *, asyn: bool,
                       cap: bool = False) -> dict[str, Any]:
     """A small-pool scenario drawn as tests/test_engine.py's Hypothesis strategy draws

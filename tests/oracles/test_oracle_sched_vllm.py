@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import pytest
 from oracle_drivers import sched_vllm
-from oracle_scenarios import long_prefill_case, sched_scenario
+from oracle_scenarios import (
+    finished_output_block_case,
+    long_prefill_case,
+    sched_scenario,
+    unseen_output_case,
+)
 from oracle_support import xmemplan_side
 
 
@@ -209,10 +214,10 @@ ASYNC_CASES = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching, syn
     # while k+1 is built, and one finishing in flight can be the victim (7 preemptions)
     (35, 160, 64, 16, 200.0, True, True),
     (37, 200, 64, 16, 400.0, True, True),
-    pytest.param(36, 128, 32, 8, 200.0, True, True, marks=pytest.mark.xfail(
-        strict=True, reason="step 114: a request preempted while its step was in flight "
-        "is re-admitted: vLLM recomputes 5 tokens, xmemplan 1 (its stale output, not "
-        "modelled)")),
+    # a request preempted while the output that fills its last block is in flight: vLLM
+    # had not cached that block (round 15: until then it parted at step 114, vLLM
+    # recomputing 5 tokens at the re-admission, xmemplan 1)
+    (36, 128, 32, 8, 200.0, True, True),
 ]
 
 
@@ -431,5 +436,33 @@ def test_the_long_prefill_cap_spares_a_lone_request(vllm_engine: None) -> None:
     sc = long_prefill_case()
     theirs = sched_vllm.replay_scenario(sc)
     assert theirs[0]["scheduled"] == {"a": 40}
+    msg = first_parting(list(replay(sc)), theirs)
+    assert not msg, msg
+
+
+def test_a_block_is_cached_once_its_tokens_are_seen(vllm_engine: None) -> None:
+    """vLLM's async scheduling caches a block only once the scheduler holds its tokens
+    (oracle_scenarios.unseen_output_case): b, preempted before the block its in-flight
+    output filled was cached, hits 4 tokens at its re-admission and recomputes 5; every
+    step as vLLM's own AsyncScheduler. Before round 15 the engine hit 8 and computed 1."""
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = unseen_output_case()
+    theirs = sched_vllm.replay_scenario_async(sc)
+    assert theirs[2]["preempted"] == ["b"]
+    assert theirs[4]["new_hits"] == {"b": 4} and theirs[4]["scheduled"] == {"b": 5}
+    msg = first_parting(list(replay(sc)), theirs)
+    assert not msg, msg
+
+
+def test_processing_a_step_caches_the_blocks_of_its_outputs(vllm_engine: None) -> None:
+    """vLLM's update_from_output caches a running request's computed blocks once its
+    output is among its tokens (oracle_scenarios.finished_output_block_case): a, finished
+    at step 1, frees a cached block, so step 3 evicts c's first block and c hits nothing
+    at step 4; every step as vLLM's own AsyncScheduler."""
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = finished_output_block_case()
+    theirs = sched_vllm.replay_scenario_async(sc)
+    assert theirs[1]["preempted"] == ["c"] and theirs[1]["finished"] == ["a"]
+    assert theirs[4]["new_hits"] == {"c": 0} and theirs[4]["scheduled"] == {"c": 3}
     msg = first_parting(list(replay(sc)), theirs)
     assert not msg, msg

@@ -42,7 +42,12 @@ than one batch in flight and a KV connector that loads, as the OffloadingConnect
 a request step k scheduled (R_SEQ == Q_INFL) is no preemption victim either while step
 k+1 is built: the running loop stops instead (vLLM `_request_blocks_can_be_freed`). A
 build that schedules nothing lets step k be processed and builds again (vLLM's empty
-batch). Until round 14 the hold came only with the deferred frees.
+batch). Until round 14 the hold came only with the deferred frees. vLLM caches a block
+only once the request's tokens hold all of it, and while step k+1 is built the output step
+k made is not among them (an output placeholder): the build caches no block that output
+completes (policy.allocate, R_OSEQ), and processing step k caches, for each running
+request it gave an output, the full blocks of what it has computed (vLLM's
+update_from_output: cache_blocks), before the finished ones are freed.
 
 Routing: route[i] >= 0 pins a replica; -1 joins the replica with the fewest unfinished
 requests (sim.py's min tree); -2 follows prev's replica.
@@ -91,6 +96,7 @@ from xmemplan.sizing.engine.policy import (
     R_LOOKUPS,
     R_NEWHIT,
     R_NODE,
+    R_OSEQ,
     R_OUT,
     R_PEND,
     R_PREEMPT,
@@ -267,16 +273,23 @@ def _unhide(RI, QI, pnext, ptag, pkind, ph, pt, kc, r, every):  # noqa: ANN001, 
 
 
 @no_runtime
-def _free_finished(P, RI, QI, rb, r):  # noqa: ANN001, ANN202
-    """Deferred frees: the step in flight is processed. The requests that finished in it
-    leave the running list and free their blocks, in its order (vLLM's
-    update_from_output); no victim is held back any more."""
+def _free_finished(P, RI, QI, keys, rb, r, bs, caching, every):  # noqa: ANN001, ANN202
+    """Deferred frees: the step in flight is processed (vLLM's update_from_output), in its
+    order. A running request it gave an output token caches its full blocks up to the
+    tokens it has computed, now that the token is among its tokens (cache_blocks(request,
+    num_computed_tokens - num_in_flight_tokens)); the requests it finished then leave the
+    running list and free their blocks; no victim is held back any more. The build before
+    cached the same blocks of the requests it scheduled (policy.allocate), so only those
+    it left out need the walk: `every` (some running request not scheduled)."""
+    infl = QI[r, Q_INFL]
     QI[r, Q_INFL] = -1
-    if QI[r, Q_FIN] == 0:
+    if QI[r, Q_FIN] == 0 and not every:
         return
     x = QI[r, Q_RHEAD]
     while x >= 0:
         nx = RI[x, R_RNEXT]
+        if caching and RI[x, R_OSEQ] == infl and RI[x, R_CACHEABLE] == 1:
+            cache_full(P, RI, keys, rb, r, x, RI[x, R_COMP], bs, 0)
         if RI[x, R_STATUS] == ST_DONE:
             run_remove(RI, QI, r, x)
             release(P, RI, rb, r, x)
@@ -646,7 +659,8 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                     if lag:
                         _sg_process(S, P, RI, QI, RO, keys, r, bs, caching, now, stats)
                     else:
-                        _free_finished(P, RI, QI, rb, r)
+                        _free_finished(P, RI, QI, keys, rb, r, bs, caching,
+                                       QI[r, Q_NRUN] > 0)
                 # nothing to run without them: an idle engine sees the hidden requests now
                 _unhide(RI, QI, pnext, ptag, pkind, ph, pt, kc, r, True)
                 if steps_out.shape[0] > 1:
@@ -720,7 +734,7 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
             freed = QI[r, Q_FIN] > 0
             if defer:
                 # the step before is processed now that this one is built
-                _free_finished(P, RI, QI, rb, r)
+                _free_finished(P, RI, QI, keys, rb, r, bs, caching, ns < QI[r, Q_NRUN])
             elif lag:
                 _sg_process(S, P, RI, QI, RO, keys, r, bs, caching, now, stats)
             nbl = 0
@@ -1013,8 +1027,10 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                 RI[i, R_COMP] += k
                 if policy != SGLANG and K > 1 and pp[P_CACHING] == 1 \
                         and RI[i, R_CACHEABLE] == 1:
-                    # the run's full blocks, cached as its steps would have
-                    cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP] + 1, bs)
+                    # the run's full blocks, cached as its steps would have (async: its
+                    # last step was built with the output of the one before in flight)
+                    cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP] + 1, bs,
+                               1 if defer else 0)
                 if write and tier[i] >= 0 and was_prefill:
                     wbytes[tier[i]] += k * kvb
                     if tier[i] == l3:
@@ -1022,6 +1038,8 @@ def _run_loop(P, PF, PP, QI, R, RI, RO, S, active, arrival, asyn, bs, busy, cap,
                 if RI[i, R_COMP] >= RI[i, R_PROMPT] + RI[i, R_GEN]:
                     # the step computed its last token: one output token
                     RI[i, R_GEN] += 1
+                    if defer:
+                        RI[i, R_OSEQ] = kc[r]  # not seen by the next build (vllm_schedule)
                     fin = RI[i, R_GEN] >= RI[i, R_OUT]
                     if lag and not fin:
                         # overlap: processed after the next build (_sg_process), which

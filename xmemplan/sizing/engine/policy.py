@@ -21,7 +21,9 @@ vLLM V1 (`vllm_schedule`, v1/core/sched/scheduler.py `schedule()`):
 Under async scheduling (loop.py) a request that finished in the step in flight is
 skipped and keeps its blocks (as the victim of a preemption it frees them at once); with
 deferred block frees (a KV connector, P_HOLD_VICTIMS) a victim that step scheduled is not
-preempted: the running loop stops. The long-prefill cap applies only with more than one
+preempted: the running loop stops. A block is cached only once the scheduler holds all
+its tokens, and under async scheduling the output of the step in flight is not among
+them yet (allocate's `unseen`). The long-prefill cap applies only with more than one
 request running or waiting (vLLM 0.33).
 
 SGLang (`sglang_schedule`, managers/scheduler.py `get_next_batch_to_run`,
@@ -84,12 +86,14 @@ from xmemplan.sizing.engine.radix import (
  R_LOOKUPS, R_LOOKUP_HIT, R_NODE, R_PEND) = range(33)
 N_R = 33
 R_SEQ = R_NODE  # (vLLM only: R_NODE is SGLang's)
+R_OSEQ = R_PEND  # (vLLM only: R_PEND is SGLang's)
 # (SGLang's overlap loop, loop.py: R_PEND what the step in flight left to process for
 # request i: bit 1 its output token (not counted yet: its len(output_ids) is R_GEN - 1),
 # bit 2 its computed pages to checkpoint into the tree (its prefill done); 0 nothing)
 # (SGLang: R_NODE the radix node request i holds locked, -1 none; R_NCACHED the pages of
 # its row the tree owns, cache_protected_len; vLLM with deferred frees: R_SEQ the step
-# that last scheduled it, the replica's steps counted from 1)
+# that last scheduled it, the replica's steps counted from 1; vLLM's async scheduling:
+# R_OSEQ the step that made its last output token, 0 none)
 # status
 ST_NEW, ST_WAIT, ST_LOADING, ST_RUN, ST_DONE = range(5)
 # replica int fields
@@ -165,11 +169,12 @@ def ntokens(RI, i):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True, inline="always")
-def allocate(P, RI, keys, rb, r, i, new_tokens, nhit, bs, caching, reserved):  # noqa: ANN001, ANN201
+def allocate(P, RI, keys, rb, r, i, new_tokens, nhit, bs, caching, reserved, unseen):  # noqa: ANN001, ANN201
     """vLLM `allocate_slots`: blocks for `nhit` cached blocks (taken as hits) and
     `new_tokens` more tokens; False (nothing changed) when the free queue less `reserved`
     blocks (`reserved_blocks`: what other in-flight prefills still need) is short. The
-    full blocks the step will compute are cached at once (findable by later requests)."""
+    full blocks the step will compute are cached at once (findable by later requests),
+    up to the tokens the scheduler has seen: all but the last `unseen` (_full_blocks)."""
     comp = RI[i, R_COMP] + nhit * bs
     need = _cdiv(comp + new_tokens, bs) - RI[i, R_HELD] - nhit
     if need < 0:
@@ -185,15 +190,19 @@ def allocate(P, RI, keys, rb, r, i, new_tokens, nhit, bs, caching, reserved):  #
         held = pool_alloc(P, r, need, rb, RI[i, R_RBOFF], held)
     RI[i, R_HELD] = held
     if caching and RI[i, R_CACHEABLE] == 1:
-        cache_full(P, RI, keys, rb, r, i, comp + new_tokens, bs)
+        cache_full(P, RI, keys, rb, r, i, comp + new_tokens, bs, unseen)
     return True
 
 
 @njit(cache=True, inline="always")
-def _full_blocks(RI, i, computed, bs):  # noqa: ANN001, ANN202
-    """Request i's blocks that are full at `computed` tokens and have a key (cacheable)."""
+def _full_blocks(RI, i, computed, bs, unseen):  # noqa: ANN001, ANN202
+    """Request i's blocks that are full at `computed` tokens and have a key (cacheable),
+    of its tokens less the last `unseen`: vLLM caches a block only once the scheduler
+    holds all its tokens (`allocate_slots` caches up to min(computed + new,
+    request.num_tokens)), and under async scheduling the output of the step in flight is
+    not among them yet (`unseen` 1: vllm_schedule)."""
     full = computed // bs
-    nt = ntokens(RI, i) // bs
+    nt = (ntokens(RI, i) - unseen) // bs
     if full > nt:
         full = nt
     if full > RI[i, R_KN]:
@@ -202,9 +211,9 @@ def _full_blocks(RI, i, computed, bs):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
-def cache_full(P, RI, keys, rb, r, i, computed, bs):  # noqa: ANN001, ANN201
-    """Make request i's full blocks up to `computed` tokens findable."""
-    full = _full_blocks(RI, i, computed, bs)
+def cache_full(P, RI, keys, rb, r, i, computed, bs, unseen):  # noqa: ANN001, ANN201
+    """Make request i's full blocks up to `computed` tokens findable (_full_blocks)."""
+    full = _full_blocks(RI, i, computed, bs, unseen)
     for j in range(RI[i, R_NCACHED], full):
         pool_cache(P, r, rb[RI[i, R_RBOFF] + j], keys[RI[i, R_KOFF] + j])
     if full > RI[i, R_NCACHED]:
@@ -212,7 +221,7 @@ def cache_full(P, RI, keys, rb, r, i, computed, bs):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True, inline="always")
-def _no_alloc(RI, i, new, bs, caching):  # noqa: ANN001, ANN202
+def _no_alloc(RI, i, new, bs, caching, unseen):  # noqa: ANN001, ANN202
     """True when allocate() would change nothing: the request's blocks hold `new` more
     tokens and no block of it becomes full and findable (a cheap test before the call)."""
     c = RI[i, R_COMP] + new
@@ -220,7 +229,7 @@ def _no_alloc(RI, i, new, bs, caching):  # noqa: ANN001, ANN202
         return False
     if not caching or RI[i, R_CACHEABLE] == 0:
         return True
-    return _full_blocks(RI, i, c, bs) <= RI[i, R_NCACHED]
+    return _full_blocks(RI, i, c, bs, unseen) <= RI[i, R_NCACHED]
 
 
 @njit(cache=True, inline="always")
@@ -356,7 +365,7 @@ def _load_admit(P, RI, QI, keys, rb, r, i, nhit, fx, ext, bs, trace, tn):  # noq
     cost the first run's compile more than its call costs the runs: docs/performance.md
     round 9.)"""
     if not allocate(P, RI, keys, rb, r, i, fx + ext, nhit, bs, False,
-                    _inflight_reserved(RI, QI, r, bs)):
+                    _inflight_reserved(RI, QI, r, bs), 0):
         return False, tn
     RI[i, R_HIT] = nhit * bs + fx
     RI[i, R_HIT_TOTAL] += nhit * bs + fx
@@ -411,12 +420,16 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
         if new <= 0:
             i = RI[i, R_RNEXT]
             continue
+        # async scheduling: the output the step in flight made is not among the request's
+        # tokens until that step is processed (an output placeholder), so the block it
+        # completes is not cached now (vLLM allocate_slots: min(..., request.num_tokens))
+        unseen = 1 if QI[r, Q_INFL] >= 0 and RI[i, R_OSEQ] == QI[r, Q_INFL] else 0
         ok = False
         while True:
-            if _no_alloc(RI, i, new, bs, caching):
+            if _no_alloc(RI, i, new, bs, caching, unseen):
                 ok = True
                 break
-            if allocate(P, RI, keys, rb, r, i, new, 0, bs, caching, 0):
+            if allocate(P, RI, keys, rb, r, i, new, 0, bs, caching, 0, unseen):
                 ok = True
                 break
             p = QI[r, Q_RTAIL]
@@ -459,7 +472,7 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             # loaded blocks findable (vLLM 0.33 _handle_blocked_waiting_request ->
             # _update_waiting_for_remote_kv: cache_blocks), so a block another request
             # computed meanwhile keeps the hash's map and the loaded one is the duplicate
-            cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP], bs)
+            cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP], bs, 0)
         if RI[i, R_COMP] == 0 and RI[i, R_LOADED] == 0:
             nhit = lookup(P, RI, keys, r, i, bs, caching)
             fx = _fixed_hit(RI, i, nhit * bs)
@@ -495,7 +508,7 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             new = thr
         if new > budget:
             new = budget
-        if not allocate(P, RI, keys, rb, r, i, new + fx, nhit, bs, caching, 0):
+        if not allocate(P, RI, keys, rb, r, i, new + fx, nhit, bs, caching, 0, 0):
             break
         if QI[r, Q_HTAIL] == i:
             QI[r, Q_HTAIL] = RI[i, R_WPREV]

@@ -181,7 +181,11 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _allocate(pool: PoolRef, q: _Req, new: int, nhit: int, bs: int, caching: bool) -> bool:
+def _allocate(pool: PoolRef, q: _Req, new: int, nhit: int, bs: int, caching: bool,
+              unseen: int = 0) -> bool:
+    """vLLM allocate_slots (policy.allocate): blocks for the hit and `new` tokens; the full
+    blocks cached of the tokens the scheduler has seen, all but the last `unseen` (the
+    output of the step in flight under async scheduling)."""
     comp = q.comp + nhit * bs
     need = max(0, _cdiv(comp + new, bs) - len(q.blocks) - nhit)
     hk = q.keys[:nhit]
@@ -193,11 +197,15 @@ def _allocate(pool: PoolRef, q: _Req, new: int, nhit: int, bs: int, caching: boo
     if need:
         q.blocks += pool.alloc(need)
     if caching:
-        full = min((comp + new) // bs, q.ntok // bs, len(q.keys))
-        for j in range(q.ncached, full):
-            pool.cache(q.blocks[j], q.keys[j])
-        q.ncached = max(q.ncached, full)
+        _cache_full(pool, q, comp + new, bs, unseen)
     return True
+
+
+def _cache_full(pool: PoolRef, q: _Req, computed: int, bs: int, unseen: int) -> None:
+    full = min(computed // bs, (q.ntok - unseen) // bs, len(q.keys))
+    for j in range(q.ncached, full):
+        pool.cache(q.blocks[j], q.keys[j])
+    q.ncached = max(q.ncached, full)
 
 
 def _lookup(pool: PoolRef, q: _Req, bs: int, caching: bool) -> int:
@@ -236,6 +244,10 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
     victims_held = defer and defer_block_free(scenario)
     fin: list[_Req] = []
     inflight: set[str] = set()
+    # ... and the requests the step in flight gave an output token: vLLM's scheduler does
+    # not hold that token yet (an output placeholder), so the block it completes is not
+    # cached while the next batch is built (policy.vllm_schedule, R_OSEQ)
+    sampled: set[str] = set()
     # SGLang's overlap loop (async scheduling; loop.py): the step just run is processed
     # after the next batch is built. fin: the requests it finished (they keep their pages
     # and seats meanwhile); pend: what it left per request (1 its output token, not yet
@@ -278,6 +290,15 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
             elif p & 2:
                 rp.checkpoint(q, min(q.comp // bs, len(q.keys)))
 
+    def vllm_process() -> None:  # vLLM's update_from_output of the step in flight
+        for q in list(running):
+            if caching and q.rid in sampled:  # its token is seen: cache_blocks (loop.py)
+                _cache_full(pool, q, q.comp, bs, 0)
+            if q in fin:
+                running.remove(q)
+                pool.release(q.blocks)
+                q.blocks, q.ncached = [], 0
+
     while pending or waiting or running or hidden:
         waiting += hidden
         hidden = []
@@ -309,7 +330,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                     continue
                 ok = False
                 while True:
-                    if _allocate(pool, q, new, 0, bs, caching):
+                    if _allocate(pool, q, new, 0, bs, caching, int(q.rid in sampled)):
                         ok = True
                         break
                     if victims_held and running[-1].rid in inflight:
@@ -532,11 +553,9 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
             if lag:
                 process()
             else:
-                for q in fin:
-                    running.remove(q)
-                    pool.release(q.blocks)
-                    q.blocks, q.ncached = [], 0
+                vllm_process()
             fin, inflight, lagged = [], set(), False
+            sampled = set()
             busy_from = None
             continue
         if not sched:
@@ -554,10 +573,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
             rec["scheduled"][q.rid] = k
         rec["kv_blocks_used"] = (rp if sg else pool).held(total)
         if defer:  # the step before is processed now that this one is built
-            for q in fin:
-                running.remove(q)
-                pool.release(q.blocks)
-                q.blocks, q.ncached = [], 0
+            vllm_process()
             fin = []
             inflight = {q.rid for q, _ in sched}
         elif lag:
@@ -573,6 +589,7 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
         # SGLang's insert frees the duplicate and points the request at the tree's copy
         # (RadixCache.cache_unfinished_req).
         order = [x for x in sched if x[0] is chunked] + [x for x in sched if x[0] is not chunked]
+        sampled = set()
         for q, k in order:
             was_prefill = k > 1 or q.gen == 0
             q.comp += k
@@ -583,6 +600,8 @@ def replay_reference(scenario: dict[str, Any]) -> list[dict[str, Any]]:  # noqa:
                 continue
             if q.comp >= q.ntok:
                 q.gen += 1
+                if defer:
+                    sampled.add(q.rid)
                 if q.gen >= q.max_tokens and (defer or lag):
                     fin.append(q)  # freed once the next batch is built
                     rec["finished"].append(q.rid)
