@@ -201,9 +201,11 @@ def test_prefix_cache_lookups_match_vllm(vllm_engine: None, seed: int, blocks: i
 
 # Async scheduling (vLLM 0.33's default: AsyncScheduler with the engine core's batch queue).
 # vLLM schedules step k+1 before step k's update_from_output, so requests finishing at step k
-# still hold their blocks (and seats) when step k+1 is built; the simulator frees them first.
-# Compared where that cannot bind (blocks and seats to spare): which requests run, their
-# tokens, hits, finishes and the clock; kv_blocks_used differs by the finishing requests.
+# still hold their blocks (and seats) when step k+1 is built, and the engine holds them too
+# (round 14); a block completed by the output in flight is cached only once that output is
+# processed (round 15). Compared on every field, the blocks held too (first_parting); the
+# synchronous replay's parting from the async loop (`parts`) leaves the blocks out
+# (first_parting_async), as the finishing requests' held blocks differ there by design.
 ASYNC_CASES = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching, sync parts
     (31, 4096, 64, 32, 50.0, True, True),    # light load
     (32, 4096, 32, 32, 200.0, True, True),   # busy: most arrivals land mid-step
