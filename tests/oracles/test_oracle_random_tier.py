@@ -3,10 +3,12 @@ host-DRAM tier behind our KV connector (tier_connector.py), on seeded random sce
 (oracle_scenarios.random_tier_pool: small pools as test_oracle_random.py draws them, and
 a quarter of 20-60 agentic requests under KV pressure; random link speeds, so a load
 lands within the step it starts or several steps later). Every field of every step, the
-loads started too (first_parting_tier). Round 15 swept thousands by hand (docs/oracles.md,
-"Random sweeps"); these keep a seeded 120 per setting. A scenario known to part is listed
-with where (strict: one that starts to agree fails, so the list stays true). SGLang has
-no setting here: its scheduler driver has no HiCache tier (docs/oracles.md)."""
+loads started (first_parting_tier) and the prefix-cache lookups too (`lookups`, which
+the loaded check's hit rates count: benchmarks/loaded_check.py). Round 15 swept
+thousands by hand (docs/oracles.md, "Random sweeps"); these keep a seeded 120 per
+setting. A scenario known to part is listed with where (strict: one that starts to
+agree fails, so the list stays true). SGLang has no setting here: its scheduler driver
+has no HiCache tier (docs/oracles.md)."""
 
 from __future__ import annotations
 
@@ -45,15 +47,18 @@ def test_random_tiers_match_vllms_own_scheduler(vllm_engine: None, setting: str,
     rng = random.Random(seed)
     parted: dict[int, str] = {}
     loads: list[int] = []
-    preempted = in_flight = full = 0
+    preempted = in_flight = full = looked = 0
     for k in range(N):
         sc = random_tier_pool("vllm", rng, asyn=asyn)
         ours = list(replay(sc))
         theirs = theirs_of(sc, sched_vllm.landings(ours))
-        msg = first_parting_tier(ours, theirs)
+        msg = first_parting_tier(ours, theirs) or next(
+            (f"step {a['step']}, lookups: xmemplan {a['lookups']}, vLLM {b['lookups']}"
+             for a, b in zip(ours, theirs) if a["lookups"] != b["lookups"]), "")
         if msg:
             parted[k] = msg
         loads += load_steps(ours)
+        looked += sum(len(s["lookups"]) for s in theirs)
         preempted += sum(len(s["preempted"]) for s in theirs)
         in_flight = max(in_flight, max_loads_in_flight(ours))
         full += any(s["kv_blocks_used"] == sc["num_gpu_blocks"] - 1 for s in theirs)
@@ -64,6 +69,7 @@ def test_random_tiers_match_vllms_own_scheduler(vllm_engine: None, setting: str,
     # the sweep reaches what it is for: many loads, some landing by the next schedule and
     # some several steps later, several in flight at once, preemption, every block held
     # (seeds 151 / 152: 721 / 956 loads, 348 / 455 preemptions, up to 9 / 41 loads in
-    # flight, the pool full in 59 / 61 scenarios)
+    # flight, the pool full in 59 / 61 scenarios, 2,997 / 2,718 lookups)
     assert len(loads) >= 500 and preempted >= 200 and in_flight >= 5 and full >= 30
+    assert looked >= 2_000
     assert min(loads) == 1 and max(loads) >= 6

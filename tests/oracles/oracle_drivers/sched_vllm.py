@@ -382,8 +382,9 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
                          max_steps: int = 100_000) -> list[dict[str, Any]]:
     """Per-step records of vLLM's own `Scheduler` with a tier behind a KV connector
     (tier_connector.py: each request's `tier_tokens`, loaded asynchronously), as
-    `replay_scenario` plus `loads`, {id: [HBM hit, tokens loaded]} of the loads the step
-    started (requests put in WAITING_FOR_REMOTE_KVS).
+    `replay_scenario` (less `admitted_stats`; `lookups` of the schedules that make a
+    record) plus `loads`, {id: [HBM hit, tokens loaded]} of the loads the step started
+    (requests put in WAITING_FOR_REMOTE_KVS).
 
     The loads land when `landed` says (xmemplan's engine times them over its link model,
     `landings`): a load landing by the end of a step is reported in that step's
@@ -397,6 +398,7 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
     comparison names the step where the two part)."""
     v = _vllm()
     scheduler = make_scheduler(scenario, tier=True)
+    calls = _count_lookups(scheduler)
     conn, hasher, pending, index, todo = _tier_setup(v, scheduler, scenario, landed)
     st = scenario["step_time"]
     loading: dict[str, float] = {}  # requests vLLM holds in WAITING_FOR_REMOTE_KVS -> land
@@ -420,7 +422,9 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
     while pos < len(pending) or live:
         pos = _admit_arrivals(v, scheduler, hasher, pending, pos, t, live)
         conn.started.clear()
+        calls.clear()
         out = scheduler.schedule()
+        lookups = dict(calls)
         loads = _loads_started(conn, live, remote, todo, loading)
         total = out.total_num_scheduled_tokens
         if total == 0 and not loads:
@@ -446,7 +450,7 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
             "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
             "preempted": sorted(out.preempted_req_ids or ()),
             "new_hits": new_hits, "finished": finished,
-            "kv_blocks_used": used, "loads": loads,
+            "kv_blocks_used": used, "loads": loads, "lookups": lookups,
         })
         if end == inf:
             break
@@ -469,6 +473,7 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
 
     v = _vllm()
     scheduler = make_scheduler(scenario, "AsyncScheduler", tier=True, async_config=True)
+    calls = _count_lookups(scheduler)
     conn, hasher, pending, index, todo = _tier_setup(v, scheduler, scenario, landed)
     st = scenario["step_time"]
     loading: dict[str, float] = {}
@@ -501,7 +506,9 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
         pos = _admit_arrivals(v, scheduler, hasher, pending, pos, now, live)
         if len(queue) < 2 and scheduler.has_requests():
             conn.started.clear()
+            calls.clear()
             out = scheduler.schedule()
+            lookups = dict(calls)
             loads = _loads_started(conn, live, remote, todo, loading)
             total = out.total_num_scheduled_tokens
             if total == 0 and all(q[3] is None or not q[1] for q in queue):
@@ -516,7 +523,7 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
                                   "preempted": sorted(out.preempted_req_ids or ()),
                                   "new_hits": {}, "finished": [],
                                   "kv_blocks_used": _blocks_used(scheduler, scenario),
-                                  "loads": loads})
+                                  "loads": loads, "lookups": lookups})
                 nxt = _next_event(loading, pending, pos)
                 if nxt == inf:
                     break
@@ -535,7 +542,7 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
                        "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
                        "preempted": sorted(out.preempted_req_ids or ()),
                        "new_hits": new_hits, "finished": [], "kv_blocks_used": used,
-                       "loads": loads}
+                       "loads": loads, "lookups": lookups}
                 steps.append(rec)
             queue.appendleft((out, req_ids, samples, rec, gpu_free))
             if len(steps) >= max_steps:
