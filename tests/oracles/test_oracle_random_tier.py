@@ -3,8 +3,9 @@ host-DRAM tier behind our KV connector (tier_connector.py), on seeded random sce
 (oracle_scenarios.random_tier_pool: small pools as test_oracle_random.py draws them, and
 a quarter of 20-60 agentic requests under KV pressure; random link speeds, so a load
 lands within the step it starts or several steps later). Every field of every step, the
-loads started (first_parting_tier) and the prefix-cache lookups too (`lookups`, which
-the loaded check's hit rates count: benchmarks/loaded_check.py). Round 15 swept
+loads started (first_parting_tier), the prefix-cache lookups (`lookups`) and vLLM's
+own connector prefix-cache stats against what the engine's records imply
+(`connector_counts`): the two hit rates benchmarks/loaded_check.py reads. Round 15 swept
 thousands by hand (docs/oracles.md, "Random sweeps"); these keep a seeded 120 per
 setting. A scenario known to part is listed with where (strict: one that starts to
 agree fails, so the list stays true). SGLang has no setting here: its scheduler driver
@@ -36,6 +37,28 @@ def load_steps(records: list[dict]) -> list[int]:
     return out
 
 
+def connector_counts(records: list[dict], prompt: dict[str, int]) -> list[tuple[int, int, int]]:
+    """Per record, the connector prefix-cache stats the engine's records imply, as the
+    loaded check reads vllm:external_prefix_cache_* (benchmarks/loaded_check.py,
+    published_hit_rates): each request never preempted counts once, at the step it is
+    given blocks (its load starts, or its first schedule without one), with its prompt
+    past the HBM hit as queries and its loaded tokens as hits."""
+    seen: set[str] = set()
+    preempted: set[str] = set()
+    out = []
+    for rec in records:
+        n = q = h = 0
+        admitted = [(rid, hbm, ext) for rid, (hbm, ext) in rec["loads"].items()]
+        admitted += [(rid, hit, 0) for rid, hit in rec["new_hits"].items()]
+        for rid, hbm, ext in admitted:
+            if rid not in seen and rid not in preempted:
+                n, q, h = n + 1, q + prompt[rid] - hbm, h + ext
+            seen.add(rid)
+        preempted.update(rec["preempted"])
+        out.append((n, q, h))
+    return out
+
+
 @pytest.mark.parametrize(("setting", "asyn", "seed"), [
     ("vllm-tier", False, 151),
     ("vllm-async-tier", True, 152),
@@ -48,17 +71,23 @@ def test_random_tiers_match_vllms_own_scheduler(vllm_engine: None, setting: str,
     parted: dict[int, str] = {}
     loads: list[int] = []
     preempted = in_flight = full = looked = 0
+    ext = [0, 0, 0]  # vLLM's connector stats over the sweep: requests, queries, hits
     for k in range(N):
         sc = random_tier_pool("vllm", rng, asyn=asyn)
         ours = list(replay(sc))
         theirs = theirs_of(sc, sched_vllm.landings(ours))
+        implied = connector_counts(ours, {r["id"]: len(r["tokens"]) for r in sc["requests"]})
         msg = first_parting_tier(ours, theirs) or next(
             (f"step {a['step']}, lookups: xmemplan {a['lookups']}, vLLM {b['lookups']}"
-             for a, b in zip(ours, theirs) if a["lookups"] != b["lookups"]), "")
+             for a, b in zip(ours, theirs) if a["lookups"] != b["lookups"]), "") or next(
+            (f"step {k}, connector stats: xmemplan {x}, vLLM {b['connector_stats']}"
+             for k, (x, b) in enumerate(zip(implied, theirs))
+             if x != tuple(b["connector_stats"])), "")
         if msg:
             parted[k] = msg
         loads += load_steps(ours)
         looked += sum(len(s["lookups"]) for s in theirs)
+        ext = [a + sum(s["connector_stats"][j] for s in theirs) for j, a in enumerate(ext)]
         preempted += sum(len(s["preempted"]) for s in theirs)
         in_flight = max(in_flight, max_loads_in_flight(ours))
         full += any(s["kv_blocks_used"] == sc["num_gpu_blocks"] - 1 for s in theirs)
@@ -69,7 +98,8 @@ def test_random_tiers_match_vllms_own_scheduler(vllm_engine: None, setting: str,
     # the sweep reaches what it is for: many loads, some landing by the next schedule and
     # some several steps later, several in flight at once, preemption, every block held
     # (seeds 151 / 152: 721 / 956 loads, 348 / 455 preemptions, up to 9 / 41 loads in
-    # flight, the pool full in 59 / 61 scenarios, 2,997 / 2,718 lookups)
+    # flight, the pool full in 59 / 61 scenarios, 2,997 / 2,718 lookups, and vLLM's
+    # connector stats 1,605 / 1,836 requests, 59,229 / 69,373 queries, 17,423 / 21,298 hits)
     assert len(loads) >= 500 and preempted >= 200 and in_flight >= 5 and full >= 30
-    assert looked >= 2_000
+    assert looked >= 2_000 and ext[0] >= 1_000 and ext[2] >= 10_000
     assert min(loads) == 1 and max(loads) >= 6
