@@ -311,3 +311,23 @@ def random_tier_pool(engine: str, rng: random.Random, *, asyn: bool,
     sc["tier_link"] = {"kv_bytes_per_token": 1.0, "bandwidth": bandwidth,
                        "latency_s": latency}
     return sc
+
+
+def whole_prompt_load_case() -> dict[str, Any]:
+    """Two requests whose whole prompts the tier holds, blocks of 4: a's 16 tokens fill
+    4 blocks, b's 21 do not fill 6. vLLM 0.33's OffloadingConnector finds hits up to the
+    whole prompt for full attention, in whole blocks (offloading/scheduler.py
+    `_lookup_complete_chunks`), and once a whole prompt has landed vLLM computes its last
+    token again (`_update_waiting_for_remote_kv`): a loads 16 tokens and computes 1, b
+    loads 20 and computes 1. Round 15 found the engine (and our connector) stopping the
+    load one token short of the prompt, so a loaded 12 and computed 4."""
+    reqs = [{"id": "a", "arrival_s": 0.0, "tokens": list(range(1, 17)), "max_tokens": 3,
+             "tier_tokens": 16},
+            {"id": "b", "arrival_s": 0.05, "tokens": list(range(100, 121)), "max_tokens": 2,
+             "tier_tokens": 21}]
+    return {"engine": "vllm", "block_size": 4, "num_gpu_blocks": 64, "max_num_seqs": 8,
+            "max_num_batched_tokens": 64, "enable_prefix_caching": True,
+            "long_prefill_token_threshold": 0, "async_scheduling": False,
+            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+            "tier_link": {"kv_bytes_per_token": 1.0, "bandwidth": 4000.0, "latency_s": 0.0},
+            "requests": reqs}

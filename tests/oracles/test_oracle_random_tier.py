@@ -97,9 +97,9 @@ def test_random_tiers_match_vllms_own_scheduler(vllm_engine: None, setting: str,
     assert set(parted) == set(known), f"known partings that now agree: {set(known) - set(parted)}"
     # the sweep reaches what it is for: many loads, some landing by the next schedule and
     # some several steps later, several in flight at once, preemption, every block held
-    # (seeds 151 / 152: 721 / 956 loads, 348 / 455 preemptions, up to 9 / 41 loads in
+    # (seeds 151 / 152: 722 / 956 loads, 348 / 455 preemptions, up to 9 / 41 loads in
     # flight, the pool full in 59 / 61 scenarios, 2,997 / 2,718 lookups, and vLLM's
-    # connector stats 1,605 / 1,836 requests, 59,229 / 69,373 queries, 17,423 / 21,298 hits)
+    # connector stats 1,605 / 1,836 requests, 59,229 / 69,373 queries, 17,434 / 21,304 hits)
     assert len(loads) >= 500 and preempted >= 200 and in_flight >= 5 and full >= 30
     assert looked >= 2_000 and ext[0] >= 1_000 and ext[2] >= 10_000
     assert min(loads) == 1 and max(loads) >= 6

@@ -433,3 +433,21 @@ def test_the_long_prefill_cap_spares_a_lone_request(vllm_engine: None) -> None:
     assert theirs[0]["scheduled"] == {"a": 40}
     msg = first_parting(list(replay(sc)), theirs)
     assert not msg, msg
+
+
+def test_a_whole_prompt_load_matches_vllm(vllm_engine: None) -> None:
+    """A prompt the tier holds whole (oracle_scenarios.whole_prompt_load_case): vLLM
+    0.33 loads all of it, in whole blocks, and computes its last token again once it
+    lands. Our connector answers as the OffloadingConnector's lookup does (up to
+    num_tokens for full attention); every step as vLLM's own scheduler. Round 15's
+    random tier sweep with that connector parted from the engine in 30 of 1,000
+    scenarios, each at a load one block short."""
+    from oracle_scenarios import whole_prompt_load_case
+
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = whole_prompt_load_case()
+    ours = list(replay(sc))
+    theirs = sched_vllm.replay_scenario_tier(sc, sched_vllm.landings(ours))
+    assert {r: v for s in theirs for r, v in s["loads"].items()} == {"a": [0, 16], "b": [0, 20]}
+    msg = first_parting_tier(ours, theirs)
+    assert not msg, msg
