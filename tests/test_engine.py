@@ -697,6 +697,26 @@ def test_a_tier_load_waits_for_the_blocks_in_flight_prefills_still_need() -> Non
     assert [f for s in steps for f in s["finished"]] == ["a", "b"]
 
 
+def test_a_whole_prompt_in_the_tier_is_loaded_and_its_last_token_recomputed() -> None:
+    """vLLM 0.33's OffloadingConnector loads up to the whole prompt (full attention,
+    whole blocks: `_lookup_complete_chunks`), and vLLM computes a whole prompt's last
+    token again once it has landed (`_update_waiting_for_remote_kv`). a's 16 tokens fill
+    4 blocks: it loads all 16, then runs 1 token with 15 computed; b's 21 tokens load 20
+    and run 1 (vLLM 0.33's own Scheduler gives the same records: tests/oracles,
+    `test_a_whole_prompt_load_matches_vllm`). Before round 15 the engine stopped the
+    load a token short of the prompt: a loaded 12 and ran 4."""
+    from oracles.oracle_scenarios import whole_prompt_load_case
+
+    steps = replay_scenario(whole_prompt_load_case())
+    loads = {rid: v for s in steps for rid, v in s["loads"].items()}
+    assert loads == {"a": [0, 16], "b": [0, 20]}
+    first = {rid: (s["scheduled"][rid], s["new_hits"][rid]) for s in reversed(steps)
+             for rid in s["new_hits"]}
+    assert first == {"a": (1, 15), "b": (1, 20)}
+    assert {rid: sum(s["scheduled"].get(rid, 0) for s in steps) for rid in "ab"} == \
+        {"a": 3, "b": 2}  # the recomputed token, then the decodes
+
+
 
 @pytest.mark.parametrize("asyn", [False, True])
 def test_sglang_aborts_the_last_decode_that_cannot_fit(asyn: bool) -> None:

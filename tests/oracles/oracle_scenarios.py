@@ -299,3 +299,80 @@ def random_small_pool(engine: str, rng: random.Random, *, asyn: bool,
         sc["chunked_prefill_size"] = rng.choice([16, 32, 8192])
         sc["schedule_conservativeness"] = rng.choice([0.3, 1.0])
     return sc
+
+
+def random_tier_pool(engine: str, rng: random.Random, *, asyn: bool,
+                     large: bool | None = None) -> dict[str, Any]:
+    """A scenario with a host-DRAM tier behind vLLM's KV connector (docs/oracles.md,
+    "vLLM with a tier"), drawn at random for round 15's tier sweeps. Small (3 in 4 when
+    `large` is None): `random_small_pool`, and each request's `tier_tokens` either none,
+    its shared prefix (an earlier turn offloaded it), or a random share of its prompt up
+    to all of it. Large: `tier_scenario` (20-60 agentic requests, pages of 4 or 16, a
+    pool a few requests fill: KV pressure and preemption; or, 3 in 10, prompts up to 400
+    tokens into 384 to 16,384 tokens of pool, as TIER_LONG). Either way `tier_link` moves
+    1 byte a token at 1,000 to 1,000,000 B/s after 0-100 ms, so a load lands in the step
+    it starts or many steps later, and loads in flight share the link.
+
+    vLLM only: SGLang's scheduler driver (sched_sglang.py) builds the plain `RadixCache`
+    and has no tier input (docs/oracles.md says why)."""
+    if engine != "vllm":
+        raise ValueError("tier scenarios are vLLM's only: the SGLang scheduler driver "
+                         "has no HiCache tier (docs/oracles.md)")
+    if large is None:
+        large = rng.random() < 0.25
+    bandwidth = 10 ** rng.uniform(3.0, 6.0)
+    latency = rng.choice([0.0, 0.0, 0.001, 0.005, 0.03, 0.1])
+    if large:
+        bs = rng.choice([4, 4, 16])
+        agent: dict[str, Any] = {}
+        if rng.random() < 0.3:  # long prompts into a larger pool: shared loads at once
+            agent["max_prompt"] = 400
+            blocks = rng.choice([96, 160, 4096]) * 4 // bs
+        else:  # a pool a few requests fill
+            blocks = rng.randint(16, 64) if bs == 4 else rng.randint(8, 24)
+        seats, budget = rng.choice([4, 8, 16, 32]), rng.choice([16, 32, 64, 256])
+        sc = tier_scenario(  # vLLM wants a budget of at least one token a seat
+            rng.randrange(1 << 30), rng.randint(20, 60), share=rng.uniform(0.3, 1.0),
+            bandwidth=bandwidth, latency_s=latency, block_size=bs, num_gpu_blocks=blocks,
+            max_num_seqs=seats, max_num_batched_tokens=max(seats, budget),
+            rate=rng.choice([100.0, 300.0, 800.0]), max_tokens=(2, rng.choice([16, 40])),
+            **agent)
+        sc["enable_prefix_caching"] = rng.random() < 0.8
+        sc["scheduler_reserve_full_isl"] = rng.choice([True, True, False])
+        sc["async_scheduling"] = asyn
+        return sc
+    sc = random_small_pool(engine, rng, asyn=asyn, cap=True)
+    share = rng.uniform(0.3, 1.0)
+    for r in sc["requests"]:
+        n = len(r["tokens"])
+        own = sum(1 for x in r["tokens"] if x >= 50_000)
+        how = rng.random()
+        if how >= share:
+            r["tier_tokens"] = 0
+        elif how < share / 3:
+            r["tier_tokens"] = n - own  # the shared prefix
+        else:
+            r["tier_tokens"] = rng.randint(1, n)
+    sc["tier_link"] = {"kv_bytes_per_token": 1.0, "bandwidth": bandwidth,
+                       "latency_s": latency}
+    return sc
+
+
+def whole_prompt_load_case() -> dict[str, Any]:
+    """Two requests whose whole prompts the tier holds, blocks of 4: a's 16 tokens fill
+    4 blocks, b's 21 do not fill 6. vLLM 0.33's OffloadingConnector finds hits up to the
+    whole prompt for full attention, in whole blocks (offloading/scheduler.py
+    `_lookup_complete_chunks`), and once a whole prompt has landed vLLM computes its last
+    token again (`_update_waiting_for_remote_kv`): a loads 16 tokens and computes 1, b
+    loads 20 and computes 1. Round 15 found the engine (and our connector) stopping the
+    load one token short of the prompt, so a loaded 12 and computed 4."""
+    reqs = [{"id": "a", "arrival_s": 0.0, "tokens": list(range(1, 17)), "max_tokens": 3,
+             "tier_tokens": 16},
+            {"id": "b", "arrival_s": 0.05, "tokens": list(range(100, 121)), "max_tokens": 2,
+             "tier_tokens": 21}]
+    return {"engine": "vllm", "block_size": 4, "num_gpu_blocks": 64, "max_num_seqs": 8,
+            "max_num_batched_tokens": 64, "enable_prefix_caching": True,
+            "long_prefill_token_threshold": 0, "async_scheduling": False,
+            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+            "tier_link": {"kv_bytes_per_token": 1.0, "bandwidth": 4000.0, "latency_s": 0.0},
+            "requests": reqs}

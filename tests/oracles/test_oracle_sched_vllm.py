@@ -468,3 +468,45 @@ def test_processing_a_step_caches_the_blocks_of_its_outputs(vllm_engine: None) -
     assert theirs[4]["new_hits"] == {"c": 0} and theirs[4]["scheduled"] == {"c": 3}
     msg = first_parting(list(replay(sc)), theirs)
     assert not msg, msg
+
+
+def test_a_whole_prompt_load_matches_vllm(vllm_engine: None) -> None:
+    """A prompt the tier holds whole (oracle_scenarios.whole_prompt_load_case): vLLM
+    0.33 loads all of it, in whole blocks, and computes its last token again once it
+    lands. Our connector answers as the OffloadingConnector's lookup does (up to
+    num_tokens for full attention); every step as vLLM's own scheduler. Round 15's
+    random tier sweep with that connector parted from the engine in 30 of 1,000
+    scenarios, each at a load one block short."""
+    from oracle_scenarios import whole_prompt_load_case
+
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = whole_prompt_load_case()
+    ours = list(replay(sc))
+    theirs = sched_vllm.replay_scenario_tier(sc, sched_vllm.landings(ours))
+    assert {r: v for s in theirs for r, v in s["loads"].items()} == {"a": [0, 16], "b": [0, 20]}
+    msg = first_parting_tier(ours, theirs)
+    assert not msg, msg
+
+
+def test_vllm_reloads_a_one_token_prompt_the_tier_holds(vllm_engine: None) -> None:
+    """Where the engine knowingly parts from vLLM 0.33 (round 15's random tier sweep: 1
+    of 2,000 synchronous and 1 of 3,000 async scenarios): a 1-token prompt whose token
+    the tier holds, blocks of 1. vLLM loads it whole, sets its computed tokens to 0 once
+    it lands (`_update_waiting_for_remote_kv`: num_tokens - 1), looks it up again and
+    loads it again, without end; the engine computes it after one load. Only blocks of
+    1 token reach it (the tier holds whole blocks)."""
+    replay = xmemplan_side("xmemplan.sizing.engine", "replay_scenario")
+    sc = {"engine": "vllm", "block_size": 1, "num_gpu_blocks": 64, "max_num_seqs": 8,
+          "max_num_batched_tokens": 64, "enable_prefix_caching": True,
+          "long_prefill_token_threshold": 0, "async_scheduling": False,
+          "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
+          "tier_link": {"kv_bytes_per_token": 1.0, "bandwidth": 4000.0, "latency_s": 0.0},
+          "requests": [{"id": "a", "arrival_s": 0.0, "tokens": [5], "max_tokens": 3,
+                        "tier_tokens": 1}]}
+    theirs = sched_vllm.replay_scenario_tier(sc, {"a": [0.01 * k for k in range(1, 11)]})
+    # a load, and after each of the 10 landings another (the last never lands)
+    assert [s["loads"] for s in theirs] == [{"a": [0, 1]}] * 11
+    assert not any(s["scheduled"] for s in theirs)
+    ours = list(replay(sc))
+    assert ours[0]["loads"] == {"a": [0, 1]} and ours[1]["scheduled"] == {"a": 1}
+    assert ours[-1]["finished"] == ["a"]

@@ -213,6 +213,17 @@ def _loads_started(conn: Any, live: dict[str, Any], remote: Any,
     return loads
 
 
+def _connector_stats(scheduler: Any) -> tuple[int, int, int]:
+    """vLLM 0.33's own connector prefix-cache stats since the last call (requests,
+    queries, hits of requests never preempted: `connector_prefix_cache_stats`, recorded
+    once a request's blocks are allocated, queries its tokens past the local hit, hits
+    the connector's tokens), taken and reset as `Scheduler.make_stats` takes them: what
+    vllm:external_prefix_cache_queries / hits count."""
+    st = scheduler.connector_prefix_cache_stats
+    scheduler.connector_prefix_cache_stats = type(st)()
+    return int(st.requests), int(st.queries), int(st.hits)
+
+
 def _next_event(loading: dict[str, float], pending: list[tuple[int, dict[str, Any]]],
                 pos: int) -> float:
     """When a driver waiting on nothing runnable moves its clock to: the next landing or
@@ -382,8 +393,11 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
                          max_steps: int = 100_000) -> list[dict[str, Any]]:
     """Per-step records of vLLM's own `Scheduler` with a tier behind a KV connector
     (tier_connector.py: each request's `tier_tokens`, loaded asynchronously), as
-    `replay_scenario` plus `loads`, {id: [HBM hit, tokens loaded]} of the loads the step
-    started (requests put in WAITING_FOR_REMOTE_KVS).
+    `replay_scenario` (less `admitted_stats`; `lookups` of the schedules that make a
+    record) plus `loads`, {id: [HBM hit, tokens loaded]} of the loads the step started
+    (requests put in WAITING_FOR_REMOTE_KVS), and `connector_stats`, vLLM's own
+    (requests, queries, hits) of the connector's prefix-cache stats that schedule
+    recorded (`_connector_stats`).
 
     The loads land when `landed` says (xmemplan's engine times them over its link model,
     `landings`): a load landing by the end of a step is reported in that step's
@@ -397,6 +411,7 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
     comparison names the step where the two part)."""
     v = _vllm()
     scheduler = make_scheduler(scenario, tier=True)
+    calls = _count_lookups(scheduler)
     conn, hasher, pending, index, todo = _tier_setup(v, scheduler, scenario, landed)
     st = scenario["step_time"]
     loading: dict[str, float] = {}  # requests vLLM holds in WAITING_FOR_REMOTE_KVS -> land
@@ -420,10 +435,15 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
     while pos < len(pending) or live:
         pos = _admit_arrivals(v, scheduler, hasher, pending, pos, t, live)
         conn.started.clear()
+        calls.clear()
         out = scheduler.schedule()
+        lookups = dict(calls)
+        ext_stats = _connector_stats(scheduler)
         loads = _loads_started(conn, live, remote, todo, loading)
         total = out.total_num_scheduled_tokens
         if total == 0 and not loads:
+            if any(ext_stats):
+                raise RuntimeError(f"step {len(steps)}: connector stats without a record")
             nxt = _next_event(loading, pending, pos)
             if nxt == inf:
                 break  # vLLM waits on a load xmemplan's engine never lands
@@ -446,7 +466,8 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
             "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
             "preempted": sorted(out.preempted_req_ids or ()),
             "new_hits": new_hits, "finished": finished,
-            "kv_blocks_used": used, "loads": loads,
+            "kv_blocks_used": used, "loads": loads, "lookups": lookups,
+            "connector_stats": ext_stats,
         })
         if end == inf:
             break
@@ -469,6 +490,7 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
 
     v = _vllm()
     scheduler = make_scheduler(scenario, "AsyncScheduler", tier=True, async_config=True)
+    calls = _count_lookups(scheduler)
     conn, hasher, pending, index, todo = _tier_setup(v, scheduler, scenario, landed)
     st = scenario["step_time"]
     loading: dict[str, float] = {}
@@ -501,9 +523,14 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
         pos = _admit_arrivals(v, scheduler, hasher, pending, pos, now, live)
         if len(queue) < 2 and scheduler.has_requests():
             conn.started.clear()
+            calls.clear()
             out = scheduler.schedule()
+            lookups = dict(calls)
+            ext_stats = _connector_stats(scheduler)
             loads = _loads_started(conn, live, remote, todo, loading)
             total = out.total_num_scheduled_tokens
+            if total == 0 and not loads and any(ext_stats):
+                raise RuntimeError(f"step {len(steps)}: connector stats without a record")
             if total == 0 and all(q[3] is None or not q[1] for q in queue):
                 # nothing runs: the batches in flight (empty) are processed, then the
                 # engine waits for the next event
@@ -516,7 +543,8 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
                                   "preempted": sorted(out.preempted_req_ids or ()),
                                   "new_hits": {}, "finished": [],
                                   "kv_blocks_used": _blocks_used(scheduler, scenario),
-                                  "loads": loads})
+                                  "loads": loads, "lookups": lookups,
+                                  "connector_stats": ext_stats})
                 nxt = _next_event(loading, pending, pos)
                 if nxt == inf:
                     break
@@ -535,7 +563,7 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
                        "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
                        "preempted": sorted(out.preempted_req_ids or ()),
                        "new_hits": new_hits, "finished": [], "kv_blocks_used": used,
-                       "loads": loads}
+                       "loads": loads, "lookups": lookups, "connector_stats": ext_stats}
                 steps.append(rec)
             queue.appendleft((out, req_ids, samples, rec, gpu_free))
             if len(steps) >= max_steps:

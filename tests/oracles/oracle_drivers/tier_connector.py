@@ -7,7 +7,7 @@ kv_connector="OracleTierConnector", kv_connector_module_path=
 up, how many tokens past its local (HBM) hit the external store holds
 (`get_num_new_matched_tokens`). This one answers from the scenario: the prefix the tier
 holds for that request (`tier_tokens`), past the tokens already computed, at most the
-request's tokens but one, in whole blocks, loaded asynchronously (as vLLM's
+request's tokens, in whole blocks, loaded asynchronously (as vLLM's
 OffloadingConnector does for a CPU tier; xmemplan's engine: policy.vllm_schedule). The
 loads themselves never run here: the driver reports them done in the step the engine's
 trace says they land (`KVConnectorOutput.finished_recving`).
@@ -45,7 +45,11 @@ class OracleTierConnector(KVConnectorBase_V1):
     # -- scheduler side -------------------------------------------------------------------
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int
                                    ) -> tuple[int | None, bool]:
-        top = min(self.tier_tokens.get(request.request_id, 0), request.num_tokens - 1)
+        # up to the whole prompt, as the OffloadingConnector's lookup for full-attention
+        # groups (offloading/scheduler.py _lookup_complete_chunks: max_hit_size_tokens
+        # starts at num_tokens, less 1 only with sliding-window groups); vLLM computes a
+        # whole prompt's last token again once it lands (_update_waiting_for_remote_kv)
+        top = min(self.tier_tokens.get(request.request_id, 0), request.num_tokens)
         ext = max(0, top - num_computed_tokens) // self.block_size * self.block_size
         return ext, ext > 0
 

@@ -11,13 +11,14 @@ vLLM V1 (`vllm_schedule`, v1/core/sched/scheduler.py `schedule()`):
    set to 0, back to the head of the waiting queue: recompute);
 2. if nothing was preempted, waiting requests FCFS while the budget lasts and fewer than
    max_num_seqs run: its cached prefix (full blocks, at most all tokens but one) is a hit;
-   a prefix the tier holds beyond that is loaded first (OffloadingConnector: the request
-   waits, WAITING_FOR_REMOTE_KVS, and others run; its blocks are findable once the load
-   has landed and the loop reaches it); the rest is cut to the budget; the first request
-   whose blocks do not fit stops the loop. Waiting requests that hold blocks (a load
-   under way or landed) head the waiting list in the order their loads started, a
-   preempted request goes after them (vLLM 0.33's kv_holding_waiting queue, drained
-   before the waiting queue).
+   a prefix the tier holds beyond that, up to the whole prompt, is loaded first
+   (OffloadingConnector: the request waits, WAITING_FOR_REMOTE_KVS, and others run; its
+   blocks are findable once the load has landed and the loop reaches it; a whole
+   prompt loaded has its last token computed again); the rest is cut to the budget; the
+   first request whose blocks do not fit stops the loop. Waiting requests that hold
+   blocks (a load under way or landed) head the waiting list in the order their loads
+   started, a preempted request goes after them (vLLM 0.33's kv_holding_waiting
+   queue, drained before the waiting queue).
 Under async scheduling (loop.py) a request that finished in the step in flight is
 skipped and keeps its blocks (as the victim of a preemption it frees them at once); with
 deferred block frees (a KV connector, P_HOLD_VICTIMS) a victim that step scheduled is not
@@ -473,14 +474,21 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
             # _update_waiting_for_remote_kv: cache_blocks), so a block another request
             # computed meanwhile keeps the hash's map and the loaded one is the duplicate
             cache_full(P, RI, keys, rb, r, i, RI[i, R_COMP], bs, 0)
+        if RI[i, R_LOADED] == 1 and RI[i, R_COMP] >= ntokens(RI, i):
+            # a load of the whole prompt: its last token is computed again so the next
+            # can be sampled (_update_waiting_for_remote_kv: num_computed_tokens ==
+            # num_tokens -> num_tokens - 1), in blocks the load already holds
+            RI[i, R_COMP] = ntokens(RI, i) - 1
         if RI[i, R_COMP] == 0 and RI[i, R_LOADED] == 0:
             nhit = lookup(P, RI, keys, r, i, bs, caching)
             fx = _fixed_hit(RI, i, nhit * bs)
             tn = _count_lookup(RI, QI, r, i, nhit * bs + fx, caching, trace, tn)
-            # a tier load: the prefix the tier holds past the HBM hit (all but one token)
+            # a tier load: the prefix the tier holds past the HBM hit, up to the whole
+            # prompt (the OffloadingConnector's lookup stops at num_tokens for
+            # full-attention groups: offloading/scheduler.py _lookup_complete_chunks)
             top = RI[i, R_TIER_TOK]
-            if top > ntokens(RI, i) - 1:
-                top = ntokens(RI, i) - 1
+            if top > ntokens(RI, i):
+                top = ntokens(RI, i)
             ext = top - nhit * bs - fx
             ebs = pp[P_EBS]  # the connector loads whole (engine) blocks, at least one
             if ext < ebs:
@@ -523,8 +531,8 @@ def vllm_schedule(P, RI, QI, keys, rb, r, pp, trace, tn, loads):  # noqa: ANN001
         RI[i, R_COMP] += nhit * bs + fx
         RI[i, R_STOK] = new
         RI[i, R_S0] = RI[i, R_COMP]
-        if RI[i, R_NEWHIT] == 1:
-            tn = _trace(trace, tn, 2, i, RI[i, R_HIT] + RI[i, R_EXT])
+        if RI[i, R_NEWHIT] == 1:  # vLLM's num_computed_tokens as it schedules it
+            tn = _trace(trace, tn, 2, i, RI[i, R_COMP])
             RI[i, R_NEWHIT] = 0
         tokens += new
         nsched += 1
