@@ -204,6 +204,20 @@ def finishing_reserve_case() -> dict[str, Any]:
             "requests": reqs}
 
 
+STEP_TIME = {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3}  # the cases' clock
+
+
+def vllm_case(reqs: list[dict[str, Any]], *, block_size: int, num_gpu_blocks: int,
+              budget: int, asyn: bool, cap: int = 0, **extra: Any) -> dict[str, Any]:
+    """A hand-made vLLM scenario: 8 seats, prefix caching on, the whole prompt reserved
+    at admission (vLLM 0.33's default), `cap` the long-prefill cap (0: none)."""
+    return {"engine": "vllm", "block_size": block_size, "num_gpu_blocks": num_gpu_blocks,
+            "max_num_seqs": 8, "max_num_batched_tokens": budget,
+            "enable_prefix_caching": True, "scheduler_reserve_full_isl": True,
+            "long_prefill_token_threshold": cap, "async_scheduling": asyn,
+            "step_time": dict(STEP_TIME), **extra, "requests": reqs}
+
+
 def long_prefill_case() -> dict[str, Any]:
     """vLLM's long-prefill cap (16 tokens here) where it binds and where it does not:
     vLLM 0.33 applies it only with more than one request running or waiting, so a, alone
@@ -211,12 +225,7 @@ def long_prefill_case() -> dict[str, Any]:
     16 a step. The random sweep of round 14 found the engine capping a lone request."""
     reqs = [{"id": "a", "arrival_s": 0.0, "tokens": list(range(1, 41)), "max_tokens": 12},
             {"id": "b", "arrival_s": 0.05, "tokens": list(range(100, 140)), "max_tokens": 4}]
-    return {"engine": "vllm", "block_size": 4, "num_gpu_blocks": 64, "max_num_seqs": 8,
-            "max_num_batched_tokens": 64, "enable_prefix_caching": True,
-            "scheduler_reserve_full_isl": True, "long_prefill_token_threshold": 16,
-            "async_scheduling": False,
-            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
-            "requests": reqs}
+    return vllm_case(reqs, block_size=4, num_gpu_blocks=64, budget=64, asyn=False, cap=16)
 
 
 def unseen_output_case() -> dict[str, Any]:
@@ -232,12 +241,7 @@ def unseen_output_case() -> dict[str, Any]:
     15 the engine cached the block at step 1 and b hit 8 tokens and computed 1."""
     reqs = [{"id": "a", "arrival_s": 0.0, "tokens": list(range(1, 9)), "max_tokens": 4},
             {"id": "b", "arrival_s": 0.0, "tokens": list(range(101, 108)), "max_tokens": 4}]
-    return {"engine": "vllm", "block_size": 4, "num_gpu_blocks": 6, "max_num_seqs": 8,
-            "max_num_batched_tokens": 2048, "enable_prefix_caching": True,
-            "scheduler_reserve_full_isl": True, "long_prefill_token_threshold": 0,
-            "async_scheduling": True,
-            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
-            "requests": reqs}
+    return vllm_case(reqs, block_size=4, num_gpu_blocks=6, budget=2048, asyn=True)
 
 
 def finished_output_block_case() -> dict[str, Any]:
@@ -256,12 +260,7 @@ def finished_output_block_case() -> dict[str, Any]:
     reqs = [{"id": "a", "arrival_s": 0.0, "tokens": [1], "max_tokens": 2},
             {"id": "b", "arrival_s": 0.0, "tokens": list(range(100, 116)), "max_tokens": 4},
             {"id": "c", "arrival_s": 0.0, "tokens": [200, 201], "max_tokens": 2}]
-    return {"engine": "vllm", "block_size": 1, "num_gpu_blocks": 22, "max_num_seqs": 8,
-            "max_num_batched_tokens": 2048, "enable_prefix_caching": True,
-            "scheduler_reserve_full_isl": True, "long_prefill_token_threshold": 0,
-            "async_scheduling": True,
-            "step_time": {"base_s": 0.01, "per_token_s": 1e-4, "per_seq_s": 1e-3},
-            "requests": reqs}
+    return vllm_case(reqs, block_size=1, num_gpu_blocks=22, budget=2048, asyn=True)
 
 
 def random_small_pool(engine: str, rng: random.Random, *, asyn: bool,
