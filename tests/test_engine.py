@@ -430,6 +430,18 @@ def test_decode_runs_equal_one_step_per_event(policy: str, blocks: int, floor: s
         assert a.lookups.max() > 1 and a.lookup_hit.sum() > 0  # retried under pressure
 
 
+def test_replay_lookup_totals_count_schedules_without_a_record() -> None:
+    """replay_scenario's `lookup_totals` are Result.lookups / lookup_hit: the lookups of
+    each record and those of a schedule that built nothing (empty_schedule_lookup_case:
+    b is looked up at steps 1 and 2 and at the empty build between them)."""
+    from oracles.oracle_scenarios import empty_schedule_lookup_case
+
+    totals: dict[str, tuple[int, int]] = {}
+    recs = replay_scenario(empty_schedule_lookup_case(), totals)
+    assert [s["lookups"] for s in recs] == [{"a": 0}, {"b": 4}, {"b": 4}]
+    assert totals == {"a": (1, 0), "b": (3, 12)}
+
+
 @pytest.mark.parametrize("asyn", ["off", "on", "defer"])
 def test_decode_runs_with_deferred_frees_under_pressure(asyn: str) -> None:
     """vLLM at 250 blocks (preemptions, waiting requests that do not fit): with the

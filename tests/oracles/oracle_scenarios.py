@@ -244,6 +244,22 @@ def unseen_output_case() -> dict[str, Any]:
     return vllm_case(reqs, block_size=4, num_gpu_blocks=6, budget=2048, asyn=True)
 
 
+def empty_schedule_lookup_case() -> dict[str, Any]:
+    """Under async scheduling a schedule can build nothing and still look a request up
+    (round 16). Blocks of 4, 4 usable, a budget of 8. Step 0 prefills a (8 tokens, 2
+    blocks), leaving no budget for b. Step 1, built while step 0 runs, decodes a (a third
+    block) and looks b up: b hits a's first block (4 tokens) but needs 2 more, and 1 is
+    free. a's last output is then in flight, so the build of step 2 skips a (vLLM's
+    AsyncScheduler does not schedule a request that step 1 brings to max_tokens) and b
+    still does not fit: nothing is scheduled, and no step runs. Step 1 is processed (a
+    finishes and frees its blocks) and the build again admits b. b is looked up 3 times
+    (12 hit tokens), the records show 2."""
+    reqs = [{"id": "a", "arrival_s": 0.0, "tokens": list(range(1, 9)), "max_tokens": 2},
+            {"id": "b", "arrival_s": 0.0, "tokens": list(range(1, 5)) + list(range(101, 109)),
+             "max_tokens": 1}]
+    return vllm_case(reqs, block_size=4, num_gpu_blocks=5, budget=8, asyn=True)
+
+
 def finished_output_block_case() -> dict[str, Any]:
     """The other half of unseen_output_case's rule: processing a step (vLLM's
     update_from_output, after the next step is built) caches the blocks a running

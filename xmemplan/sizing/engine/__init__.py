@@ -490,7 +490,9 @@ def defer_block_free(scenario: dict[str, Any]) -> bool:
             and "tier_link" in scenario)
 
 
-def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
+def replay_scenario(scenario: dict[str, Any],
+                    lookup_totals: dict[str, tuple[int, int]] | None = None
+                    ) -> list[dict[str, Any]]:
     """Step one replica through an oracle scenario (docs/oracles.md section B): the same
     arrivals and linear step times the engines' own schedulers are driven with; per step
     the scheduled tokens per request, preemptions, first-admission hits, finished
@@ -499,7 +501,10 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
     prefix host DRAM holds; `tier_link`: kv_bytes_per_token, bandwidth, latency_s), vLLM
     records also carry `loads`, {id: [HBM hit, tokens loaded]} of the tier loads the step
     started, and `landed`, {id: time} of the loads that landed since the record before; a
-    schedule that only starts loads is a record of its own (nothing scheduled)."""
+    schedule that only starts loads is a record of its own (nothing scheduled).
+    `lookup_totals`, if given, gets {id: (lookups, hit tokens)} of the run, as
+    `Result.lookups` / `lookup_hit` count them: the records' lookups and those of the
+    schedules that scheduled nothing and make no record."""
     from xmemplan.errors import UsageError
 
     try:
@@ -548,6 +553,9 @@ def replay_scenario(scenario: dict[str, Any]) -> list[dict[str, Any]]:
         if tn <= rows and sn <= srows:
             break
         rows, srows = max(rows, 2 * tn), max(srows, 2 * sn)
+    if lookup_totals is not None:
+        lookup_totals.update({x: (int(n), int(h)) for x, n, h in
+                              zip(ids, res.lookups, res.lookup_hit, strict=True)})
     del res
     out: list[dict[str, Any]] = []
     prev_b = 0
