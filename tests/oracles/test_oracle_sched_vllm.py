@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from oracle_drivers import sched_vllm
 from oracle_scenarios import (
+    empty_schedule_lookup_case,
     finished_output_block_case,
     long_prefill_case,
     sched_scenario,
@@ -55,8 +56,14 @@ def test_generated_load_preempts_and_stays_in_the_pool(vllm_engine: None) -> Non
 
 
 def first_parting(ours: list[dict], theirs: list[dict]) -> str:
+    """The first step and field where the two part. `lookups` (the prefix-cache lookups
+    of the step) are compared where vLLM's side records them (every vLLM driver since
+    round 16; the engine always does)."""
     for k, (a, b) in enumerate(zip(ours, theirs)):
-        for field in ("t_s", "scheduled", "preempted", "new_hits", "finished", "kv_blocks_used"):
+        for field in ("t_s", "scheduled", "preempted", "new_hits", "finished", "kv_blocks_used",
+                      "lookups"):
+            if field == "lookups" and field not in b:
+                continue
             x, y = a.get(field), b.get(field)
             if field in ("preempted", "finished"):
                 x, y = sorted(x or []), sorted(y or [])
@@ -70,6 +77,22 @@ def first_parting(ours: list[dict], theirs: list[dict]) -> str:
         return f"xmemplan ran {len(ours)} steps, vLLM {len(theirs)}; the first " \
                f"{min(len(ours), len(theirs))} agree"
     return ""
+
+
+def lookup_totals_parting(sc: dict, totals: dict[str, tuple[int, int]],
+                          theirs: list[dict]) -> str:
+    """Per request, its prefix-cache lookups and their hit tokens over the whole run, the
+    schedules that scheduled nothing (no record) included: the engine's `lookup_totals`
+    (`Result.lookups` / `lookup_hit`, what benchmarks/loaded_check.py reads) against
+    vLLM's calls. "" where they agree."""
+    th = {str(r["id"]): [0, 0] for r in sc["requests"]}
+    for s in theirs:
+        for rid, hit in [*s["lookups"].items(), *s["unrecorded_lookups"]]:
+            th[rid][0] += 1
+            th[rid][1] += hit
+    bad = {rid: (totals.get(rid), tuple(v)) for rid, v in th.items()
+           if totals.get(rid) != tuple(v)}
+    return f"lookup totals (xmemplan, vLLM): {bad}" if bad else ""
 
 
 # Cases where xmemplan's engine parts from vLLM's today, with where: they would run as
@@ -224,8 +247,8 @@ ASYNC_CASES = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching, syn
 
 
 def first_parting_async(ours: list[dict], theirs: list[dict]) -> str:
-    return first_parting([dict(s, kv_blocks_used=None) for s in ours],
-                         [dict(s, kv_blocks_used=None) for s in theirs])
+    return first_parting([dict(s, kv_blocks_used=None, lookups=None) for s in ours],
+                         [dict(s, kv_blocks_used=None, lookups=None) for s in theirs])
 
 
 @pytest.mark.parametrize(("seed", "blocks", "budget", "seqs", "rate", "caching", "parts"),
@@ -240,12 +263,40 @@ def test_matches_vllm_async_scheduler(vllm_engine: None, seed: int, blocks: int,
     sc["enable_prefix_caching"] = caching
     sc["async_scheduling"] = True
     theirs = sched_vllm.replay_scenario_async(sc)
-    ours = list(replay(sc))
-    msg = first_parting(ours, theirs)  # every field, the blocks held too (round 14)
+    totals: dict[str, tuple[int, int]] = {}
+    ours = list(replay(sc, totals))
+    # every field, the blocks held too (round 14), the lookups (round 16) per step and
+    # over the run
+    msg = first_parting(ours, theirs) or lookup_totals_parting(sc, totals, theirs)
     assert not msg, msg
+    # with the cache on every request is looked up, under KV pressure again as it waits
+    # (seeds 35-37: 135, 70, 163 lookups of 30 requests; 3 of seed 36's by schedules that
+    # scheduled nothing)
+    looked = sum(len(s["lookups"]) + len(s["unrecorded_lookups"]) for s in theirs)
+    if not caching:
+        assert looked == 0
+    elif blocks == 4096:  # room for every request: one lookup each
+        assert looked == len(sc["requests"])
+    else:
+        assert looked > len(sc["requests"])
     # the case exercises it: without async the simulator parts from vLLM's AsyncScheduler
     sync = list(replay(dict(sc, async_scheduling=False)))
     assert bool(first_parting_async(sync, theirs)) == parts
+
+
+def test_a_schedule_that_builds_nothing_still_looks_up(vllm_engine: None) -> None:
+    # empty_schedule_lookup_case: vLLM's AsyncScheduler looks b up at a schedule that
+    # builds no batch (no record); the engine's lookup_totals count it as vLLM does
+    sc = empty_schedule_lookup_case()
+    theirs = sched_vllm.replay_scenario_async(sc)
+    totals: dict[str, tuple[int, int]] = {}
+    ours = list(xmemplan_side("xmemplan.sizing.engine", "replay_scenario")(sc, totals))
+    assert [s["scheduled"] for s in theirs] == [{"a": 8}, {"a": 1}, {"b": 8}]
+    assert [s["lookups"] for s in theirs] == [{"a": 0}, {"b": 4}, {"b": 4}]
+    assert theirs[2]["unrecorded_lookups"] == [("b", 4)]
+    assert not first_parting(ours, theirs)
+    assert totals == {"a": (1, 0), "b": (3, 12)}
+    assert not lookup_totals_parting(sc, totals, theirs)
 
 
 # A tier behind vLLM's KV connector (tier_connector.py, OffloadingConnector's role): a

@@ -14,8 +14,11 @@ every scheduled request whose computed tokens reach its length (its prefill comp
 decodes). The model runner is the only part replaced.
 
 Each step's record also carries `lookups`: the hit tokens of every prefix-cache lookup
-`schedule()` made (`_count_lookups`), and `admitted_stats`: vLLM 0.33's own
-`PrefixCacheStats` of the step (requests, queries, hits; recorded at admission).
+`schedule()` made (`_count_lookups`); `unrecorded_lookups`, [(id, hit tokens)] of the
+lookups of the schedules since the record before that scheduled nothing (no record of
+their own: the engine's replay drops them, its `lookup_totals` count them); and
+`admitted_stats`: vLLM 0.33's own `PrefixCacheStats` of the step (requests, queries,
+hits; recorded at admission).
 
 `replay_scenario_async` drives vLLM's `AsyncScheduler` the way `EngineCore.
 step_with_batch_queue` does with async scheduling (a batch queue of 2): the batch of step
@@ -248,6 +251,7 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[
     steps: list[dict[str, Any]] = []
     t = 0.0
     k = 0
+    unrecorded: list[tuple[str, int]] = []  # lookups of schedules that scheduled nothing
     while pos < len(pending) or live:
         pos = _admit_arrivals(v, scheduler, hasher, pending, pos, t, live)
         calls.clear()
@@ -258,6 +262,7 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[
         # vLLM 0.33's own prefix-cache stats (one record per admission)
         stats = scheduler.kv_cache_manager.make_prefix_cache_stats()
         if out.total_num_scheduled_tokens == 0:
+            unrecorded += calls
             if pos >= len(pending):
                 raise RuntimeError(f"vLLM scheduled nothing at step {k} with "
                                    f"{len(live)} requests unfinished and no arrivals left")
@@ -281,9 +286,10 @@ def replay_scenario(scenario: dict[str, Any], max_steps: int = 100_000) -> list[
             "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
             "preempted": sorted(out.preempted_req_ids or ()),
             "new_hits": new_hits, "finished": finished,
-            "kv_blocks_used": used, "lookups": lookups,
+            "kv_blocks_used": used, "lookups": lookups, "unrecorded_lookups": unrecorded,
             "admitted_stats": (int(stats.requests), int(stats.queries), int(stats.hits)),
         })
+        unrecorded = []
         t += (st["base_s"] + st["per_token_s"] * out.total_num_scheduled_tokens
               + st["per_seq_s"] * len(out.num_scheduled_tokens))
         k += 1
@@ -301,12 +307,15 @@ def replay_scenario_async(scenario: dict[str, Any], max_steps: int = 100_000
     wait for the oldest to end and `update_from_output` it. A batch starts on the GPU when
     the one before it ends and lasts the scenario's step time. An engine with nothing in
     flight and nothing to schedule waits for the next arrival. Records as
-    `replay_scenario`, less `lookups` and `admitted_stats`; `kv_blocks_used` is counted
-    when the batch is scheduled (the step before has not freed its finished requests)."""
+    `replay_scenario`, less `admitted_stats`; `kv_blocks_used` is counted when the batch
+    is scheduled (the step before has not freed its finished requests). A schedule that
+    builds no batch (every running request finishes in flight, the waiting head does not
+    fit) makes no record; its lookups go to the next record's `unrecorded_lookups`."""
     from collections import deque
 
     v = _vllm()
     scheduler = make_scheduler(scenario, "AsyncScheduler")
+    calls = _count_lookups(scheduler)
     hasher = v["get_request_block_hasher"](int(scenario["block_size"]), v["hash_fn"])
     st = scenario["step_time"]
     pending = sorted(enumerate(scenario["requests"]), key=lambda ir: (ir[1]["arrival_s"], ir[0]))
@@ -317,10 +326,16 @@ def replay_scenario_async(scenario: dict[str, Any], max_steps: int = 100_000
     queue: deque[tuple[Any, list[str], list[bool], dict[str, Any]]] = deque()
     now = 0.0  # the engine core's clock (when it schedules)
     gpu_free = 0.0  # when the last launched batch ends
+    unrecorded: list[tuple[str, int]] = []  # lookups of schedules that built no batch
     while pos < len(pending) or live or queue:
         pos = _admit_arrivals(v, scheduler, hasher, pending, pos, now, live)
         if len(queue) < 2 and scheduler.has_requests():
+            calls.clear()
             out = scheduler.schedule()
+            lookups = dict(calls)
+            if len(lookups) != len(calls):
+                raise RuntimeError(f"step {len(steps)}: a request was looked up twice in "
+                                   "one schedule()")
             if out.total_num_scheduled_tokens > 0:
                 used = _blocks_used(scheduler, scenario)
                 new_hits = _new_hits(out)
@@ -333,19 +348,24 @@ def replay_scenario_async(scenario: dict[str, Any], max_steps: int = 100_000
                     "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
                     "preempted": sorted(out.preempted_req_ids or ()),
                     "new_hits": new_hits, "finished": [], "kv_blocks_used": used,
+                    "lookups": lookups, "unrecorded_lookups": unrecorded,
                     "end": gpu_free}
+                unrecorded = []
                 steps.append(rec)
                 queue.appendleft((out, req_ids, samples, rec))
                 if len(steps) >= max_steps:
                     raise RuntimeError(f"no end after {max_steps} steps")
                 if len(queue) < 2:
                     continue  # fill the queue: schedule the next batch now
-            elif not queue:
-                if pos >= len(pending):
-                    raise RuntimeError(f"vLLM scheduled nothing with {len(live)} requests "
-                                       "unfinished, nothing in flight and no arrivals left")
-                now = max(now, float(pending[pos][1]["arrival_s"]))
-                continue
+            else:
+                unrecorded += calls
+                if not queue:
+                    if pos >= len(pending):
+                        raise RuntimeError(f"vLLM scheduled nothing with {len(live)} "
+                                           "requests unfinished, nothing in flight and no "
+                                           "arrivals left")
+                    now = max(now, float(pending[pos][1]["arrival_s"]))
+                    continue
         elif not queue:
             now = max(now, float(pending[pos][1]["arrival_s"]))
             continue
