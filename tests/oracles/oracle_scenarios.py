@@ -246,7 +246,7 @@ def unseen_output_case() -> dict[str, Any]:
 
 def empty_schedule_lookup_case() -> dict[str, Any]:
     """Under async scheduling a schedule can build nothing and still look a request up
-    (round 16). Blocks of 4, 4 usable, a budget of 8. Step 0 prefills a (8 tokens, 2
+    (round 15). Blocks of 4, 4 usable, a budget of 8. Step 0 prefills a (8 tokens, 2
     blocks), leaving no budget for b. Step 1, built while step 0 runs, decodes a (a third
     block) and looks b up: b hits a's first block (4 tokens) but needs 2 more, and 1 is
     free. a's last output is then in flight, so the build of step 2 skips a (vLLM's

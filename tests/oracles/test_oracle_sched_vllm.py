@@ -58,7 +58,7 @@ def test_generated_load_preempts_and_stays_in_the_pool(vllm_engine: None) -> Non
 def first_parting(ours: list[dict], theirs: list[dict]) -> str:
     """The first step and field where the two part. `lookups` (the prefix-cache lookups
     of the step) are compared where vLLM's side records them (every vLLM driver since
-    round 16; the engine always does)."""
+    round 15; the engine always does)."""
     for k, (a, b) in enumerate(zip(ours, theirs)):
         for field in ("t_s", "scheduled", "preempted", "new_hits", "finished", "kv_blocks_used",
                       "lookups"):
@@ -265,7 +265,7 @@ def test_matches_vllm_async_scheduler(vllm_engine: None, seed: int, blocks: int,
     theirs = sched_vllm.replay_scenario_async(sc)
     totals: dict[str, tuple[int, int]] = {}
     ours = list(replay(sc, totals))
-    # every field, the blocks held too (round 14), the lookups (round 16) per step and
+    # every field, the blocks held too (round 14), the lookups (round 15) per step and
     # over the run
     msg = first_parting(ours, theirs) or lookup_totals_parting(sc, totals, theirs)
     assert not msg, msg
