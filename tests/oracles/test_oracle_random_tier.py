@@ -19,7 +19,7 @@ import pytest
 from oracle_drivers import sched_vllm
 from oracle_scenarios import random_tier_pool
 from oracle_support import xmemplan_side
-from test_oracle_sched_vllm import first_parting_tier, max_loads_in_flight
+from test_oracle_sched_vllm import first_parting_tier, lookup_totals_parting, max_loads_in_flight
 
 N = 120
 # (setting, index) -> where it parts
@@ -70,11 +70,12 @@ def test_random_tiers_match_vllms_own_scheduler(vllm_engine: None, setting: str,
     rng = random.Random(seed)
     parted: dict[int, str] = {}
     loads: list[int] = []
-    preempted = in_flight = full = looked = 0
+    preempted = in_flight = full = looked = stalled = 0
     ext = [0, 0, 0]  # vLLM's connector stats over the sweep: requests, queries, hits
     for k in range(N):
         sc = random_tier_pool("vllm", rng, asyn=asyn)
-        ours = list(replay(sc))
+        totals: dict[str, tuple[int, int]] = {}
+        ours = list(replay(sc, totals))
         theirs = theirs_of(sc, sched_vllm.landings(ours))
         implied = connector_counts(ours, {r["id"]: len(r["tokens"]) for r in sc["requests"]})
         # (first_parting compares the lookups of each step too)
@@ -82,6 +83,15 @@ def test_random_tiers_match_vllms_own_scheduler(vllm_engine: None, setting: str,
             (f"step {k}, connector stats: xmemplan {x}, vLLM {b['connector_stats']}"
              for k, (x, b) in enumerate(zip(implied, theirs))
              if x != tuple(b["connector_stats"])), "")
+        # each request's lookups over the whole run, empty schedules included; a run
+        # that stalls (requests left unfinished on both sides: parked loads hold every
+        # block) ends at a different point on each (the engine looks its head up once
+        # more before it stops), so those are counted apart and compared per step only
+        done = {f for rec in theirs for f in rec["finished"]}
+        if len(done) < len(sc["requests"]):
+            stalled += 1
+        else:
+            msg = msg or lookup_totals_parting(sc, totals, theirs)
         if msg:
             parted[k] = msg
         loads += load_steps(ours)
@@ -101,4 +111,8 @@ def test_random_tiers_match_vllms_own_scheduler(vllm_engine: None, setting: str,
     # connector stats 1,605 / 1,836 requests, 59,229 / 69,373 queries, 17,434 / 21,304 hits)
     assert len(loads) >= 500 and preempted >= 200 and in_flight >= 5 and full >= 30
     assert looked >= 2_000 and ext[0] >= 1_000 and ext[2] >= 10_000
+    # per-request lookup totals compared on the rest (seeds 151 / 152: 5 / 5 stall; by
+    # hand, seeds 3002 / 3003 async, 300 each: 7 / 20 stall, and the totals part only in
+    # 4 / 6 of those, never in a run that finishes)
+    assert stalled <= N // 10
     assert min(loads) == 1 and max(loads) >= 6

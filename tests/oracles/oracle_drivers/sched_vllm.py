@@ -441,6 +441,7 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
     live: dict[str, Any] = {}
     steps: list[dict[str, Any]] = []
     t = 0.0
+    unrecorded: list[tuple[str, int]] = []  # lookups of schedules that make no record
 
     def output(out: Any, req_ids: list[str], sampled: list[list[int]], end: float) -> None:
         done = {rid for rid, tl in loading.items() if tl <= end}
@@ -464,6 +465,7 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
         if total == 0 and not loads:
             if any(ext_stats):
                 raise RuntimeError(f"step {len(steps)}: connector stats without a record")
+            unrecorded += calls
             nxt = _next_event(loading, pending, pos)
             if nxt == inf:
                 break  # vLLM waits on a load xmemplan's engine never lands
@@ -487,8 +489,9 @@ def replay_scenario_tier(scenario: dict[str, Any], landed: dict[str, list[float]
             "preempted": sorted(out.preempted_req_ids or ()),
             "new_hits": new_hits, "finished": finished,
             "kv_blocks_used": used, "loads": loads, "lookups": lookups,
-            "connector_stats": ext_stats,
+            "unrecorded_lookups": unrecorded, "connector_stats": ext_stats,
         })
+        unrecorded = []
         if end == inf:
             break
         t = end
@@ -522,6 +525,7 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
     queue: deque[tuple[Any, list[str], list[bool], dict[str, Any] | None, float]] = deque()
     now = 0.0
     gpu_free = 0.0
+    unrecorded: list[tuple[str, int]] = []  # lookups of schedules that make no record
 
     def process(out: Any, req_ids: list[str], samples: list[bool],
                 rec: dict[str, Any] | None, end: float) -> None:
@@ -564,7 +568,11 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
                                   "new_hits": {}, "finished": [],
                                   "kv_blocks_used": _blocks_used(scheduler, scenario),
                                   "loads": loads, "lookups": lookups,
+                                  "unrecorded_lookups": unrecorded,
                                   "connector_stats": ext_stats})
+                    unrecorded = []
+                else:
+                    unrecorded += calls
                 nxt = _next_event(loading, pending, pos)
                 if nxt == inf:
                     break
@@ -583,8 +591,12 @@ def replay_scenario_async_tier(scenario: dict[str, Any], landed: dict[str, list[
                        "scheduled": {rid: int(n) for rid, n in out.num_scheduled_tokens.items()},
                        "preempted": sorted(out.preempted_req_ids or ()),
                        "new_hits": new_hits, "finished": [], "kv_blocks_used": used,
-                       "loads": loads, "lookups": lookups, "connector_stats": ext_stats}
+                       "loads": loads, "lookups": lookups,
+                       "unrecorded_lookups": unrecorded, "connector_stats": ext_stats}
                 steps.append(rec)
+                unrecorded = []
+            else:
+                unrecorded += calls
             queue.appendleft((out, req_ids, samples, rec, gpu_free))
             if len(steps) >= max_steps:
                 raise RuntimeError(f"no end after {max_steps} steps")
