@@ -29,13 +29,6 @@ TOL = ["--tolerance", "30%"]
 WIDE = ["--tolerance", "1000%"]
 
 
-def cli(args, capsys, monkeypatch, columns: int = 80):
-    monkeypatch.setenv("COLUMNS", str(columns))
-    code = run(["validate", *args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 # A right model's replay can still be failed once by the machine: CI 2026-12-04, a full run
 # at load beside the other xdist worker, saw the DRAM probe's warm p50 off by 245 % and the
 # steep curve's by 34 % (both pass alone and on rerun). The tests that a right model must
@@ -44,13 +37,16 @@ def cli(args, capsys, monkeypatch, columns: int = 80):
 TRIES = 3
 
 
-def cli_timed(args, capsys, monkeypatch, columns: int = 80):
-    """cli(), replayed while the timing verdict fails (exit 5), up to TRIES times."""
-    for _ in range(TRIES):
-        code, out, err = cli(args, capsys, monkeypatch, columns)
+def cli(args, capsys, monkeypatch, columns: int = 80, tries: int = 1):
+    """`validate ARGS` at COLUMNS, replayed while its timing verdict fails (exit 5), up to
+    `tries` times."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    for _ in range(tries):
+        code = run(["validate", *args])
+        out = capsys.readouterr()
         if code != ExitCode.CHECK_FAILED:
             break
-    return code, out, err
+    return code, out.out, out.err
 
 
 def warm(doc):
@@ -58,7 +54,7 @@ def warm(doc):
 
 
 def test_default_run_says_what_was_emulated_and_what_the_verdict_covers(capsys, monkeypatch):
-    code, out, err = cli_timed(SMALL, capsys, monkeypatch, columns=400)
+    code, out, err = cli(SMALL, capsys, monkeypatch, columns=400, tries=TRIES)
     assert code == ExitCode.OK, err
     answer, *lines = out.splitlines()
     assert answer.startswith("PASS: KV loads (no GPU: compute not measured) within ")
@@ -77,7 +73,7 @@ def test_default_run_says_what_was_emulated_and_what_the_verdict_covers(capsys, 
 
 
 def test_right_planner_passes(capsys, monkeypatch):
-    code, out, err = cli_timed([*SMALL, *TOL, "--format", "json"], capsys, monkeypatch)
+    code, out, err = cli([*SMALL, *TOL, "--format", "json"], capsys, monkeypatch, tries=TRIES)
     assert code == ExitCode.OK, err
     doc = json.loads(out)
     assert doc["backend_mode"] == "emulate" and doc["device"] == "xmem-node"
@@ -145,8 +141,7 @@ def test_contention_of_eight_readers(capsys, monkeypatch, planner_right):
             "--format", "json"]
     if planner_right:
         args += ["--catalog", str(DEVICES / "planner-slow-node.toml")]
-    run_ = cli_timed if planner_right else cli
-    code, out, err = run_(args, capsys, monkeypatch)
+    code, out, err = cli(args, capsys, monkeypatch, tries=TRIES if planner_right else 1)
     doc = json.loads(out)
     assert doc["readers"] == 8 and len(doc["requests"]) == 24
     assert {r["reader"] for r in doc["requests"]} == set(range(8))
@@ -171,8 +166,7 @@ def test_transfer_size_curve(capsys, monkeypatch, planner_right):
             str(DEVICES / "steep-curve.toml"), "--format", "json"]
     if planner_right:
         args += ["--catalog", str(DEVICES / "planner-steep-curve.toml")]
-    run_ = cli_timed if planner_right else cli
-    code, out, err = run_(args, capsys, monkeypatch)
+    code, out, err = cli(args, capsys, monkeypatch, tries=TRIES if planner_right else 1)
     doc = json.loads(out)
     assert doc["layout"] == "layer_first"
     if planner_right:
@@ -183,8 +177,8 @@ def test_transfer_size_curve(capsys, monkeypatch, planner_right):
 
 
 def test_calibrate_predicts_with_this_machines_bandwidth(capsys, monkeypatch):
-    code, out, err = cli_timed([*SMALL, "--calibrate", "--tolerance", "50%", "--format",
-                                "json"], capsys, monkeypatch, columns=400)
+    code, out, err = cli([*SMALL, "--calibrate", "--tolerance", "50%", "--format", "json"],
+                         capsys, monkeypatch, columns=400, tries=TRIES)
     doc = json.loads(out)
     assert code == ExitCode.OK, err
     assert doc["calibrated"] and doc["time_scale"] == 1.0
@@ -196,8 +190,8 @@ def test_calibrate_predicts_with_this_machines_bandwidth(capsys, monkeypatch):
 def test_dram_backend_makes_real_copies_against_a_probe(capsys, monkeypatch):
     # Real copies on a shared 2-core machine: bursts of other tenants' memory traffic move
     # single requests by tens of percent; a load model that is wrong is off by far more.
-    code, out, err = cli_timed([*SMALL, "--repeats", "3", "--backend", "dram", "--tolerance",
-                                "100%"], capsys, monkeypatch, columns=400)
+    code, out, err = cli([*SMALL, "--repeats", "3", "--backend", "dram", "--tolerance", "100%"],
+                         capsys, monkeypatch, columns=400, tries=TRIES)
     assert code == ExitCode.OK, err
     answer, *lines = out.splitlines()
     assert answer.startswith("PASS: ")
@@ -511,8 +505,8 @@ def test_plan_replays_its_gpus_per_node_and_shape(capsys, monkeypatch, tmp_path)
     c = doc["claims"]
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(doc))
-    code, out, err = cli_timed(["--plan", str(plan), "--repeats", "1", "--max-bytes", "1GB",
-                                *TOL, "--format", "json"], capsys, monkeypatch, columns=400)
+    code, out, err = cli(["--plan", str(plan), "--repeats", "1", "--max-bytes", "1GB", *TOL,
+                          "--format", "json"], capsys, monkeypatch, columns=400, tries=TRIES)
     assert code == ExitCode.OK, err
     res = json.loads(out)
     per = -(-c["gpus"] // c["nodes"])
