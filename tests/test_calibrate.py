@@ -51,7 +51,7 @@ def _write_points(path: Path) -> None:
                         "tpot_ms"])
 
 
-def test_round_trip_recovers_the_constants(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_round_trip_recovers_the_constants(tmp_path: Path, capsys) -> None:
     pts, out = tmp_path / "p.csv", tmp_path / "overlay.toml"
     _write_points(pts)
     assert run(["calibrate", str(pts), "-o", str(out), "-f", "json"]) == 0
@@ -74,7 +74,7 @@ def test_round_trip_recovers_the_constants(tmp_path: Path, capsys) -> None:  # t
     assert cal.layer_latency_s == pytest.approx(1.5e-4, rel=0.01)
 
 
-def test_table_output_answers_first(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_table_output_answers_first(tmp_path: Path, capsys) -> None:
     pts = tmp_path / "p.csv"
     _write_points(pts)
     assert run(["calibrate", str(pts), "-o", str(tmp_path / "o.toml")]) == 0
@@ -83,7 +83,7 @@ def test_table_output_answers_first(tmp_path: Path, capsys) -> None:  # type: ig
 
 
 def test_underdetermined_fit_is_refused_naming_what_is_missing(tmp_path: Path,
-                                                               capsys) -> None:  # type: ignore[no-untyped-def]
+                                                               capsys) -> None:
     pts = tmp_path / "p.csv"
     _write_points(pts)
     lines = pts.read_text().splitlines()
@@ -101,7 +101,7 @@ def test_underdetermined_fit_is_refused_naming_what_is_missing(tmp_path: Path,
     assert "no full-hit point" in unwrap(capsys.readouterr().err)
 
 
-def test_bad_rows_name_file_line_and_field(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_bad_rows_name_file_line_and_field(tmp_path: Path, capsys) -> None:
     f = tmp_path / "bad.csv"
     f.write_text(",".join(calib.COLUMNS) + "\nh100-sxm,qwen3-30b-a3b,vllm,xmem,1000,2000,1,9\n")
     assert run(["calibrate", str(f)]) == 3
@@ -239,7 +239,7 @@ def test_cpu_validate_result_is_refused_not_a_crash(tmp_path):
     assert run(["calibrate", str(p)]) == 3
 
 
-def test_decode_rows_print_in_ms_not_as_ratios(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_decode_rows_print_in_ms_not_as_ratios(tmp_path: Path, capsys) -> None:
     f = tmp_path / "tpot.csv"
     f.write_text("gpu,model,engine,tier,prompt_tokens,hit_tokens,concurrency,ttft_ms,quantity\n"
                  "h100-sxm,qwen3-30b-a3b,vllm,hbm,128,128,1,9.6,tpot_ms\n"
@@ -252,7 +252,7 @@ def test_decode_rows_print_in_ms_not_as_ratios(tmp_path: Path, capsys) -> None: 
     assert "layer_latency" in (tmp_path / "o.toml").read_text()
 
 
-def test_public_points_table_is_whole_at_80_columns(tmp_path: Path, capsys,  # type: ignore[no-untyped-def]
+def test_public_points_table_is_whole_at_80_columns(tmp_path: Path, capsys,
                                                     monkeypatch) -> None:
     """Every table row closes with its right border at 80 columns (rich crops a table
     wider than the terminal, and a long point id once cut the LOO column's edge)."""
@@ -266,7 +266,7 @@ def test_public_points_table_is_whole_at_80_columns(tmp_path: Path, capsys,  # t
 
 
 def test_a_load_rate_pins_host_efficiency_beside_the_engines_per_token_work(
-        tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+        tmp_path: Path, capsys) -> None:
     """Full-hit host points alone cannot split the copy rate from per-token engine work
     (both grow with the prompt); a `load_gbps` row (the load rate with requests in flight)
     pins the copy rate, and calibrate then recovers both within 1 %."""
@@ -330,7 +330,7 @@ def test_leave_one_out_is_linear_and_matches_refitting() -> None:
 
 @pytest.mark.parametrize("flag", [["--engine", "sglang"], ["--model", "qwen3-30b-a3b-fp8"],
                                   ["--gpu", "h100-sxm"], ["--tp", "2"], ["--step-per-token"]])
-def test_a_loaded_flag_without_loaded_is_refused(tmp_path: Path, capsys, flag) -> None:  # type: ignore[no-untyped-def]
+def test_a_loaded_flag_without_loaded_is_refused(tmp_path: Path, capsys, flag) -> None:
     """The loaded runs' flags do nothing to a fit of measurement files (each row names its
     engine, model and GPU): an error naming the flag (they used to be ignored, exit 0)."""
     pts = tmp_path / "p.csv"
@@ -342,7 +342,7 @@ def test_a_loaded_flag_without_loaded_is_refused(tmp_path: Path, capsys, flag) -
 
 
 @pytest.mark.parametrize("flag", [["--fit-hbm"], ["--per-token", "vllm"]])
-def test_a_points_flag_with_loaded_is_refused(tmp_path: Path, capsys, flag) -> None:  # type: ignore[no-untyped-def]
+def test_a_points_flag_with_loaded_is_refused(tmp_path: Path, capsys, flag) -> None:
     """--fit-hbm and --per-token add constants to the single-request fit; --loaded fits the
     step overheads: an error naming the flag (they used to be ignored, exit 0)."""
     loaded = Path(__file__).parent.parent / "data" / "measurements" / "loaded.csv"

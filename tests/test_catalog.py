@@ -184,7 +184,7 @@ def test_cli_catalog_json_and_errors(capsys: pytest.CaptureFixture[str],
     assert run(["catalog", "widgets"]) == 2
 
 
-def test_sources_with_json_is_refused(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_sources_with_json_is_refused(capsys) -> None:
     """JSON carries every entry's sources: --sources changed nothing there (exit 0)."""
     assert run(["catalog", "gpus", "--format", "json", "--sources"]) == 2
     got = capsys.readouterr()

@@ -268,7 +268,7 @@ def test_synthetic_export_replays_against_the_live_server(tmp_path):
     assert {c.name for c in res.classes} >= {"cold", "warm"}
 
 
-def _schedules(kind: str, requests: int):  # type: ignore[no-untyped-def]
+def _schedules(kind: str, requests: int):
     """Three workloads (the post's, no system prompt, a short one) at three loads."""
     for w in (POST, SyntheticWorkload(shared_system_prompt_length=0, num_users=4),
               SyntheticWorkload(shared_system_prompt_length=63, osl=1, num_users=7,

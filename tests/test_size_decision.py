@@ -68,7 +68,7 @@ def test_marginal_when_the_interval_straddles_the_slo() -> None:
     assert pt.verdict(530.0) == "fails"
 
 
-def test_the_gpu_search_finds_a_non_monotone_smallest_count(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_gpu_search_finds_a_non_monotone_smallest_count(monkeypatch) -> None:
     """Compliance that is not monotone in the GPU count (3 complies, 4-7 do not, 8 and up
     do): doubling + bisection would answer 8 or 5; the search answers 3."""
     req, _ = build_request(ttft_slo="500ms", requests=500, users=2)  # bound = 1 GPU
@@ -76,7 +76,7 @@ def test_the_gpu_search_finds_a_non_monotone_smallest_count(monkeypatch) -> None
     ok = {3} | set(range(8, 2000))
     tried: list[int] = []
 
-    def fake_run(option, gpus, nodes=0, scale=1.0, instant_loads=False, slo_ms=None,  # type: ignore[no-untyped-def]
+    def fake_run(option, gpus, nodes=0, scale=1.0, instant_loads=False, slo_ms=None,
                  extend=True, reps_min=None):
         tried.append(gpus)
         v = 400.0 if gpus in ok else 600.0
@@ -107,11 +107,11 @@ def test_cost_changes_the_answer() -> None:
     Line 1 states the money."""
     kw = dict(prompt_tokens="128Ki", hit_rate=1.0, rate=20.0, output_tokens=1,
               requests=1500)
-    counts = _plan("300ms", **kw)  # type: ignore[arg-type]
+    counts = _plan("300ms", **kw)
     assert counts.cheapest == "xmem" and counts.gpus_host_dram is not None
     assert counts.gpus_host_dram > (counts.gpus_xmem or 0)
-    cheap = _plan("300ms", cost="gpu=2/h,xmem-node=0.5/h", **kw)  # type: ignore[arg-type]
-    dear = _plan("300ms", cost="gpu=2/h,xmem-node=1000/h", **kw)  # type: ignore[arg-type]
+    cheap = _plan("300ms", cost="gpu=2/h,xmem-node=0.5/h", **kw)
+    dear = _plan("300ms", cost="gpu=2/h,xmem-node=1000/h", **kw)
     assert cheap.cheapest == "xmem" and "$" in cheap.answer and "saves $" in cheap.answer
     assert dear.cheapest in ("host-dram", "hbm-only"), dear.answer
     assert dear.answer.startswith("0 X-Mem nodes") and "less than X-Mem's $" in dear.answer
@@ -174,12 +174,12 @@ def test_rate_on_a_trace_profile_moves_the_simulated_load(tmp_path: Path) -> Non
     assert got[0] == pytest.approx(0.05, rel=0.2)  # a slow rate is carried whole
 
 
-def test_hbm_alone_complying_where_tiers_do_not_is_answered(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_hbm_alone_complying_where_tiers_do_not_is_answered(monkeypatch) -> None:
     """The planner.py:655 crash: HBM alone met the SLO (its warm set was small) while host
     DRAM and X-Mem did not; the answer's branches assumed otherwise and asserted."""
     real = P.Planner.fewest_gpus
 
-    def tiers_fail(self, option, nodes=0, slo_s=None, instant_loads=False, upper=None):  # type: ignore[no-untyped-def]
+    def tiers_fail(self, option, nodes=0, slo_s=None, instant_loads=False, upper=None):
         if option != "hbm-only" and not instant_loads:
             return None
         return real(self, "host-dram" if option == "hbm-only" else option, nodes, slo_s,

@@ -22,7 +22,7 @@ def _fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
 
 
-def _req(slo: str = "1s"):  # type: ignore[no-untyped-def]
+def _req(slo: str = "1s"):
     return build_request(ttft_slo=slo, **SEED)[0]  # type: ignore[arg-type]
 
 

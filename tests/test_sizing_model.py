@@ -292,7 +292,7 @@ def test_sm_interference_only_for_overlapped_kernel_copies() -> None:
     assert float(s.interference_s) == 0.0
 
 
-def test_calibration_overlay_applies(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_calibration_overlay_applies(tmp_path) -> None:
     from xmemplan.sizing.model import calibration_for
 
     f = tmp_path / "c.toml"

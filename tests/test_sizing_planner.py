@@ -13,7 +13,7 @@ from xmemplan.sizing.request import build_request
 from xmemplan.sizing.workload import Arrivals, Workload, arrivals, from_flags, session_prev
 
 
-def _req(slo: str = "500ms", **kw: object):  # type: ignore[no-untyped-def]
+def _req(slo: str = "500ms", **kw: object):
     kw.setdefault("requests", 1500)
     req, _ = build_request(ttft_slo=slo, **kw)  # type: ignore[arg-type]
     return req
@@ -270,7 +270,7 @@ def test_overloaded_everywhere_says_so() -> None:
     assert all("overloaded at this rate" in o.note for o in r.options)
 
 
-def test_goodput_at_the_search_ceiling_is_a_lower_bound(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_goodput_at_the_search_ceiling_is_a_lower_bound(monkeypatch) -> None:
     """A load that still complies where the search stops is reported as capped (a lower
     bound), not as the ceiling's figure passed off as a measured limit; a load that stops
     complying between 4x and 8x is found by bisection and is not capped."""
@@ -281,7 +281,7 @@ def test_goodput_at_the_search_ceiling_is_a_lower_bound(monkeypatch) -> None:  #
     p = Planner(_req("500ms", rate=2.0))
     limit = [float("inf")]
 
-    def fake_run(option, gpus, nodes=0, scale=1.0, instant_loads=False, slo_ms=None,  # type: ignore[no-untyped-def]
+    def fake_run(option, gpus, nodes=0, scale=1.0, instant_loads=False, slo_ms=None,
                  extend=True, reps_min=None):
         return SimpleNamespace(overloaded=False, slo_value_ms=400 if scale <= limit[0] else 600)
 

@@ -98,7 +98,7 @@ def test_two_writers_get_their_own_temporaries(tmp_path: Path) -> None:
     assert _leftovers(tmp_path) == []
 
 
-def test_stdout_dash(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_stdout_dash(capsys) -> None:
     jsonio.write_output("-", "to stdout\n", "--out")
     assert capsys.readouterr().out == "to stdout\n"
 

@@ -79,7 +79,7 @@ def _sglang() -> dict[str, Any]:
         )
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 
-        radix_cache.time = _TickClock()  # type: ignore[attr-defined]
+        radix_cache.time = _TickClock()
         _STATE.update(
             torch=torch, radix_cache=radix_cache, Paged=PagedTokenToKVPoolAllocator,
             Token=TokenToKVPoolAllocator, EvictParams=EvictParams, InsertParams=InsertParams,
