@@ -34,6 +34,8 @@ WIDE = ["--tolerance", "1000%"]
 # steep curve's by 34 % (both pass alone and on rerun). The tests that a right model must
 # pass replay up to TRIES times and pass on the first replay within tolerance; the tests of
 # a wrong model run once and fail there (it is over 100 % off in each, so it fails every try).
+# They are marked `timing`: .ci/run runs them in one process after the rest of the suite,
+# with no other test beside them, and `pytest -n auto` (the README's) keeps the replays.
 TRIES = 3
 
 
@@ -53,6 +55,7 @@ def warm(doc):
     return next(c for c in doc["classes"] if c["name"] == "warm")
 
 
+@pytest.mark.timing
 def test_default_run_says_what_was_emulated_and_what_the_verdict_covers(capsys, monkeypatch):
     code, out, err = cli(SMALL, capsys, monkeypatch, columns=400, tries=TRIES)
     assert code == ExitCode.OK, err
@@ -72,6 +75,7 @@ def test_default_run_says_what_was_emulated_and_what_the_verdict_covers(capsys, 
     assert "PASS: largest error" in out and "every byte verified" in out
 
 
+@pytest.mark.timing
 def test_right_planner_passes(capsys, monkeypatch):
     code, out, err = cli([*SMALL, *TOL, "--format", "json"], capsys, monkeypatch, tries=TRIES)
     assert code == ExitCode.OK, err
@@ -133,6 +137,7 @@ def test_a_tier_of_the_wrong_kind_for_the_backend_is_refused(capsys, monkeypatch
         assert hint in flat
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("planner_right", [False, True])
 def test_contention_of_eight_readers(capsys, monkeypatch, planner_right):
     """A node of 1 TB/s shared by 8 readers: each gets ~125 GB/s, not the ~366 GB/s that a
@@ -158,6 +163,7 @@ def test_contention_of_eight_readers(capsys, monkeypatch, planner_right):
         assert warm(doc)["predicted_load_p50_ms"] < measured / 2  # planner far too fast
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("planner_right", [False, True])
 def test_transfer_size_curve(capsys, monkeypatch, planner_right):
     """layer_first pages are 96 copies of 64 KiB; this device reaches 40 % of its rate
@@ -176,6 +182,7 @@ def test_transfer_size_curve(capsys, monkeypatch, planner_right):
         assert warm(doc)["load_error_p50"] > 1.0
 
 
+@pytest.mark.timing
 def test_calibrate_predicts_with_this_machines_bandwidth(capsys, monkeypatch):
     code, out, err = cli([*SMALL, "--calibrate", "--tolerance", "50%", "--format", "json"],
                          capsys, monkeypatch, columns=400, tries=TRIES)
@@ -187,6 +194,7 @@ def test_calibrate_predicts_with_this_machines_bandwidth(capsys, monkeypatch):
     assert "predicted by: this machine's copy bandwidth" in err
 
 
+@pytest.mark.timing
 def test_dram_backend_makes_real_copies_against_a_probe(capsys, monkeypatch):
     # Real copies on a shared 2-core machine: bursts of other tenants' memory traffic move
     # single requests by tens of percent; a load model that is wrong is off by far more.
@@ -496,6 +504,7 @@ def _xmem_plan(capsys, tmp_path):
     return doc
 
 
+@pytest.mark.timing
 def test_plan_replays_its_gpus_per_node_and_shape(capsys, monkeypatch, tmp_path):
     """validate --plan replays the plan's own decision: its GPUs over its X-Mem nodes are
     the readers of the emulated node, each loading its tp share of every request's KV, and
