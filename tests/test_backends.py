@@ -16,6 +16,8 @@ import pytest
 from xmemplan.backends import backend_class, create_backend
 from xmemplan.backends.config import XMemConfig
 from xmemplan.backends.hostpool import HostPool
+from xmemplan.backends.media import ArenaMedium, XMemMedium
+from xmemplan.backends.store import Entry, SlotIndex
 from xmemplan.backends.xmem import PageCorruptError, XMemHiCacheStorage
 from xmemplan.errors import UsageError
 
@@ -36,12 +38,25 @@ def page(key: int, n: int = PAGE) -> np.ndarray:
     return np.random.default_rng(key).integers(0, 256, n, dtype=np.uint8)
 
 
+def index(b: XMemHiCacheStorage) -> SlotIndex:
+    assert b._index is not None, "the backend has no slot index yet"
+    return b._index
+
+
+def pin(b: XMemHiCacheStorage, key: int) -> Entry:
+    entry = index(b).pin(b._key(key))
+    assert entry is not None, f"page {key} is not stored"
+    return entry
+
+
 def corrupt(b: XMemHiCacheStorage, key: int) -> None:
-    entry = b._index._live[b._key(key)]
+    entry = index(b)._live[b._key(key)]
     if b.mode == "real":
+        assert isinstance(b._medium, XMemMedium)
         addr = b._medium._addr(entry.slot)
         ctypes.memset(addr, 0xFF ^ ctypes.c_uint8.from_address(addr).value, 1)
     else:
+        assert isinstance(b._medium, ArenaMedium)
         b._medium.slot_view(entry.slot)[0] ^= 0xFF
 
 
@@ -95,14 +110,14 @@ def test_lru_evicts_least_recently_used(mode, request):
 def test_pages_held_by_reads_are_never_evicted(mode, request):
     b = make(mode, request)
     b.batch_set([1, 2, 3, 4], [page(k) for k in (1, 2, 3, 4)])
-    held = [b._index.pin(b._key(k)) for k in (1, 2, 3)]  # three in-flight reads
+    held = [pin(b, k) for k in (1, 2, 3)]  # three in-flight reads
     assert b.set(5, page(5))  # evicts 4, the only unpinned page
     assert not b.exists(4) and all(b.exists(k) for k in (1, 2, 3))
-    held.append(b._index.pin(b._key(5)))
+    held.append(pin(b, 5))
     assert not b.set(6, page(6))  # everything pinned: refused, nothing overwritten
     assert b.stats().refused_writes == 1
     for e in held:
-        b._index.unpin(e)
+        index(b).unpin(e)
     for k in (1, 2, 3, 5):
         np.testing.assert_array_equal(b.get(k), page(k))
     assert b.set(6, page(6))

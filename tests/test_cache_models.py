@@ -37,6 +37,7 @@ def test_global_token_trace_equals_reference(tmp_path: Path, sessions, engine, o
     for c in caps:
         want = reference_replay(engine, prompts, outs, 16, c, outputs).hit_tokens
         assert capacity_hits(result.replayed, spec, c).tolist() == want, c
+    assert result.capacity is not None
     assert result.capacity.cache_model == engine
     # the engines never hit a partial page nor the last prompt token
     assert (capacity_hits(result.replayed, spec, 50_000) % 16 == 0).all()
@@ -94,6 +95,7 @@ def test_mooncake_synthetic_10m_matches_the_engines():
     for engine, want in (("vllm", 0.5881), ("sglang", 0.5872), ("lru", 0.5770)):
         spec = build_spec(capacity="10M", cache_model=engine, with_outputs=False)
         res = analyze([path], HitrateOptions(capacity=spec))
+        assert res.capacity is not None
         assert res.capacity.capacities[0]["token_hit_ratio"] == pytest.approx(want, abs=5e-5)
 
 
@@ -129,7 +131,11 @@ def _prefix_model_tokens(sample: dict, order: np.ndarray) -> list[list[int]]:
         S = int(sample["prompt_tokens"][i])
         H = min(S, int(sample["hit_tokens"][i]))
         g = -1 if groups is None else int(groups[i])
-        G = 0 if g < 0 else min(S, int(gtoks[i]))
+        if g < 0:
+            G = 0
+        else:
+            assert gtoks is not None, "a profile with prefix_group lacks prefix_group_tokens"
+            G = min(S, int(gtoks[i]))
         prev = last.get(int(sample["session"][i]), [])
         toks = [10**9 * (g + 1) + t for t in range(G)]
         for t in range(G, S):

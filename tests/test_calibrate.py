@@ -69,6 +69,7 @@ def test_round_trip_recovers_the_constants(tmp_path: Path, capsys) -> None:
     cal = calibration_for(load_catalog([out]), "vllm")
     assert cal.fixed_overhead_s == pytest.approx(0.012, rel=0.01)
     assert cal.xmem_bandwidth_bytes_per_s == pytest.approx(300e9, rel=0.01)
+    assert cal.host_efficiency is not None
     assert cal.host_efficiency * 51.2e9 == pytest.approx(45e9, rel=0.01)
     assert cal.host_bandwidth_bytes_per_s is None  # the share replaces the shipped figure
     assert cal.layer_latency_s == pytest.approx(1.5e-4, rel=0.01)
@@ -219,6 +220,7 @@ def test_host_loads_are_capped_at_the_copy_peak_and_pay_for_small_blocks() -> No
     mid = float(effective_bandwidth(cat.model("llama-3.1-8b"), h100, host,
                                     transfer=calib.VLLM16))  # 2 MB blocks
     eff = DEFAULT_CALIBRATION.host_efficiency
+    assert eff is not None
     assert small == pytest.approx(eff * 39.5e9, rel=1e-3)  # vLLM blog fig. 4 at 512 KiB
     assert small < mid <= 51.2e9
     fast = replace(DEFAULT_CALIBRATION, host_efficiency=2.0)

@@ -51,7 +51,9 @@ def test_session_scope_blocks_equal_reference(tmp_path: Path, sessions):
     resets = [i == 0 or order[i][0] != order[i - 1][0] for i in range(len(order))]
     pages = [_pages(p, 64) for _, p in order]
     prompts = np.array([len(p) for _, p in order])
-    for c, row in zip(CAPS, result.capacity.capacities):
+    cap = result.capacity
+    assert cap is not None
+    for c, row in zip(CAPS, cap.capacities):
         want = np.minimum(
             np.array(reference_lru(pages, resets, [64] * len(pages), c)) * 64, prompts
         )
@@ -60,10 +62,10 @@ def test_session_scope_blocks_equal_reference(tmp_path: Path, sessions):
         assert row["hit_tokens"] == int(want.sum())
         assert row["token_hit_ratio"] == pytest.approx(want.sum() / prompts.sum())
     # Small caches lose hits; a cache larger than any session is the infinite cache.
-    ratios = [row["token_hit_ratio"] for row in result.capacity.capacities]
+    ratios = [row["token_hit_ratio"] for row in cap.capacities]
     assert ratios == sorted(ratios) and ratios[0] < ratios[-1]
     assert ratios[-1] == pytest.approx(result.summary["token_hit_ratio"])
-    assert result.capacity.per_session_cache
+    assert cap.per_session_cache
 
 
 def test_global_token_trace_with_pages_and_tiers_equal_reference(tmp_path: Path, sessions):
@@ -98,7 +100,9 @@ def test_global_token_trace_with_pages_and_tiers_equal_reference(tmp_path: Path,
             served[tier] += min((i + 1) * 16, n) - min(i * 16, n)
         for cache in caches:
             cache.insert(p, 16)
+    assert result.capacity is not None
     rows = result.capacity.tiers
+    assert rows is not None
     assert [r["name"] for r in rows] == ["HBM", "DRAM", "XMEM", "miss (prefill)"]
     assert [r["hit_tokens"] for r in rows[:3]] == served
     assert sum(r["hit_tokens"] for r in rows) == sum(prompts)
@@ -130,9 +134,11 @@ def test_mooncake_partial_blocks_and_bytes_per_tier(tmp_path: Path, sessions):
         )
     ]
     assert capacity_hits(result.replayed, spec, 5000).tolist() == want
-    hbm, dram, miss = result.capacity.tiers
+    cap = result.capacity
+    assert cap is not None and cap.tiers is not None
+    hbm, dram, miss = cap.tiers
     assert dram["bytes_to_gpu"] == dram["hit_tokens"] * 1000 and hbm["bytes_to_gpu"] == 0
-    assert result.capacity.capacities[0]["capacity_bytes"] == 5e6
+    assert cap.capacities[0]["capacity_bytes"] == 5e6
 
 
 def test_parallel_workers_give_identical_capacity_figures(tmp_path: Path):
@@ -141,13 +147,16 @@ def test_parallel_workers_give_identical_capacity_figures(tmp_path: Path):
     spec = build_spec(capacity="2k")
     one = analyze([tmp_path / "cb"], HitrateOptions(workers=1, capacity=spec))
     two = analyze([tmp_path / "cb"], HitrateOptions(workers=2, capacity=spec))
+    assert one.capacity is not None and two.capacity is not None
     assert one.capacity.capacities[0]["hit_tokens"] == two.capacity.capacities[0]["hit_tokens"]
 
 
 def test_curve_points_equal_single_capacities(tmp_path: Path, sessions):
     synth.write_mooncake(tmp_path / "m.jsonl", sessions)
     curve = analyze([tmp_path / "m.jsonl"], HitrateOptions(capacity=build_spec(curve="1k:100k:7")))
+    assert curve.capacity is not None
     pts = curve.capacity.curve
+    assert pts is not None
     assert (
         len(pts) == 7
         and pts[0]["capacity_tokens"] == 1000
@@ -158,6 +167,7 @@ def test_curve_points_equal_single_capacities(tmp_path: Path, sessions):
             [tmp_path / "m.jsonl"],
             HitrateOptions(capacity=build_spec(capacity=str(p["capacity_tokens"]))),
         )
+        assert single.capacity is not None
         assert single.capacity.capacities[0]["token_hit_ratio"] == p["token_hit_ratio"]
     ratios = [p["token_hit_ratio"] for p in pts]
     assert ratios == sorted(ratios)
@@ -166,10 +176,13 @@ def test_curve_points_equal_single_capacities(tmp_path: Path, sessions):
 def test_auto_curve_spans_one_page_to_everything(tmp_path: Path, sessions):
     synth.write_mooncake(tmp_path / "m.jsonl", sessions)
     result = analyze([tmp_path / "m.jsonl"], HitrateOptions(capacity=build_spec(curve="auto")))
-    pts = result.capacity.curve
+    cap = result.capacity
+    assert cap is not None
+    pts = cap.curve
+    assert pts is not None
     assert pts[0]["capacity_tokens"] <= 1000
-    assert pts[-1]["capacity_tokens"] >= result.capacity.distinct_tokens
-    assert pts[-2]["capacity_tokens"] < result.capacity.distinct_tokens
+    assert pts[-1]["capacity_tokens"] >= cap.distinct_tokens
+    assert pts[-2]["capacity_tokens"] < cap.distinct_tokens
     assert pts[-1]["token_hit_ratio"] == pytest.approx(result.summary["token_hit_ratio"])
 
 
@@ -343,6 +356,7 @@ def test_mooncake_conversation_capacities_against_reference():
     path = shared_trace("mooncake-fast25", "conversation_trace.jsonl")
     spec = build_spec(capacity="3M,10M,50M")
     result = analyze([path], HitrateOptions(capacity=spec))
+    assert result.capacity is not None
     got = {c["capacity"]: c["token_hit_ratio"] for c in result.capacity.capacities}
     # Exact figures of this policy (leaf-first LRU, 512-token blocks, global, token-weighted).
     assert got["3M"] == pytest.approx(0.138730, abs=5e-7)
@@ -450,9 +464,11 @@ def test_claude_code_weka_infinite_figures_unchanged_and_capacities_monotone():
     spec = build_spec(capacity="64k,256k,1G")
     both = analyze([path], HitrateOptions(scope="session", capacity=spec))
     assert both.summary == plain.summary
+    assert both.capacity is not None
     caps = both.capacity.capacities
     ratios = [c["token_hit_ratio"] for c in caps]
     assert ratios[0] < ratios[1] < ratios[2] == pytest.approx(plain.summary["token_hit_ratio"])
+    assert both.capacity.working_set is not None
     assert both.capacity.working_set["sessions"] == 44
 
 

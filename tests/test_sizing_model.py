@@ -115,6 +115,7 @@ def test_effective_bandwidth_takes_the_lowest_limit() -> None:
     # Host DRAM: the fitted large-transfer bandwidth times the 64 KiB kernel-copy share.
     host = effective_bandwidth(QWEN, H100, HOST, transfer=SGLANG_HICACHE)
     # (the engine's share of the H100's measured 51.2 GB/s pinned-copy peak)
+    assert DEFAULT_CALIBRATION.host_efficiency is not None
     expected = DEFAULT_CALIBRATION.host_efficiency * 51.2e9 * 41.9 / 51.2
     assert float(host) == pytest.approx(expected, rel=1e-3)
     hbm = effective_bandwidth(QWEN, H100, CAT.tier("hbm"))
@@ -217,8 +218,10 @@ def test_shapes_that_do_not_fit_are_refused_and_the_smallest_fit_is_default() ->
     assert smallest_shape(big, H100, 65_536) == Shape(tp=8, ep=8)
     assert smallest_shape(QWEN, H100, 65_536) == Shape()
     ds = CAT.model("deepseek-v3")  # 671 GB FP8: 8 x H200 fits, 8 x H100 does not
-    assert smallest_shape(ds, CAT.gpu("h200-sxm"), 65_536).tp == 8
-    assert smallest_shape(ds, H100, 65_536).tp == 16
+    on_h200 = smallest_shape(ds, CAT.gpu("h200-sxm"), 65_536)
+    on_h100 = smallest_shape(ds, H100, 65_536)
+    assert on_h200 is not None and on_h200.tp == 8
+    assert on_h100 is not None and on_h100.tp == 16
 
 
 def test_kv_fp8_and_fp8_attention() -> None:

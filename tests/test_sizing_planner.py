@@ -290,7 +290,7 @@ def test_goodput_at_the_search_ceiling_is_a_lower_bound(monkeypatch) -> None:
     assert capped and v == planner.GOODPUT_CEILING * 2.0
     limit[0] = 6.0
     v, capped = p.goodput_bound("xmem", 4, 1)
-    assert not capped and 2.0 * 5.75 <= v <= 2.0 * 6.0
+    assert v is not None and not capped and 2.0 * 5.75 <= v <= 2.0 * 6.0
 
 
 def test_overload_is_judged_on_the_load_the_run_was_offered() -> None:

@@ -142,6 +142,7 @@ def test_hidden_prefix_replay_agrees_with_the_per_call_report(folder, per_file):
         (f,) = per_file[p.name].files
         assert res.summary["requests"] == f["calls"]
         plain = analyze([p], HitrateOptions(subagents=True))
+        assert plain.reported is not None and res.reported is not None
         assert plain.reported["reconstructed_token_hit_ratio"] == pytest.approx(f["plain"])
         # per_file is calibrated; the replay above is in our tokens: close, not equal.
         assert res.reported["reconstructed_token_hit_ratio"] == pytest.approx(
