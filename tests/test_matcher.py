@@ -84,7 +84,8 @@ def test_agrees_with_reference_on_random_traces(requests, data):
                 min_size=1, max_size=30))
 def test_agrees_on_agent_like_traces(steps):
     # Each request keeps a prefix of the previous one and appends new keys.
-    requests, prev = [], []
+    requests: list[list[int]] = []
+    prev: list[int] = []
     for cut, tail in steps:
         cur = prev[: min(cut, len(prev))] + tail
         requests.append(cur)

@@ -33,7 +33,7 @@ def test_virtual_history_matches_aiperfs_published_example():
     want = {0: 20, 1: 6, 2: 11, 3: 16, 4: 2, 5: 7, 6: 12, 7: 17, 8: 3, 9: 8, 10: 13,
             11: 18, 12: 4, 13: 9, 14: 14}
     s = schedule(POST, rate_rps=1.0, requests=10_000)
-    first = {}
+    first: dict[float, list[int]] = {}
     for sess in np.unique(s.session):
         rows = np.flatnonzero(s.session == sess)
         first.setdefault(float(s.start_s[rows[0]]), []).append(len(rows))
@@ -205,7 +205,7 @@ def test_export_writes_the_same_workload(tmp_path, capsys, monkeypatch):
     tr = read_trace(out)
     hits = trace_hits(tr)
     turns = [int(s.turn[i]) for i in order]
-    prev_len = {}
+    prev_len: dict[int, int] = {}
     for row, i in enumerate(order):
         sess = int(s.session[i])
         want = (0 if row == 0 else 960) if turns[row] == 0 else prev_len[sess] // 64 * 64

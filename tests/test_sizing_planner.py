@@ -129,7 +129,8 @@ def test_arrivals_generators() -> None:
 def test_session_prev_is_each_sessions_previous_request(seed: int) -> None:
     rng = np.random.default_rng(seed)
     sess = rng.integers(-3, 40, int(rng.integers(0, 600)))
-    want, last = [], {}
+    want: list[int] = []
+    last: dict[int, int] = {}
     for i, s_ in enumerate(sess.tolist()):
         want.append(last.get(s_, -1))
         last[s_] = i

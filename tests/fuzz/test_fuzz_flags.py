@@ -37,7 +37,8 @@ def trace(tmp_path_factory) -> Path:
 
 # (command, flag, extra args, values that must be refused, values that must be accepted)
 # Owners of flags whose checks are not in place yet: `xfail` below names them.
-HITRATE = [
+FlagRow = tuple[str, list[str], list[str], list[str]]
+HITRATE: list[FlagRow] = [
     ("--page-size", [], ["0", "-1", "100000000000000000000", "1048577"], ["1", "16"]),
     ("--capacity", [], ["0", "1e30", "-3M", "1e30GB", "0GB", "1e16"], ["3M", "1k", "1000000000000000"]),
     ("--capacity", ["--model", "qwen3-30b-a3b"], ["0GB", "1e30GB", "1e30"], ["80GB"]),
@@ -46,7 +47,7 @@ HITRATE = [
     ("--tiers", [], ["HBM=0", "HBM=nan", "HBM=1e30", "A=5k,B=1k", "HBM=-1k"], ["HBM=1k,DRAM=10k"]),
     ("--idle", ["--capacity", "1k"], ["0s", "-5m", "5", "1e400s", "400d"], ["5m", "30s"]),
 ]
-SIZE = [
+SIZE: list[FlagRow] = [
     ("--ttft-slo", [], ["0ms", "-5ms", "500", "1e400s"], ["500ms", "2s"]),
     ("--rate", [], ["-1", "1e30", "0"], ["5", "0.5"]),
     ("--prompt-tokens", [], ["0", "1e30", "-5", "1e9"], ["64k", "64Ki"]),
@@ -60,7 +61,7 @@ SIZE = [
     ("--ep", [], ["0", "-1", "100000"], ["1", "2", "3"]),
     ("--output-tokens", [], ["0", "-1", "300000", "100000000", "100000000000"], ["100"]),
 ]
-VALIDATE = [
+VALIDATE: list[FlagRow] = [
     ("--predict-bandwidth", [], ["0GB/s", "-1GB/s", "5GB", "1e30GB/s"], ["2GB/s"]),
     ("--tolerance", [], ["-5%", "0", "0%"], ["15%", "0.15"]),
     ("--sessions", [], ["0", "-1", "100000000000"], ["2"]),

@@ -26,8 +26,8 @@ class MTierOutOfMemoryError(MTierError):
 if _mode == "service":
     raise MTierServiceUnavailableError("mTierInit: service unavailable (code 4)")
 
-ALLOCATIONS = []
-_used = {}
+ALLOCATIONS: list[tuple[int, int]] = []  # (bank id, bytes) of each allocation, in order
+_used: dict[int, int] = {}  # bytes allocated per bank id
 
 
 def _banks():

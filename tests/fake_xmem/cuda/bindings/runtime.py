@@ -18,7 +18,7 @@ class cudaMemcpyKind(enum.IntEnum):  # noqa: N801
 
 
 FAIL_COPIES = 0
-COPIES = []
+COPIES: list[tuple[int, int]] = []  # (kind, bytes) of each cudaMemcpy
 
 
 def cudaSetDevice(device):  # noqa: N802
