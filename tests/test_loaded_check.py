@@ -150,7 +150,8 @@ def test_the_answers_kv_full_caveat_is_what_the_loaded_check_measures() -> None:
                                                                           abs=0.005)
 
 
-def test_the_window_ends_where_the_first_agent_runs_out() -> None:
+def test_the_window_ends_where_the_first_agent_runs_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The published figures cover a span in which every agent is busy (run_concurrent.py
     stops the level at its cap); a simulated run of a fixed number of requests drains
     instead. steady_window keeps the requests sent after the warm-up and before the first
@@ -171,12 +172,10 @@ def test_the_window_ends_where_the_first_agent_runs_out() -> None:
     assert sorted(keep.tolist()) == [1, 2, 3, 4]  # the drain's send at 9 is not kept
     assert w.kv_usage == pytest.approx((2 * 1 + 8 * 2) / (3 * 10))  # over [1, 4] only
     assert sorted(w.done.tolist()) == [1, 2, 3]
-    lc.STEADY = False  # the window before round 12: whole-run KV use, the drain kept
-    try:
-        keep, w = lc.steady_window(r, steps, agents=2, warm=1)
-        assert sorted(keep.tolist()) == [1, 2, 3, 4, 5] and w.kv_usage == 0.123
-    finally:
-        lc.STEADY = True
+    # the window before round 12: whole-run KV use, the drain kept
+    monkeypatch.setattr(lc, "STEADY", False)
+    keep, w = lc.steady_window(r, steps, agents=2, warm=1)
+    assert sorted(keep.tolist()) == [1, 2, 3, 4, 5] and w.kv_usage == 0.123
 
 
 def test_every_run_has_its_published_end_to_end_latency() -> None:
@@ -249,7 +248,7 @@ def test_the_counters_reading_of_reuse_is_the_admission_one_at_the_published_gpu
 
 
 def test_the_admission_reading_makes_the_simulated_connector_count_the_published_hit(
-        ) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """On X-Mem's 12-agent level of 04-18 (published GPU hit 49 %, counted at every
     waiting step, external 80 %) the counters' reading leaves the simulated connector
     counting far under the published external hit; the admission reading brings it to
@@ -258,12 +257,9 @@ def test_the_admission_reading_makes_the_simulated_connector_count_the_published
     run = next(r for n, r in lc.SWEEP_XMEM if n == 12)
     kw = dict(think_s=lc.THINK_S, mem_fraction=lc.SWEEP_MEM_FRACTION, requests=600,
               agents=12, flags=(lc.MAX_BATCHED, 12))
-    try:
-        ext = {}
-        for mode in ("counters", "admission"):
-            lc.REUSE = mode
-            ext[mode] = lc.predict(run, seed=0, **kw).ext_hit
-    finally:
-        lc.REUSE = "counters"
+    ext = {}
+    for mode in ("counters", "admission"):
+        monkeypatch.setattr(lc, "REUSE", mode)
+        ext[mode] = lc.predict(run, seed=0, **kw).ext_hit
     assert ext["counters"] < run.ext_hit - 0.10
     assert abs(ext["admission"] - run.ext_hit) < 0.05

@@ -183,6 +183,7 @@ def test_extend_gives_the_prompt_a_full_list_gives(spec):
         by_list.add("s", None, n, list(full))
         by_extend.add("s", None, n, Extend(row, arrays) if row is not None else arrays)
     a, b = by_list.build(), by_extend.build()
+    assert isinstance(a, TextBatch) and isinstance(b, TextBatch)  # message rows: interned
     assert np.array_equal(a.keys, b.keys) and np.array_equal(a.key_offsets, b.key_offsets)
     resets = np.zeros(len(spec), dtype=bool)
     assert np.array_equal(match_prompts(a.prompts, a.nodes, resets),

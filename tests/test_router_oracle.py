@@ -51,6 +51,7 @@ def _free_port() -> int:
 
 
 class _Worker(BaseHTTPRequestHandler):
+    server: ThreadingHTTPServer  # the servers below (BaseRequestHandler says BaseServer)
     seen: list[tuple[int, str]]  # (port, rid), shared by every worker
     release = threading.Event()  # requests whose rid starts with "hold" wait for it
 

@@ -36,9 +36,9 @@ def test_fixed_equals_the_planners_own_evaluation_at_that_count() -> None:
         want = o.point
         assert got.ttft_ms == want.ttft_ms
         assert got.replications == want.replications
-        for f in ("kv_full", "hbm_share", "preemptions_per_request", "throughput_rps",
-                  "throughput_tok_s", "hit_ratio"):
-            assert getattr(got, f) == getattr(want, f), (o.option, f)
+        for field in ("kv_full", "hbm_share", "preemptions_per_request", "throughput_rps",
+                      "throughput_tok_s", "hit_ratio"):
+            assert getattr(got, field) == getattr(want, field), (o.option, field)
     # and the planner's run at any count, X-Mem at the capacity's nodes
     p = Planner(req)
     fixed = evaluate(req, 3)

@@ -14,7 +14,7 @@ from xmemplan.hitrate import HitrateOptions, analyze
 from xmemplan.hitrate.transcript_calls import analyze_calls
 from xmemplan.text.encoder import get_encoder
 from xmemplan.traces import claude_transcript as CT
-from xmemplan.traces.base import ReadOptions, SkipLog
+from xmemplan.traces.base import ChainedList, ReadOptions, SkipLog
 from xmemplan.traces.hidden_prefix import estimate, parse_mode, standin
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "text"))
@@ -317,6 +317,7 @@ def test_prompt_lists_name_the_prompt_they_extend_truthfully(tmp_path):
     assert len(found) == 6 and any(c.base is not None for c in found)
     for c in found:
         parts = c.parts
+        assert isinstance(parts, ChainedList)
         assert parts.key == id(c)
         if c.base is not None:
             assert parts.parent == id(c.base)
@@ -326,8 +327,10 @@ def test_prompt_lists_name_the_prompt_they_extend_truthfully(tmp_path):
     assert any(j is not None for j in prep.base)
     for i in range(len(found)):
         parts = prep.parts[i]
+        assert isinstance(parts, ChainedList)
         j = prep.base[i]
         if j is not None:
             base = prep.parts[j]
+            assert isinstance(base, ChainedList)
             assert parts.parent == base.key
             assert all(x is y for x, y in zip(base, parts)) and len(base) <= len(parts)

@@ -65,6 +65,8 @@ class InterpolationMode(enum.Enum):  # torchvision.transforms: used as dict keys
 
 
 class _Module(types.ModuleType):
+    __version__: str  # set by _Finder.create_module
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
