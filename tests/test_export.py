@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -59,7 +60,7 @@ def test_shared_prefixes_share_ids_and_partial_blocks_do_not():
 
 def test_mooncake_round_trip_keeps_the_hit_rate(tmp_path):
     src = tmp_path / "mini.jsonl"
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"timestamp": 0, "input_length": 1200, "output_length": 5, "hash_ids": [0, 1, 2]},
         {"timestamp": 10, "input_length": 1500, "output_length": 5, "hash_ids": [0, 1, 3]},
         {"timestamp": 20, "input_length": 600, "output_length": 5, "hash_ids": [0, 4]},

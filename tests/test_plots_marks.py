@@ -4,6 +4,7 @@ labels the SLO and marks the offered load and the chosen configuration."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ def test_ttft_chart_marks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
     from xmemplan.cli.views import sizeplots
 
-    doc = {"ttft_slo_ms": 500.0, "slo_percentile": 99, "slo_on": "warm", "model": "m",
+    doc: dict[str, Any] = {"ttft_slo_ms": 500.0, "slo_percentile": 99, "slo_on": "warm", "model": "m",
            "gpu": "g", "cheapest": "xmem",
            "options": [{"option": "xmem", "gpus": 4, "nodes": 1}],
            "load_curve": {"gpus": 4, "load_rps": [1.25, 2.5, 3.75, 5, 6.25, 7.5, 10],

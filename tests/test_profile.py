@@ -166,7 +166,7 @@ def test_plots_without_matplotlib(monkeypatch, tmp_path: Path, sessions):
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     with pytest.raises(NotAvailableError) as exc:
-        write_plots(object(), tmp_path)
+        write_plots(object(), tmp_path)  # type: ignore[arg-type]  # refused before it is read
     assert "pip install 'xmemplan[plot]'" in exc.value.render()
     assert exc.value.exit_code == 4
 

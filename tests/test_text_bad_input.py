@@ -24,7 +24,7 @@ def _user(uuid: str, parent: str | None, text: str) -> dict:
 
 
 def _assistant(uuid: str, parent: str, mid: str, usage: object = "default") -> dict:
-    msg = {"id": mid, "role": "assistant", "model": "claude-opus-4-6",
+    msg: dict[str, object] = {"id": mid, "role": "assistant", "model": "claude-opus-4-6",
            "content": [{"type": "text", "text": f"reply {mid}"}]}
     if usage == "default":
         usage = {"input_tokens": 3, "cache_read_input_tokens": 5000,

@@ -110,7 +110,8 @@ def main() -> int:
     escaped.mkdir(exist_ok=True)
     os.environ["KILLER_ESCAPED"] = str(escaped)
     code, whole = _once(argv, cwd, None, 0.0)  # the previous output, and how long a run takes
-    result = {"first": {"code": code, "seconds": whole, **_state(output, versions)}, "runs": []}
+    runs: list[dict] = []
+    result = {"first": {"code": code, "seconds": whole, **_state(output, versions)}, "runs": runs}
     for i in range(spec.get("runs", 50)):
         sig = signal.SIGTERM if i % 2 == 0 else signal.SIGINT
         delay = rnd.uniform(0.0, 1.05 * whole)
@@ -122,7 +123,7 @@ def main() -> int:
             run["escaped"] = logs[-1].read_text()[-2000:] if logs else ""
             for f in logs:
                 f.unlink()
-        result["runs"].append(run)
+        runs.append(run)
     Path(sys.argv[2]).write_text(json.dumps(result))
     return 0
 

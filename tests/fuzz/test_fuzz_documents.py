@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import CliResult
 from fuzzlib import assert_clean, digest, examples, hypothesis_settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -169,7 +170,8 @@ def test_calibration_point_mutations(cli, docs, tmp_path_factory, col, raw, row,
     d = tmp_path_factory.mktemp("m")
     rows = list(csv.reader(io.StringIO(docs["points"].read_text())))
     if as_json:
-        objs = [dict(zip(rows[0], r, strict=True)) for r in rows[1:]]
+        objs: list[dict[str, str | float]] = [dict(zip(rows[0], r, strict=True))
+                                              for r in rows[1:]]
         for o in objs:
             for k in ("prompt_tokens", "hit_tokens", "concurrency", "value"):
                 o[k] = float(o[k])
@@ -217,7 +219,7 @@ def test_not_utf8_and_fifos_are_named(cli, docs, tmp_path, kind) -> None:
     _check(cli, args, bad, tmp_path, codes={ExitCode.INPUT, ExitCode.USAGE})
     bad.unlink()
     os.mkfifo(bad)
-    done: list[object] = []
+    done: list[CliResult] = []
     th = threading.Thread(target=lambda: done.append(cli(*args)), daemon=True)
     th.start()
     th.join(30)

@@ -20,6 +20,7 @@ import json
 import lzma
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from fuzzlib import assert_clean, digest, examples, hypothesis_settings
@@ -152,7 +153,9 @@ def test_nesting_deeper_than_the_json_limits(cli, tmp_path_factory, depth, where
 
 
 def _compress(kind: str, data: bytes) -> bytes:
-    return {"gz": gzip.compress, "xz": lzma.compress, "bz2": bz2.compress}[kind](data)
+    compress: dict[str, Callable[[bytes], bytes]] = {
+        "gz": gzip.compress, "xz": lzma.compress, "bz2": bz2.compress}
+    return compress[kind](data)
 
 
 @settings(max_examples=examples(24), **SETTINGS)

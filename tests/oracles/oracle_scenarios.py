@@ -290,7 +290,7 @@ def random_small_pool(engine: str, rng: random.Random, *, asyn: bool,
     n = rng.randint(1, 12)
     prefixes = [list(range(1000 * p, 1000 * p + rng.randint(0, 40))) for p in range(3)]
     t = 0.0
-    reqs = []
+    reqs: list[dict[str, Any]] = []
     for i in range(n):
         t += rng.choice([0.0, 0.0, 0.003, 0.02])
         pre = prefixes[rng.randint(0, 2)]
