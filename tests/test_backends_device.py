@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ MiB = 1 << 20
 
 
 def device(**kw) -> DeviceModel:
-    base = dict(name="t", display_name="t", link_bytes_per_s=400e9,
+    base: dict[str, Any] = dict(name="t", display_name="t", link_bytes_per_s=400e9,
                 bank_bytes_per_s=(400e9, 200e9), node_bytes_per_s=4e12,
                 node_burst_bytes=1 * MiB, op_latency_s=0.0,
                 transfer_chunk_bytes=(64 * 1024, 256 * MiB), transfer_efficiency=(0.5, 1.0))
@@ -74,7 +75,8 @@ def test_token_bucket_makes_concurrent_takers_share_the_rate():
 
 def _readers(node: EmulatedNode, k: int, pages: int) -> list[float]:
     """k backends on one node read `pages` 1 MiB pages each, at once; seconds each."""
-    pool_args = dict(layer_num=1, head_num=1, head_dim=MiB // 4, size=pages, page_size=1)
+    pool_args: dict[str, Any] = dict(layer_num=1, head_num=1, head_dim=MiB // 4, size=pages,
+                                     page_size=1)
     stores, pools = [], []
     for _ in range(k):
         pool = HostPool(**pool_args)

@@ -217,7 +217,7 @@ def test_one_request_alone_waits_for_its_prefetch(policy: str) -> None:
     from xmemplan.sizing.engine import Config, Requests, chain_keys, run
 
     keys, koff, kn = chain_keys([list(range(32000))], 16)
-    base = dict(arrival=np.zeros(1), prompt=np.array([32000]), output=np.array([2]),
+    base: dict[str, Any] = dict(arrival=np.zeros(1), prompt=np.array([32000]), output=np.array([2]),
                 keys=keys, koff=koff, kn=kn, tier_tokens=np.array([30000]))
     cfg = Config(policy="sglang", lin_s_per_token=2e-5, kv_bytes_per_token=1e5,
                  fixed_s=0.02, pass_fixed_s=0.005, layers=48, dram_bandwidth=5e10,

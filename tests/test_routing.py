@@ -10,6 +10,7 @@ keeps them.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -376,7 +377,7 @@ def _req(router: str, groups: int = 64, **kw: object):  # noqa: ANN202
     return req
 
 
-def _replica_hits(router: str, option: str, counts: tuple[int, ...], **kw: object
+def _replica_hits(router: str, option: str, counts: tuple[int, ...], **kw: Any
                   ) -> list[float]:
     from xmemplan.sizing.planner import Planner
 

@@ -3,6 +3,8 @@ figure. Each shortcut is checked against the same computation done from scratch.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -105,7 +107,7 @@ def test_windowed_call_is_the_trimmed_call(seed: int) -> None:
         hashes = [int(x) for x in rng.integers(0, 1 << 40, size=n)]
         bps = sorted({0, n - 1} if rng.random() < 0.5 else {n - 1})
         cum = [0, *np.cumsum(lens).tolist()]
-        kw = dict(universe=0, timestamp=1.0, ttl_s=300.0, min_len=100, warm=3)
+        kw: dict[str, Any] = dict(universe=0, timestamp=1.0, ttl_s=300.0, min_len=100, warm=3)
         bounds, hs, blks, bp = _trimmed(A.ModelCall(
             bounds=np.array(cum[1:], dtype=np.int64), hashes=hashes,
             blocks=np.cumsum(per_msg), breakpoints=bps, **kw))
