@@ -13,15 +13,20 @@ from xmemplan.prefix.reference import reference_match
 from xmemplan.traces import synth
 
 
-def _blocks(tokens: np.ndarray, block: int, partial: bool) -> list[tuple[int, ...]]:
+def _blocks(tokens: np.ndarray, block: int, partial: bool,
+            ids: dict[tuple[int, ...], int]) -> list[int]:
+    """Each block's key: the number `ids` gives its path (the tokens up to its end), a
+    new number for a path not seen before (path identity, as integer keys)."""
     n = len(tokens) // block + (1 if partial and len(tokens) % block else 0)
-    return [tuple(tokens[: (i + 1) * block].tolist()) for i in range(n)]  # path identity
+    return [ids.setdefault(tuple(tokens[: (i + 1) * block].tolist()), len(ids))
+            for i in range(n)]
 
 
 def _expected_session_hits(sessions, block: int, partial: bool) -> dict[tuple[str, int], int]:
     out = {}
+    ids: dict[tuple[int, ...], int] = {}
     for s in sessions:
-        keys = [_blocks(p, block, partial) for p in s.prompts]
+        keys = [_blocks(p, block, partial, ids) for p in s.prompts]
         matched = reference_match(keys, [True] + [False] * (len(keys) - 1))
         for i, (m, p) in enumerate(zip(matched, s.prompts)):
             out[(s.session_id, i)] = min(m * block, len(p))
@@ -94,7 +99,8 @@ def test_mooncake_global_scope_counts_partial_last_block(tmp_path: Path, session
     prompts = synth.write_mooncake(tmp_path / "m.jsonl", sessions)
     result = analyze([tmp_path / "m.jsonl"])
     assert result.scope == "global"  # Mooncake has no sessions
-    keys = [_blocks(p, 512, True) for p in prompts]
+    ids: dict[tuple[int, ...], int] = {}
+    keys = [_blocks(p, 512, True, ids) for p in prompts]
     matched = reference_match(keys, [True] + [False] * (len(keys) - 1))
     want = sum(min(m * 512, len(p)) for m, p in zip(matched, prompts))
     assert result.summary["hit_tokens"] == want

@@ -54,7 +54,7 @@ def test_one_request_alone_is_the_model(overlap: str, tier: str) -> None:
     rng = np.random.default_rng(7)
     for n in range(22):
         prompt = float(rng.integers(1, 200_000))
-        new = float(rng.integers(0, min(prompt, 8192) + 1))  # one forward pass
+        new = float(rng.integers(0, int(min(prompt, 8192)) + 1))  # one forward pass
         if n < 2:  # a prompt cached whole (one pass of one token) and one new token
             new = float(n)
         hit = prompt - new

@@ -346,7 +346,7 @@ def test_claude_progress_only_subagents_are_reported_not_read(tmp_path):
 # --- Property: rendering keeps shared message prefixes as shared token prefixes ----------
 
 _text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), max_codepoint=0x2FFF), max_size=60
+    alphabet=st.characters(blacklist_categories=["Cs"], max_codepoint=0x2FFF), max_size=60
 )
 _block = st.one_of(
     _text.map(lambda t: {"type": "text", "text": t}),
