@@ -68,7 +68,8 @@ def first_parting(ours: list[dict], theirs: list[dict]) -> str:
             if field in ("preempted", "finished"):
                 x, y = sorted(x or []), sorted(y or [])
             if field == "t_s":
-                same = x is not None and abs(float(x) - float(y)) <= 1e-9 * max(1.0, abs(y))
+                same = (x is not None and y is not None
+                        and abs(float(x) - float(y)) <= 1e-9 * max(1.0, abs(y)))
             else:
                 same = x == y
             if not same:
@@ -99,7 +100,7 @@ def lookup_totals_parting(sc: dict, totals: dict[str, tuple[int, int]],
 # expected failures (docs/oracles.md). Until main e5633a5 all 7 parted (re-admission hits
 # one block short, admission of a first chunk where vLLM needs the whole prompt to fit).
 KNOWN: dict[int, str] = {}  # none parts since main e5633a5
-SCENARIOS = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
+SCENARIO_ROWS = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
     (1, 64, 64, 8, 50.0, True),     # light load
     (2, 32, 32, 8, 200.0, True),    # pressure: preemptions
     (3, 16, 32, 8, 200.0, True),    # heavy pressure
@@ -107,10 +108,10 @@ SCENARIOS = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
     (5, 32, 32, 8, 200.0, False),   # no prefix caching
     (6, 48, 128, 16, 400.0, True),  # wide batch
 ]
-SCENARIOS = [  # type: ignore[misc]
+SCENARIOS = [
     pytest.param(*case, marks=pytest.mark.xfail(reason=KNOWN[case[0]], strict=False))
     if case[0] in KNOWN else case
-    for case in SCENARIOS
+    for case in SCENARIO_ROWS
 ]
 
 
@@ -335,7 +336,7 @@ def test_tier_load_gate_matches_vllm(vllm_engine: None) -> None:
 
 
 TIER_KNOWN: dict[int, str] = {}  # none parts since the duplicate-block fix (pool.py)
-TIER_CASES = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
+TIER_ROWS = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
     (41, 32, 32, 8, 200.0, True),    # pressure: preemptions while loads are in flight
     (42, 24, 32, 8, 300.0, True),    # heavy pressure
     (43, 48, 64, 16, 400.0, True),   # wide batch, many loads at once
@@ -344,10 +345,10 @@ TIER_CASES = [  # seed, blocks, budget, max_num_seqs, rate, prefix caching
     (46, 64, 64, 16, 800.0, True),   # bursty arrivals into a larger pool
     (47, 32, 32, 8, 400.0, False),   # no prefix caching: every hit is the tier's
 ]
-TIER_CASES = [  # type: ignore[misc]
+TIER_CASES = [
     pytest.param(*case, marks=pytest.mark.xfail(reason=TIER_KNOWN[case[0]], strict=True))
     if case[0] in TIER_KNOWN else case
-    for case in TIER_CASES
+    for case in TIER_ROWS
 ]
 
 
