@@ -104,6 +104,7 @@ def _readers(node: EmulatedNode, k: int, pages: int) -> list[float]:
     return took
 
 
+@pytest.mark.timing
 def test_readers_share_the_node_but_not_their_links():
     # Device: each reader's link gives 1 GB/s (a 1 MiB page takes ~1 ms of device time,
     # 5 ms of wall time at scale 5, so that late thread wake-ups matter little), the node
