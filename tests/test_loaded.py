@@ -177,7 +177,8 @@ def test_refusals(tmp_path: Path, capsys) -> None:
 def test_shipped_step_overheads_are_the_public_fit() -> None:
     """DEFAULT_CALIBRATION's step overheads are the least squares on data/measurements/
     loaded.csv's fit rows (`python -m xmemplan.sizing.loaded` refits from scratch): no
-    step of the search's last size (1 % of START) from them lowers the sum of squares.
+    step of the search's last size (1 % of START) from them lowers the sum of squares, and
+    per step + per request stay within the single-request t0 (shipped_fit's bound).
     Held-out rows are every third scored row per engine and are never fitted."""
     pts = L.public_points()
     for e in L.ENGINES:
@@ -185,18 +186,23 @@ def test_shipped_step_overheads_are_the_public_fit() -> None:
         names = ["base_s", "per_seq_s"]
         ov = DEFAULT_CALIBRATION.step_overheads_by_engine[e]
         x = np.array([ov[0], ov[2]])
+        # what one request alone pays in its step is within its single-request t0
+        t0 = DEFAULT_CALIBRATION.for_engine(e).fixed_overhead_s
+        assert ov[0] + ov[2] <= t0 == L.t0_cap(fitp, SIM), e
         f0 = L._ss(fitp, SIM, names, x, (0.0, 0.0, 0.0))
         for j, n in enumerate(names):
             for sgn in (1, -1):
                 y = x.copy()
                 y[j] = max(0.0, y[j] + sgn * 0.01 * L.START[n])
-                if y[j] != x[j]:
+                if y[j] != x[j] and y[0] + y[1] <= t0:
                     assert L._ss(fitp, SIM, names, y, (0.0, 0.0, 0.0)) >= f0 - 1e-12, (e, n)
     assert not any("c12" in p.id.lower() or "netpreme" in p.source.lower() for p in pts)
     for e in L.ENGINES:
         scored = [p for p in pts if p.run.engine == e and p.role != "excluded"]
         held = [p for i, p in enumerate(scored) if (i + 1) % 3 == 0]
         assert [p.id for p in scored if p.role == "held-out"] == [p.id for p in held]
+        # a `check` row only leaves the fit: it sits where the rule put a fit row
+        assert all(p.role in ("fit", "check") for i, p in enumerate(scored) if (i + 1) % 3)
 
 
 def test_overheads_slow_a_loaded_step_but_not_one_request_alone() -> None:

@@ -173,7 +173,12 @@ DEFAULT_CALIBRATION = Calibration(
     # single-request per-token overhead above is the host's per-token work). Fitted with
     # the engines' async scheduling as each run's version had it (loaded.csv).
     # With the all-reduces below priced, as the step overheads were refit on them.
-    step_overheads_by_engine={"vllm": (0.0, 0.0, 6.4375e-5), "sglang": (1.5625e-4, 0.0, 8.0e-5)},
+    # vLLM's since round 16 on the TPOT of its V0 (0.6.0) and V1 (0.8.2) runs, with a step's
+    # base + per-request overheads held within the single-request t0 above (0.267 ms):
+    # 0.19 ms a step + 17.5 us a request, where the V0 rows alone gave 64 us a request;
+    # the V1 runs' TTFT is scored apart, not fitted (loaded.csv role `check`).
+    step_overheads_by_engine={"vllm": (1.93125e-4, 0.0, 1.75e-5),
+                              "sglang": (1.5625e-4, 0.0, 8.0e-5)},
     # Tensor parallelism's two all-reduces a layer (not fitted): 5 us each, the custom
     # all-reduce's latency on H100 at TP 2-4 for 0.5-32 KB (3.7-4.8 us; 5.7-7.8 at TP 8:
     # sgl-project/sglang PR #2904), and the activations at 370 of NVLink's 450 GB/s per

@@ -1134,9 +1134,9 @@ KV_FULL_WARN = 0.8  # a simulated KV cache this full on average: say the answer 
 # What the engine's TTFT p50 did against published agent runs it put this full on average:
 # (runs, of them predicted under, median error, lowest, highest). From benchmarks/
 # loaded_check.py --sweep and its 04-19 check (docs/validation.md "Loaded check", round
-# 12, re-measured in round 14: Netpreme's 12-24 agents on one H100);
+# 12, re-measured in rounds 14 and 16: Netpreme's 12-24 agents on one H100);
 # tests/test_loaded_check.py recomputes it.
-KV_FULL_EVIDENCE = (20, 16, -0.24, -0.71, 4.78)
+KV_FULL_EVIDENCE = (20, 16, -0.245, -0.742, 4.862)
 
 
 def kv_full_note(options: Iterable[tuple[str, str, float]]) -> str | None:
