@@ -132,6 +132,37 @@ PICKERS), their GPU not published (taken as 37-capacity's H100, an assumption):
   our precise router). The vLLM version and the client cap are not published. The
   guide's third arm (optimized-baseline, whose router at run time is not published and
   whose stored config is an affinity filter we do not model) is left out.
+- `llm-d-optbase-sglang`, `llm-d-optbase-vllm` (round 16; llm-d guides/optimized-baseline/
+  benchmark-results/sglang-qwen3-32b-h100/README.md at 17e359c1 and vllm-qwen3-32b-h100/
+  README.md at 53c5b20a): the same workload and ladder (the guide's
+  benchmark-templates/shared_prefix.yaml at 9084370b: 150 groups x 5, 6,000 + 1,200
+  tokens, 1,000 out, a 50 s warm-up at 15 QPS, then 3 to 60) on 8 SGLang / 8 vLLM
+  servers of 2 H100s at TP2, "a stock Kubernetes Service that round-robins requests
+  across the same 8 pods (no EPP, no scoring)" against llm-d's optimized-baseline
+  router. The memory share, as no KV room is published (MEM_FRACTION): SGLang's
+  `--mem-fraction-static=0.9` (modelserver/gpu/sglang/base/patch-sglang.yaml at
+  83bb7c18); vLLM's default 0.9, since no overlay of the guide read for Qwen3-32B sets
+  one (modelserver/gpu/vllm/vllm-deployment.yaml at ae9f98f1; an assumption). The
+  Service arm is `random` by default, as above (what kube-proxy's iptables mode does;
+  `--service-router round-robin` replays what the READMEs write, a sensitivity). The
+  optimized-baseline router is a prefix-cache-affinity-filter (endpoints whose
+  approximate prefix match is >= 0.80 of the prompt are kept; all are kept when the
+  best kept one's in-flight tokens / peakPrefillThroughput exceed the best other's by
+  maxTTFTPenaltyMs) then a token-load-scorer (the least uncached tokens in flight)
+  (guides/optimized-baseline/router/optimized-baseline.values.yaml at 0a3b0c93; llm-d/
+  llm-d-router pkg/epp/framework/plugins/scheduling/filter/prefixcacheaffinity). None
+  of our routers is that; its arm is replayed with a stand-in, labelled `(stand-in)` in
+  the CSV and the output: our llm-d-prefix at prefix, kv-cache and queue weights 1
+  (AFFINITY_STANDIN), a 40,960-token match (maxPrefixTokensToMatch) over an index of the
+  pod's KV room. A new question of a cached group matches 6,000 / 7,200 = 0.83 of its
+  prompt, so the pod holding its group wins unless the load scores part by more than
+  0.83 (of 2): a usage gap of most of a pod's room, where the filter's gate breaks at 18
+  s x 15,928 tokens/s = 286,704 tokens in flight (vLLM; ~1 pod's room) or x 30,720 =
+  552,960 (SGLang, ~1.7 rooms). Set from those figures before any replay; not a fit.
+  The vLLM README prints TTFT to 0.1 s and 0.0 where a stage's latency histogram was
+  empty (3, 10 and 15 QPS in both arms): those rows have no `ttft_p90_s`, are counted
+  as skipped and left out of the TTFT comparison and the ceilings, and are still
+  compared on output tokens/s.
 """
 
 from __future__ import annotations
@@ -161,6 +192,9 @@ OVERLOAD = "llm-d-80u-overload"
 CAP73 = "llm-d-73-capacity"
 SGLANG_TIERED = "llm-d-tiered-sglang"
 GUIDE_PRECISE = "llm-d-guide-precise"
+OPTBASE_SGLANG = "llm-d-optbase-sglang"  # round 16: the optimized-baseline guide's ladders
+OPTBASE_VLLM = "llm-d-optbase-vllm"
+OPTBASE = (OPTBASE_SGLANG, OPTBASE_VLLM)
 # per benchmark: (rate, seconds) per stage, whether the first is a warm-up (reported by
 # no row), and the load type (inference-perf `load.type`)
 STAGES = {
@@ -179,11 +213,15 @@ STAGES = {
             (57.0, 26.0), (60.0, 25.0)],
 }
 STAGES[GUIDE_PRECISE] = STAGES[CAP73]  # the same ladder (its inference-perf profile)
+for _b in OPTBASE:  # the same ladder again (the guide's benchmark-templates/shared_prefix.yaml)
+    STAGES[_b] = STAGES[CAP73]
 WARMUP = {"llm-d-37-capacity": True, "llm-d-tiered-prefix-cache": False, HEADROOM: True,
-          OVERLOAD: False, CAP73: True, SGLANG_TIERED: False, GUIDE_PRECISE: True}
+          OVERLOAD: False, CAP73: True, SGLANG_TIERED: False, GUIDE_PRECISE: True,
+          OPTBASE_SGLANG: True, OPTBASE_VLLM: True}
 LOAD = {"llm-d-37-capacity": "constant", "llm-d-tiered-prefix-cache": "poisson",
         HEADROOM: "constant", OVERLOAD: "constant", CAP73: "poisson",
-        SGLANG_TIERED: "poisson", GUIDE_PRECISE: "poisson"}
+        SGLANG_TIERED: "poisson", GUIDE_PRECISE: "poisson", OPTBASE_SGLANG: "poisson",
+        OPTBASE_VLLM: "poisson"}
 TIERED_GPU_BLOCK = 16  # vLLM's block; the router's CPU index: 82,000 of them
 # the runs whose READMEs give total (prompt + output) tokens/s and mean E2E, not an ITL
 TOTAL_TOKENS = ("llm-d-tiered-prefix-cache", SGLANG_TIERED)
@@ -234,12 +272,26 @@ PICKERS = {
 # Where a run's precise scheduler has weights of its own: (prefix, kv-cache, queue,
 # active-request). 73-capacity's precise-scheduling: prefix 3, kv-cache 2, queue 2.
 PRECISE_PICKERS = {CAP73: (3.0, 2.0, 2.0, 0.0), GUIDE_PRECISE: (3.0, 2.0, 2.0, 0.0)}
-# Runs that state the engine's memory share instead of its KV room (with_run_room)
-MEM_FRACTION = {GUIDE_PRECISE: 0.95}
+# Runs that state the engine's memory share instead of its KV room (with_run_room): the
+# precise guide's vLLM overlay 0.95; the optimized-baseline guide's SGLang overlay
+# --mem-fraction-static=0.9, and its vLLM overlays for Qwen3-32B read set none (vLLM's 0.9)
+MEM_FRACTION = {GUIDE_PRECISE: 0.95, OPTBASE_SGLANG: 0.9, OPTBASE_VLLM: 0.9}
+# The optimized-baseline router (prefix-cache-affinity-filter + token-load-scorer) is not
+# one of ours; its arm is replayed with a stand-in, our llm-d-prefix at AFFINITY_STANDIN's
+# weights, and labelled so in the CSV (router_ours) and the output (module docstring)
+AFFINITY = "prefix-cache-affinity-filter"
+STAND_IN = " (stand-in)"
+AFFINITY_STANDIN = (1.0, 1.0, 1.0)  # prefix, kv-cache, queue weights
+AFFINITY_MATCH_TOKENS = 40_960.0  # approx-prefix-cache-producer maxPrefixTokensToMatch
+# what a Kubernetes Service arm is replayed as (--service-router): kube-proxy's default
+# iptables mode picks an endpoint at random per connection; round-robin is what the
+# optimized-baseline READMEs write (a sensitivity)
+SERVICE_ROUTERS = ("random", "round-robin")
+service_router = "random"
 # the runs' names for the same schedulers
 SCHEDULER_NAMES = {"prefix-cache-estimate": "estimate-prefix-cache",
                    "random-routing": "random", "random-scheduling": "random",
-                   "load-scheduling": "load", "k8s-service": "random"}
+                   "load-scheduling": "load"}
 
 
 def scheduler(measured: str, hbm_tokens: float = 0.0,
@@ -255,6 +307,14 @@ def scheduler(measured: str, hbm_tokens: float = 0.0,
             llmd_nohit_weight=1.0, llmd_cap_tokens=256.0 * TIERED_GPU_BLOCK,
             llmd_view_tokens=hbm_tokens, llmd_tier_weight=1.0 if cpu else 0.0,
             llmd_tier_view_tokens=82_000.0 * TIERED_GPU_BLOCK)
+    if measured == AFFINITY:  # a stand-in (module docstring)
+        pw, kw, qw = AFFINITY_STANDIN
+        return "llm-d-prefix", replace(
+            p, llmd_prefix_weight=pw, llmd_kv_weight=kw, llmd_queue_weight=qw,
+            llmd_active_weight=0.0, llmd_nohit_weight=0.0, llmd_cap_tokens=AFFINITY_MATCH_TOKENS,
+            llmd_view_tokens=hbm_tokens)
+    if measured == "k8s-service":
+        return service_router, p
     measured = SCHEDULER_NAMES.get(measured, measured)
     if measured == "random":
         return "random", p
@@ -468,9 +528,15 @@ def main() -> None:
                     "client's CPUs: a sensitivity, default off)")
     ap.add_argument("--runs", default="", help="comma-separated benchmarks to replay "
                     "(default: every run in the CSV)")
+    ap.add_argument("--service-router", choices=SERVICE_ROUTERS, default="random",
+                    help="our router for a Kubernetes Service arm (default random: "
+                    "kube-proxy's iptables mode; round-robin: what the optimized-baseline "
+                    "READMEs say, a sensitivity)")
     add_async_flag(ap)
     a = ap.parse_args()
     apply_async_flag(a)
+    global service_router
+    service_router = a.service_router
     if a.client_cap < 0:
         ap.error(f"--client-cap {a.client_cap}: give a number of requests, or 0 for none")
     rows = list(csv.DictReader(DATA.open()))
@@ -481,9 +547,13 @@ def main() -> None:
         rows = [r for r in rows if r["benchmark"] in want]
     runs = [simulate(rows, s, a.client_cap) for s in range(a.seeds)]
     by_router: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
-    # per benchmark: [all, held-out] within the bound, and the counts
+    # per benchmark: [all, held-out] within the bound, and the counts; "skip": rows whose
+    # run publishes no TTFT for that stage (an empty latency histogram), left out of the
+    # TTFT comparison and the ceilings, still compared on tokens/s
     tally: dict[str, dict[str, list[int]]] = defaultdict(
-        lambda: {"ttft": [0, 0], "tok": [0, 0], "n": [0, 0], "tpot": [0, 0]})
+        lambda: {"ttft": [0, 0], "tok": [0, 0], "n": [0, 0], "tpot": [0, 0], "skip": [0, 0]})
+    # per (benchmark, scheduler): TTFT within, TTFT compared, skipped, tok/s within, rows
+    arm: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     print(f"{'scheduler (measured -> ours)':<46}{'QPS':>4}{'TTFT p90 s':>11}{'ours':>8}"
           f"{'err':>6}{'tok/s':>9}{'ours':>9}{'err':>6}{'ms/tok':>7}{'ours':>5}{'err':>6}"
           f"  role")
@@ -491,7 +561,8 @@ def main() -> None:
         q = float(row["qps"])
         run = (row["benchmark"], row["router_measured"])
         got = np.median(np.array([r[(*run, q)] for r in runs]), axis=0)
-        meas = float(row["ttft_p90_s"])
+        published = bool(row["ttft_p90_s"])
+        meas = float(row["ttft_p90_s"]) if published else float("nan")
         total = bool(row["total_tok_s"])  # the run reports total tokens/s, else output
         mtok = float(row["total_tok_s"] if total else row["output_tok_s"])
         otok = float(got[2] if total else got[1])
@@ -500,12 +571,24 @@ def main() -> None:
         t = tally[row["benchmark"]]
         t["n"][0] += 1
         t["n"][1] += held
+        a_ = arm[run]
+        a_[4] += 1
+        if not published:
+            t["skip"][0] += 1
+            t["skip"][1] += held
+            a_[2] += 1
+        a_[1] += published
+        a_[0] += published and abs(e1) <= TTFT_BOUND
+        a_[3] += abs(e2) <= CEILING_BOUND
         for key, err, bound in (("ttft", e1, TTFT_BOUND), ("tok", e2, CEILING_BOUND)):
             if abs(err) <= bound:
                 t[key][0] += 1
                 t[key][1] += held
-        by_router[run].append((q, meas, float(got[0])))
-        name = f"{row['router_measured']} -> {row['router_ours']}"
+        if published:
+            by_router[run].append((q, meas, float(got[0])))
+        ours = scheduler(row["router_measured"], 0.0, row["benchmark"])[0]
+        label = STAND_IN if row["router_ours"].endswith(STAND_IN) else ""
+        name = f"{row['router_measured']} -> {ours}{label}"
         per_tok = measured_per_token(row)
         if per_tok is not None:
             e3 = got[3] / per_tok - 1
@@ -514,18 +597,28 @@ def main() -> None:
             itl = f"{per_tok * 1e3:>7.0f}{got[3] * 1e3:>5.0f}{e3:>+6.0%}"
         else:
             itl = f"{'-':>7}{got[3] * 1e3:>5.0f}{'':>6}"
-        print(f"{name:<46}{q:>4g}{meas:>11.3f}{got[0]:>8.3f}{e1:>+6.0%}{mtok:>9.0f}"
+        mtxt = f"{meas:>11.3f}{got[0]:>8.3f}{e1:>+6.0%}" if published else (
+            f"{'-':>11}{got[0]:>8.3f}{'':>6}")
+        print(f"{name:<46}{q:>4g}{mtxt}{mtok:>9.0f}"
               f"{otok:>9.0f}{e2:>+6.0%}{itl}  {row['role']}")
     for bench, t in tally.items():
         kind = "total" if bench in TOTAL_TOKENS else "output"
+        n_ttft = t["n"][0] - t["skip"][0]
         if t["n"][1]:
-            held_ttft = f" (held-out {t['ttft'][1]} of {t['n'][1]})"
+            held_ttft = f" (held-out {t['ttft'][1]} of {t['n'][1] - t['skip'][1]})"
             held_tok = f" (held-out {t['tok'][1]} of {t['n'][1]})"
         else:  # a run no round looked at before its rows landed: every row unseen
             held_ttft, held_tok = " (all unseen)", ""
-        print(f"{bench}: TTFT p90 within {TTFT_BOUND:.0%}: {t['ttft'][0]} of {t['n'][0]} "
-              f"points{held_ttft}; {kind} tokens/s within {CEILING_BOUND:.0%}: "
+        skipped = (f", {t['skip'][0]} skipped: no TTFT published for the stage"
+                   if t["skip"][0] else "")
+        print(f"{bench}: TTFT p90 within {TTFT_BOUND:.0%}: {t['ttft'][0]} of {n_ttft} "
+              f"points{held_ttft}{skipped}; {kind} tokens/s within {CEILING_BOUND:.0%}: "
               f"{t['tok'][0]} of {t['n'][0]}{held_tok}")
+        for (b, measured), (tw, tn, ts, kw, n) in arm.items():
+            if b != bench or len([1 for k in arm if k[0] == bench]) < 2:
+                continue
+            skip = f" ({ts} skipped)" if ts else ""
+            print(f"  {measured}: TTFT p90 {tw} of {tn}{skip}; tokens/s {kw} of {n}")
         if t["tpot"][0]:
             how = ("(E2E - TTFT) / (output - 1), the published means"
                    if bench in TOTAL_TOKENS else "2 x the published ITL mean")
