@@ -1158,10 +1158,10 @@ def kv_full_note(options: Iterable[tuple[str, str, float]]) -> str | None:
 # What the model's TTFT p90 did against published multi-replica runs: (stage rows, of
 # them predicted under, median error, within 30 %, runs). From benchmarks/
 # replicas_check.py, every row of data/measurements/multi-replica.csv (docs/validation.md
-# "Multi-replica check", rounds 13 and 15: llm-d's 37-capacity, tiered-prefix-cache and
-# five unseen runs, 4-8 vLLM or SGLang replicas behind its gateway and router);
+# "Multi-replica check", rounds 13, 15 and 16: llm-d's 37-capacity, tiered-prefix-cache and
+# seven unseen runs, 4-8 vLLM or SGLang replicas behind its gateway and router);
 # tests/test_routing.py recomputes it.
-MULTI_REPLICA_EVIDENCE = (220, 164, -0.486, 63, 7)
+MULTI_REPLICA_EVIDENCE = (278, 186, -0.318, 85, 9)
 
 
 def multi_replica_note(replicas: int) -> str | None:
