@@ -554,7 +554,9 @@ def main() -> None:
         lambda: {"ttft": [0, 0], "tok": [0, 0], "n": [0, 0], "tpot": [0, 0], "skip": [0, 0]})
     # per (benchmark, scheduler): TTFT within, TTFT compared, skipped, tok/s within, rows
     arm: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
-    print(f"{'scheduler (measured -> ours)':<46}{'QPS':>4}{'TTFT p90 s':>11}{'ours':>8}"
+    out: list[str] = []
+    say = out.append
+    say(f"{'scheduler (measured -> ours)':<46}{'QPS':>4}{'TTFT p90 s':>11}{'ours':>8}"
           f"{'err':>6}{'tok/s':>9}{'ours':>9}{'err':>6}{'ms/tok':>7}{'ours':>5}{'err':>6}"
           f"  role")
     for row in rows:
@@ -599,7 +601,7 @@ def main() -> None:
             itl = f"{'-':>7}{got[3] * 1e3:>5.0f}{'':>6}"
         mtxt = f"{meas:>11.3f}{got[0]:>8.3f}{e1:>+6.0%}" if published else (
             f"{'-':>11}{got[0]:>8.3f}{'':>6}")
-        print(f"{name:<46}{q:>4g}{mtxt}{mtok:>9.0f}"
+        say(f"{name:<46}{q:>4g}{mtxt}{mtok:>9.0f}"
               f"{otok:>9.0f}{e2:>+6.0%}{itl}  {row['role']}")
     for bench, t in tally.items():
         kind = "total" if bench in TOTAL_TOKENS else "output"
@@ -611,25 +613,26 @@ def main() -> None:
             held_ttft, held_tok = " (all unseen)", ""
         skipped = (f", {t['skip'][0]} skipped: no TTFT published for the stage"
                    if t["skip"][0] else "")
-        print(f"{bench}: TTFT p90 within {TTFT_BOUND:.0%}: {t['ttft'][0]} of {n_ttft} "
+        say(f"{bench}: TTFT p90 within {TTFT_BOUND:.0%}: {t['ttft'][0]} of {n_ttft} "
               f"points{held_ttft}{skipped}; {kind} tokens/s within {CEILING_BOUND:.0%}: "
               f"{t['tok'][0]} of {t['n'][0]}{held_tok}")
         for (b, measured), (tw, tn, ts, kw, n) in arm.items():
             if b != bench or len([1 for k in arm if k[0] == bench]) < 2:
                 continue
             skip = f" ({ts} skipped)" if ts else ""
-            print(f"  {measured}: TTFT p90 {tw} of {tn}{skip}; tokens/s {kw} of {n}")
+            say(f"  {measured}: TTFT p90 {tw} of {tn}{skip}; tokens/s {kw} of {n}")
         if t["tpot"][0]:
             how = ("(E2E - TTFT) / (output - 1), the published means"
                    if bench in TOTAL_TOKENS else "2 x the published ITL mean")
-            print(f"  time per output token ({how}) within {TPOT_BOUND:.0%}: "
+            say(f"  time per output token ({how}) within {TPOT_BOUND:.0%}: "
                   f"{t['tpot'][1]} of {t['tpot'][0]} (a report line)")
-    print(f"(median of {a.seeds} replays)")
-    print(f"Throughput ceiling (largest stage QPS with TTFT p90 <= {KNEE_S:g} s):")
+    say(f"(median of {a.seeds} replays)")
+    say(f"Throughput ceiling (largest stage QPS with TTFT p90 <= {KNEE_S:g} s):")
     last = ""
+    passed = ceilings = 0
     for (bench, r), pts in by_router.items():
         if bench != last:
-            print(f"  {bench}:")
+            say(f"  {bench}:")
             last = bench
         pts.sort()
 
@@ -640,10 +643,22 @@ def main() -> None:
         m, o = knee(1), knee(2)
         top = pts[-1][0]
         ok = (m == o) or (m > 0 and abs(o / m - 1) <= CEILING_BOUND)
+        passed += ok
+        ceilings += 1
         mtxt = f">= {m:g}" if m == top else f"{m:g}"
         otxt = f">= {o:g}" if o == top else f"{o:g}"
-        print(f"    {r:<28} measured {mtxt:>6}  ours {otxt:>6}  {'PASS' if ok else 'FAIL'}")
+        say(f"    {r:<28} measured {mtxt:>6}  ours {otxt:>6}  {'PASS' if ok else 'FAIL'}")
 
+    n_ttft = sum(t["n"][0] - t["skip"][0] for t in tally.values())
+    n_all = sum(t["n"][0] for t in tally.values())
+    w_ttft = sum(t["ttft"][0] for t in tally.values())
+    w_tok = sum(t["tok"][0] for t in tally.values())
+    ok_all = w_ttft == n_ttft and w_tok == n_all and passed == ceilings
+    runs_txt = f"{len(tally)} multi-replica run{'s' if len(tally) != 1 else ''}"
+    print(f"{'PASS' if ok_all else 'FAIL'}: {runs_txt}, TTFT p90 within {TTFT_BOUND:.0%} at "
+          f"{w_ttft} of {n_ttft} stages,\ntokens/s within {CEILING_BOUND:.0%} at {w_tok} of "
+          f"{n_all}, throughput ceilings {passed} of {ceilings} (every run and router below)")
+    print("\n".join(out))
 
 if __name__ == "__main__":
     main()
