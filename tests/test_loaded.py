@@ -215,3 +215,25 @@ def test_overheads_slow_a_loaded_step_but_not_one_request_alone() -> None:
     one = _run(requests=1)
     assert SIM.figures(one, (0.0, 0.0, 1e-4))["ttft_p50_ms"] == pytest.approx(
         SIM.figures(one, (0.0, 0.0, 0.0))["ttft_p50_ms"], rel=1e-9)
+
+
+def test_check_rows_are_scored_apart_and_never_fitted() -> None:
+    """A `check` row leaves the fit (its value may be anything) and is scored in its own
+    tally; the bounded fit keeps per step + per request within the replays' t0."""
+    fast, slow = _run(concurrency=8), _run(concurrency=64)
+    f_fast, f_slow = SIM.figures(fast, TRUE), SIM.figures(slow, TRUE)
+    pts = [L.Point("a", fast, "tpot_p50_ms", f_fast["tpot_p50_ms"]),
+           L.Point("b", slow, "tpot_p50_ms", f_slow["tpot_p50_ms"]),
+           L.Point("c", slow, "out_tok_s", f_slow["out_tok_s"]),
+           # a figure no overheads >= 0 could give: fitted, it would drag the fit away
+           L.Point("d", fast, "ttft_p50_ms", 100 * f_fast["ttft_p50_ms"], role="check")]
+    f = L.fit(pts, "vllm", SIM)
+    assert f.constants["base_s"] == pytest.approx(TRUE[0], rel=0.1)
+    assert f.constants["per_seq_s"] == pytest.approx(TRUE[2], rel=0.05)
+    s = L.summary(f)
+    assert (s["fit"]["points"], s["check"]["points"]) == (3, 1)
+    assert s["check"]["ttft_within_30pct"] == "0/1"
+    b = L.fit(pts, "vllm", SIM, t0_bounded=True)
+    cap = L.t0_cap([p for p in pts if p.role == "fit"], SIM)
+    assert cap < TRUE[0] + TRUE[2]  # the bound binds on these runs
+    assert b.constants["base_s"] + b.constants["per_seq_s"] <= cap * (1 + 1e-9)
