@@ -518,8 +518,9 @@ def _search(pts: Sequence[Point], sim: Simulator, names: Sequence[str],
 
     grid = np.array(np.meshgrid(*[[0.0, 0.3, 1.0, 3.0]] * len(names))).reshape(
         len(names), -1).T
+    # the grid holds all zeros, which every cap >= 0 admits
     cands = [c for c in (np.array([base[CONSTANTS.index(n)] for n in names]) / scale, *grid)
-             if ok(c)] or [np.zeros(len(names))]
+             if ok(c)]
     best = min(((_ss(pts, sim, names, c * scale, base), k, c) for k, c in enumerate(cands)),
                key=lambda t: (t[0], t[1]))
     f, x = best[0], best[2].copy()
