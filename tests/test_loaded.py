@@ -217,7 +217,7 @@ def test_overheads_slow_a_loaded_step_but_not_one_request_alone() -> None:
         SIM.figures(one, (0.0, 0.0, 0.0))["ttft_p50_ms"], rel=1e-9)
 
 
-def test_check_rows_are_scored_apart_and_never_fitted() -> None:
+def test_check_rows_are_scored_apart_and_never_fitted(tmp_path: Path, capsys) -> None:
     """A `check` row leaves the fit (its value may be anything) and is scored in its own
     tally; the bounded fit keeps per step + per request within the replays' t0."""
     fast, slow = _run(concurrency=8), _run(concurrency=64)
@@ -233,6 +233,16 @@ def test_check_rows_are_scored_apart_and_never_fitted() -> None:
     s = L.summary(f)
     assert (s["fit"]["points"], s["check"]["points"]) == (3, 1)
     assert s["check"]["ttft_within_30pct"] == "0/1"
+    # calibrate --loaded on the same rows as a CSV names the check rows apart
+    head = "id,engine,model,gpu,tp,prompt_tokens,output_tokens,requests,rate,concurrency,"
+    csvf = tmp_path / "runs.csv"
+    csvf.write_text(head + "quantity,value,role\n" + "".join(
+        f"{p.id},vllm,{p.run.model},{p.run.gpu},1,{p.run.prompt_tokens},"
+        f"{p.run.output_tokens},{p.run.requests},inf,{p.run.concurrency},{p.quantity},"
+        f"{p.value},{p.role}\n" for p in pts))
+    capsys.readouterr()
+    assert run(["calibrate", "-o", str(tmp_path / "o.toml"), "--loaded", str(csvf)]) == 0
+    assert "on 3 figures" in (o := capsys.readouterr().out) and "1 check" in o
     b = L.fit(pts, "vllm", SIM, t0_bounded=True)
     cap = L.t0_cap([p for p in pts if p.role == "fit"], SIM)
     assert cap < TRUE[0] + TRUE[2]  # the bound binds on these runs

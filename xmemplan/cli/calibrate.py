@@ -251,10 +251,11 @@ def _calibrate_loaded(paths: list[Path], extra: list[Path], out: Path, fmt: str,
         return
     for f in fits:
         sm = L.summary(f)
-        s, h = sm["fit"], sm["held-out"]
+        s, h, c = sm["fit"], sm["held-out"], sm["check"]
         loo = s["median_abs_loo_error"]
         held = (f"; {h['points']} held out: {h['median_abs_error']:.1%}" if h["points"]
-                else "")
+                else "") + (f"; {c['points']} check (scored, not fitted): "
+                            f"{c['median_abs_error']:.1%}" if c["points"] else "")
         render.line(f"{f.engine}: fitted {', '.join(f.fitted) or 'nothing'} on {s['points']} "
                     f"figures: median |error| {s['median_abs_error']:.1%}, leave-one-out "
                     + (f"{loo:.1%}" if math.isfinite(loo) else "n/a") + held + ".")
